@@ -1,0 +1,1 @@
+//! The CaptchaAI wire protocol (stub, being written).

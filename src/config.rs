@@ -1,0 +1,2 @@
+//! proxy.toml (stub, being written).
+pub struct Config;

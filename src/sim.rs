@@ -1,0 +1,1 @@
+//! The simulator (stub, being written).
