@@ -89,7 +89,15 @@ mod tests {
 
     #[test]
     fn unknown_paths_are_not_endpoints() {
-        for path in ["/", "", "/in.php/", "/IN.PHP", "in.php", "/res.php?x=1", "/load.php"] {
+        for path in [
+            "/",
+            "",
+            "/in.php/",
+            "/IN.PHP",
+            "in.php",
+            "/res.php?x=1",
+            "/load.php",
+        ] {
             assert_eq!(Endpoint::from_path(path), None, "{path}");
         }
     }

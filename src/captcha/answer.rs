@@ -116,17 +116,22 @@ mod tests {
         let answer = error_answer("ERROR_BAD_PARAMETERS", text, true);
         assert_eq!(
             std::str::from_utf8(&answer.body),
-            Ok(r#"{"status":0,"request":"ERROR_BAD_PARAMETERS","error_text":"quote \" backslash \\ newline \n tab \t nul \u0000 é"}"#)
+            Ok(
+                r#"{"status":0,"request":"ERROR_BAD_PARAMETERS","error_text":"quote \" backslash \\ newline \n tab \t nul \u0000 é"}"#
+            )
         );
-        let parsed: serde_json::Value =
-            serde_json::from_slice(&answer.body).expect("valid JSON");
+        let parsed: serde_json::Value = serde_json::from_slice(&answer.body).expect("valid JSON");
         assert_eq!(parsed["error_text"], text);
     }
 
     #[test]
     fn ok_answers() {
         assert_answer(ok_answer("73912", false), PLAIN, "OK|73912");
-        assert_answer(ok_answer("73912", true), JSON, r#"{"status":1,"request":"73912"}"#);
+        assert_answer(
+            ok_answer("73912", true),
+            JSON,
+            r#"{"status":1,"request":"73912"}"#,
+        );
         assert_answer(
             ok_answer("a\"b|c", true),
             JSON,
@@ -137,7 +142,11 @@ mod tests {
     #[test]
     fn value_answers_have_no_ok_prefix_in_plain() {
         assert_answer(value_answer("12.5", false), PLAIN, "12.5");
-        assert_answer(value_answer("12.5", true), JSON, r#"{"status":1,"request":"12.5"}"#);
+        assert_answer(
+            value_answer("12.5", true),
+            JSON,
+            r#"{"status":1,"request":"12.5"}"#,
+        );
     }
 
     #[test]

@@ -60,7 +60,11 @@ fn param_value(raw: &RawValue) -> String {
 /// byte; names are re-escaped by serde_json and whitespace between members is not kept,
 /// which no JSON reader can tell apart. Marks in `seen` which names were present; returns
 /// `None` when nothing matched, so the caller keeps the original bytes.
-pub(super) fn splice(members: &[Member], set: &[(&str, &str)], seen: &mut [bool]) -> Option<Vec<u8>> {
+pub(super) fn splice(
+    members: &[Member],
+    set: &[(&str, &str)],
+    seen: &mut [bool],
+) -> Option<Vec<u8>> {
     let slots: Vec<Option<usize>> = members
         .iter()
         .map(|(name, _)| set.iter().position(|(n, _)| n == name))
@@ -134,8 +138,9 @@ mod tests {
 
     #[test]
     fn members_keep_order_duplicates_and_raw_values() {
-        let members = parse(br#" {"b": [1, {"x":"y"}] ,"a":1.50e1,"b":"\u00e9\n","n":null,"t":true} "#)
-            .expect("valid object");
+        let members =
+            parse(br#" {"b": [1, {"x":"y"}] ,"a":1.50e1,"b":"\u00e9\n","n":null,"t":true} "#)
+                .expect("valid object");
         let raw: Vec<(&str, &str)> = members.iter().map(|(n, v)| (n.as_str(), v.get())).collect();
         assert_eq!(
             raw,
@@ -148,7 +153,10 @@ mod tests {
             ]
         );
         let params = params(&members);
-        let params: Vec<(&str, &str)> = params.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+        let params: Vec<(&str, &str)> = params
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_str()))
+            .collect();
         assert_eq!(
             params,
             [
@@ -175,7 +183,10 @@ mod tests {
         assert_eq!(malformed("\u{feff}{}"), "syntax error");
         let err = parse(br#"{"key":"secret-key-value" x}"#).expect_err("invalid");
         assert!(!err.to_string().contains("secret"), "{err}");
-        assert_eq!(err.to_string(), "malformed JSON body: syntax error at line 1, column 27");
+        assert_eq!(
+            err.to_string(),
+            "malformed JSON body: syntax error at line 1, column 27"
+        );
     }
 
     #[test]
@@ -204,5 +215,19 @@ mod tests {
         let members = parse(b"{ }").expect("valid");
         assert!(members.is_empty());
         assert_eq!(splice(&members, &[("key", "k")], &mut [false]), None);
+    }
+
+    #[test]
+    fn deeply_nested_values_are_kept_raw_without_overflowing_the_stack() {
+        let depth = 100_000;
+        let nested = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+        let body = format!(r#"{{"key":"old","deep":{nested}}}"#);
+        let members = parse(body.as_bytes()).expect("RawValue skips nesting iteratively");
+        let mut seen = [false];
+        let spliced = splice(&members, &[("key", "new")], &mut seen).expect("key present");
+        assert_eq!(
+            spliced,
+            format!(r#"{{"key":"new","deep":{nested}}}"#).into_bytes()
+        );
     }
 }

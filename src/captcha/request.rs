@@ -310,7 +310,9 @@ fn splice_pairs(raw: &[u8], set: &[(&str, &str)], seen: &mut [bool]) -> Option<V
 
 /// A pair's name as PHP sees it; `None` for an empty name, which matches nothing.
 fn decode_name(raw_name: &[u8]) -> Option<Cow<'_, str>> {
-    form_urlencoded::parse(raw_name).next().map(|(name, _)| name)
+    form_urlencoded::parse(raw_name)
+        .next()
+        .map(|(name, _)| name)
 }
 
 #[cfg(test)]
@@ -376,7 +378,10 @@ mod tests {
         assert!(request.params().is_empty());
         assert_eq!(request.param("key"), None);
         assert!(!request.wants_json());
-        assert_eq!(request.rewrite(&[("key", POOL)]).query, format!("key={POOL}"));
+        assert_eq!(
+            request.rewrite(&[("key", POOL)]).query,
+            format!("key={POOL}")
+        );
     }
 
     #[test]
@@ -415,11 +420,7 @@ mod tests {
 
     #[test]
     fn body_wins_over_query_and_last_duplicate_wins() {
-        let request = parse(
-            "json=1&action=get&id=1&id=2",
-            FORM,
-            b"json=0&key=a&key=b",
-        );
+        let request = parse("json=1&action=get&id=1&id=2", FORM, b"json=0&key=a&key=b");
         assert_eq!(request.param("json"), Some("0"));
         assert!(!request.wants_json());
         assert_eq!(request.param("id"), Some("2"));
@@ -451,7 +452,10 @@ mod tests {
 
     #[test]
     fn action_is_trimmed_and_empty_is_none() {
-        assert_eq!(parse("action=+getbalance+", None, b"").action(), Some("getbalance"));
+        assert_eq!(
+            parse("action=+getbalance+", None, b"").action(),
+            Some("getbalance")
+        );
         assert_eq!(parse("action=%20", None, b"").action(), None);
         assert_eq!(parse("action=", None, b"").action(), None);
         assert_eq!(parse("x=1", None, b"").action(), None);
@@ -503,7 +507,10 @@ mod tests {
         );
         assert!(matches!(
             parse_err(Some("text/plain"), b"{\"key\":"),
-            RequestError::MalformedJson { reason: "truncated", .. }
+            RequestError::MalformedJson {
+                reason: "truncated",
+                ..
+            }
         ));
     }
 
@@ -536,7 +543,10 @@ mod tests {
     #[test]
     fn unsupported_content_type_is_rejected_and_echo_is_bounded() {
         let err = parse_err(Some("image/png"), b"\x89PNG");
-        assert_eq!(err, RequestError::UnsupportedContentType("image/png".to_owned()));
+        assert_eq!(
+            err,
+            RequestError::UnsupportedContentType("image/png".to_owned())
+        );
         assert_eq!(err.to_string(), r#"unsupported content type "image/png""#);
         assert_eq!(err.code(), "ERROR_BAD_PARAMETERS");
 
@@ -586,7 +596,10 @@ mod tests {
         );
         assert!(matches!(
             parse_err(JSON, b"{\"a\":}"),
-            RequestError::MalformedJson { reason: "syntax error", .. }
+            RequestError::MalformedJson {
+                reason: "syntax error",
+                ..
+            }
         ));
         let err = parse_err(JSON, b"{\"key\":\"SECRETKEY\"");
         assert_eq!(
@@ -686,7 +699,10 @@ mod tests {
         let request = parse("ids=1,2,3&json=1", FORM, b"key=old&action=get");
         let rewritten = request.rewrite(&[("key", POOL), ("ids", "1,3"), ("new", "v")]);
         assert_eq!(rewritten.query, "ids=1%2C3&json=1&new=v");
-        assert_eq!(rewritten.body, Bytes::from(format!("key={POOL}&action=get")));
+        assert_eq!(
+            rewritten.body,
+            Bytes::from(format!("key={POOL}&action=get"))
+        );
     }
 
     #[test]
@@ -738,7 +754,14 @@ mod tests {
     #[test]
     fn multipart_text_parts_are_params_and_file_parts_are_not() {
         let file = binary_file();
-        let body = multipart_body(&[("soft_id", b"4580"), ("method", b"post"), ("key", b"CALLER")], &file);
+        let body = multipart_body(
+            &[
+                ("soft_id", b"4580"),
+                ("method", b"post"),
+                ("key", b"CALLER"),
+            ],
+            &file,
+        );
         let request = parse("", MULTIPART, &body);
         assert_eq!(
             request.kind(),
@@ -756,12 +779,23 @@ mod tests {
     #[test]
     fn multipart_rewrite_replaces_the_key_part_and_copies_the_file_exactly() {
         let file = binary_file();
-        let body = multipart_body(&[("soft_id", b"4580"), ("key", b"CALLER"), ("method", b"post")], &file);
+        let body = multipart_body(
+            &[
+                ("soft_id", b"4580"),
+                ("key", b"CALLER"),
+                ("method", b"post"),
+            ],
+            &file,
+        );
         let request = parse("json=1", MULTIPART, &body);
         let (query, rewritten) = rewrite_key(&request);
         assert_eq!(query, "json=1");
         let expected = multipart_body(
-            &[("soft_id", b"4580"), ("key", POOL.as_bytes()), ("method", b"post")],
+            &[
+                ("soft_id", b"4580"),
+                ("key", POOL.as_bytes()),
+                ("method", b"post"),
+            ],
             &file,
         );
         assert_eq!(rewritten, expected);
@@ -771,7 +805,12 @@ mod tests {
     fn multipart_rewrite_drops_later_key_parts() {
         let file = binary_file();
         let body = multipart_body(
-            &[("key", b"first"), ("method", b"post"), ("key", b"second"), ("key", b"")],
+            &[
+                ("key", b"first"),
+                ("method", b"post"),
+                ("key", b"second"),
+                ("key", b""),
+            ],
             &file,
         );
         let request = parse("", MULTIPART, &body);
@@ -786,7 +825,10 @@ mod tests {
         let file = binary_file();
         let body = multipart_body(&[("method", b"post")], &file);
         let request = parse("key=CALLER&json=1", MULTIPART, &body);
-        assert_eq!(rewrite_key(&request), (format!("key={POOL}&json=1"), body.clone()));
+        assert_eq!(
+            rewrite_key(&request),
+            (format!("key={POOL}&json=1"), body.clone())
+        );
         let request = parse("json=1", MULTIPART, &body);
         assert_eq!(rewrite_key(&request), (format!("json=1&key={POOL}"), body));
     }
@@ -802,10 +844,14 @@ mod tests {
 
     #[test]
     fn multipart_file_part_named_key_is_not_a_param_and_is_not_touched() {
-        let body = b"--b\r\nContent-Disposition: form-data; name=key; filename=k.txt\r\n\r\nFILE\r\n--b--";
+        let body =
+            b"--b\r\nContent-Disposition: form-data; name=key; filename=k.txt\r\n\r\nFILE\r\n--b--";
         let request = parse("", Some("multipart/form-data; boundary=b"), body);
         assert_eq!(request.param("key"), None);
-        assert_eq!(rewrite_key(&request), (format!("key={POOL}"), body.to_vec()));
+        assert_eq!(
+            rewrite_key(&request),
+            (format!("key={POOL}"), body.to_vec())
+        );
     }
 
     #[test]
@@ -894,7 +940,10 @@ mod tests {
     fn json_absent_key_is_appended_to_the_query() {
         let body = br#"{"method":"base64"}"#;
         let request = parse("", JSON, body);
-        assert_eq!(rewrite_key(&request), (format!("key={POOL}"), body.to_vec()));
+        assert_eq!(
+            rewrite_key(&request),
+            (format!("key={POOL}"), body.to_vec())
+        );
     }
 
     #[test]
@@ -914,10 +963,28 @@ mod tests {
         use rand::{Rng, SeedableRng};
 
         const FRAGMENTS: [&[u8]; 22] = [
-            b"--b", b"\r\n", b"--", b"Content-Disposition: form-data; name=\"key\"",
-            b"Content-Disposition: form-data; name=x; filename=f", b"\r\n\r\n", b"key",
-            b"=", b"&", b"%", b"%2", b"+", b"{", b"}", b"\"key\"", b":", b",", b"\"v\"",
-            b"[1]", b"\xff", b"\x00", b" ",
+            b"--b",
+            b"\r\n",
+            b"--",
+            b"Content-Disposition: form-data; name=\"key\"",
+            b"Content-Disposition: form-data; name=x; filename=f",
+            b"\r\n\r\n",
+            b"key",
+            b"=",
+            b"&",
+            b"%",
+            b"%2",
+            b"+",
+            b"{",
+            b"}",
+            b"\"key\"",
+            b":",
+            b",",
+            b"\"v\"",
+            b"[1]",
+            b"\xff",
+            b"\x00",
+            b" ",
         ];
         let content_types = [
             None,
@@ -941,15 +1008,16 @@ mod tests {
             };
             accepted += 1;
             let rewritten = request.rewrite(&[("key", POOL)]);
-            let reparsed = ParsedRequest::parse(
-                Some(&rewritten.query),
-                content_type,
-                rewritten.body.clone(),
-            )
-            .expect("a rewritten request parses like its original");
+            let reparsed =
+                ParsedRequest::parse(Some(&rewritten.query), content_type, rewritten.body.clone())
+                    .expect("a rewritten request parses like its original");
             assert_eq!(reparsed.param("key"), Some(POOL));
             let without_key = |r: &ParsedRequest| -> Vec<(String, String)> {
-                r.params().iter().filter(|(n, _)| n != "key").cloned().collect()
+                r.params()
+                    .iter()
+                    .filter(|(n, _)| n != "key")
+                    .cloned()
+                    .collect()
             };
             assert_eq!(without_key(&reparsed), without_key(&request));
         }
