@@ -1,0 +1,1026 @@
+//! Caller requests: the query and body parsed into PHP-`$_REQUEST`-like params, and the
+//! byte-preserving rewrite that puts a pool key in. Owns the urlencoded encoding (query and
+//! form bodies) and the choice of body encoding; multipart and JSON splicing live beside it.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use bytes::Bytes;
+
+use super::{json_body, multipart};
+
+/// How much caller input an error message may echo.
+const MAX_ECHO_BYTES: usize = 64;
+
+/// The encoding of a request body, chosen from its Content-Type (and, when that is missing
+/// or `text/plain`, from the body's first byte).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BodyKind {
+    /// No body bytes at all, whatever the Content-Type said.
+    Empty,
+    /// `application/x-www-form-urlencoded`, or an unlabelled body that is not JSON.
+    Form,
+    /// `multipart/form-data` with its (unquoted) boundary.
+    Multipart { boundary: String },
+    /// `application/json`, or a JSON object sent as `text/plain` or without a Content-Type.
+    Json,
+}
+
+/// A caller's request, parsed once: the raw query and body are kept so that
+/// [`ParsedRequest::rewrite`] can copy every byte it does not replace.
+#[derive(Clone)]
+pub struct ParsedRequest {
+    query: String,
+    body: Bytes,
+    kind: BodyKind,
+    /// Query pairs first, then body pairs, each in wire order; the last match wins.
+    params: Vec<(String, String)>,
+    layout: Layout,
+}
+
+/// What the body was split into at parse time, so that `rewrite` splices without re-parsing.
+#[derive(Clone)]
+enum Layout {
+    /// Empty and urlencoded bodies: re-split from the raw bytes, which is cheap.
+    Raw,
+    Multipart(Vec<multipart::Part>),
+    Json(Vec<json_body::Member>),
+}
+
+/// What goes upstream after [`ParsedRequest::rewrite`]: the query (without `?`) and the body.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rewritten {
+    pub query: String,
+    pub body: Bytes,
+}
+
+/// Why a request could not be understood. Messages echo at most 64 bytes of input.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RequestError {
+    /// A non-empty body with a Content-Type keyrelay cannot parse (value cut to 64 bytes).
+    #[error("unsupported content type {0:?}")]
+    UnsupportedContentType(String),
+    /// `multipart/form-data` without a usable `boundary` parameter.
+    #[error("multipart/form-data content type without a boundary")]
+    MissingBoundary,
+    /// A multipart body that does not follow its boundary structure.
+    #[error("malformed multipart body: {0}")]
+    MalformedMultipart(&'static str),
+    /// A JSON body that is not a single, well-formed JSON object.
+    #[error("malformed JSON body: {reason} at line {line}, column {column}")]
+    MalformedJson {
+        reason: &'static str,
+        line: usize,
+        column: usize,
+    },
+}
+
+impl RequestError {
+    /// The 2captcha-style code keyrelay answers with.
+    pub fn code(&self) -> &'static str {
+        // Every variant is the caller sending something the service would not accept either.
+        "ERROR_BAD_PARAMETERS"
+    }
+}
+
+// === impl ParsedRequest ===
+
+impl ParsedRequest {
+    /// Parses the raw query (no `?`), the Content-Type header value and the body.
+    ///
+    /// # Errors
+    /// A body whose Content-Type is unsupported, or which does not follow its encoding.
+    /// The query never fails: it is decoded leniently, as PHP does.
+    pub fn parse(
+        query: Option<&str>,
+        content_type: Option<&str>,
+        body: Bytes,
+    ) -> Result<ParsedRequest, RequestError> {
+        let query = query.unwrap_or_default().to_owned();
+        let kind = body_kind(content_type, &body)?;
+        let mut params = decode_pairs(query.as_bytes());
+        let layout = match &kind {
+            BodyKind::Empty => Layout::Raw,
+            BodyKind::Form => {
+                params.extend(decode_pairs(&body));
+                Layout::Raw
+            }
+            BodyKind::Multipart { boundary } => {
+                let parts = multipart::split(&body, boundary)?;
+                params.extend(multipart::text_params(&body, &parts));
+                Layout::Multipart(parts)
+            }
+            BodyKind::Json => {
+                let members = json_body::parse(&body)?;
+                params.extend(json_body::params(&members));
+                Layout::Json(members)
+            }
+        };
+        Ok(ParsedRequest {
+            query,
+            body,
+            kind,
+            params,
+            layout,
+        })
+    }
+
+    /// The value PHP's `$_REQUEST[name]` would hold: body beats query, last duplicate wins.
+    /// File parts of a multipart body are not params.
+    pub fn param(&self, name: &str) -> Option<&str> {
+        // Body pairs come after query pairs, so the last match is the winner on both counts.
+        self.params
+            .iter()
+            .rev()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Every (name, value) pair, query first then body, in wire order.
+    pub fn params(&self) -> &[(String, String)] {
+        &self.params
+    }
+
+    /// Whether the caller asked for JSON answers (`json=1`, or `json=true`).
+    pub fn wants_json(&self) -> bool {
+        self.param("json")
+            .map(str::trim)
+            .is_some_and(|v| v == "1" || v.eq_ignore_ascii_case("true"))
+    }
+
+    /// The `action` param, trimmed; `None` if absent or empty.
+    pub fn action(&self) -> Option<&str> {
+        self.param("action")
+            .map(str::trim)
+            .filter(|action| !action.is_empty())
+    }
+
+    /// The body's encoding.
+    pub fn kind(&self) -> &BodyKind {
+        &self.kind
+    }
+
+    /// Builds what goes upstream. For each `(name, value)` in `set`, every occurrence of `name`
+    /// in the query and in the body is removed and the new value takes the place of the first
+    /// one (once in the query, once in the body, wherever the name occurred). A name found
+    /// nowhere is appended to the query. All other bytes are copied unchanged. If `set` names
+    /// a param twice, its first value is used.
+    pub fn rewrite(&self, set: &[(&str, &str)]) -> Rewritten {
+        let mut in_query = vec![false; set.len()];
+        let mut in_body = vec![false; set.len()];
+
+        let mut query = match splice_pairs(self.query.as_bytes(), set, &mut in_query) {
+            // Only whole `&`-separated pairs and ASCII were spliced into valid UTF-8, so the
+            // lossy conversion never replaces anything.
+            Some(spliced) => String::from_utf8_lossy(&spliced).into_owned(),
+            None => self.query.clone(),
+        };
+
+        let body = match &self.layout {
+            Layout::Raw => splice_pairs(&self.body, set, &mut in_body),
+            Layout::Multipart(parts) => multipart::splice(&self.body, parts, set, &mut in_body),
+            Layout::Json(members) => json_body::splice(members, set, &mut in_body),
+        };
+        let body = body.map_or_else(|| self.body.clone(), Bytes::from);
+
+        for (i, (name, value)) in set.iter().enumerate() {
+            if in_query[i] || in_body[i] || set[..i].iter().any(|(n, _)| n == name) {
+                continue;
+            }
+            if !query.is_empty() && !query.ends_with('&') {
+                query.push('&');
+            }
+            query.extend(form_urlencoded::byte_serialize(name.as_bytes()));
+            query.push('=');
+            query.extend(form_urlencoded::byte_serialize(value.as_bytes()));
+        }
+
+        Rewritten { query, body }
+    }
+}
+
+/// Shows param names only: values include the caller's key and can be megabytes of image.
+impl fmt::Debug for ParsedRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<&str> = self.params.iter().map(|(n, _)| n.as_str()).collect();
+        f.debug_struct("ParsedRequest")
+            .field("kind", &self.kind)
+            .field("params", &names)
+            .field("query_len", &self.query.len())
+            .field("body_len", &self.body.len())
+            .finish()
+    }
+}
+
+// === body encoding ===
+
+/// Picks the body encoding. Lenient where real clients are sloppy (no Content-Type, JSON as
+/// `text/plain`), strict where guessing could forward a body keyrelay did not understand.
+fn body_kind(content_type: Option<&str>, body: &[u8]) -> Result<BodyKind, RequestError> {
+    if body.is_empty() {
+        return Ok(BodyKind::Empty);
+    }
+    let Some(content_type) = content_type.map(str::trim).filter(|ct| !ct.is_empty()) else {
+        // curl -d and some scripts send no Content-Type at all.
+        return Ok(if starts_like_json_object(body) {
+            BodyKind::Json
+        } else {
+            BodyKind::Form
+        });
+    };
+    let mime = content_type
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
+    match mime.as_str() {
+        "application/x-www-form-urlencoded" => Ok(BodyKind::Form),
+        "multipart/form-data" => {
+            let boundary = multipart::header_parameters(content_type)
+                .into_iter()
+                .find(|(name, _)| name == "boundary")
+                .map(|(_, value)| value)
+                .filter(|boundary| !boundary.is_empty())
+                .ok_or(RequestError::MissingBoundary)?;
+            Ok(BodyKind::Multipart { boundary })
+        }
+        "application/json" => Ok(BodyKind::Json),
+        // The npm `2captcha` client posts its JSON body as text/plain;charset=UTF-8.
+        "text/plain" if starts_like_json_object(body) => Ok(BodyKind::Json),
+        _ => Err(RequestError::UnsupportedContentType(
+            echo(content_type).to_owned(),
+        )),
+    }
+}
+
+fn starts_like_json_object(body: &[u8]) -> bool {
+    body.iter()
+        .find(|b| !b.is_ascii_whitespace())
+        .is_some_and(|&b| b == b'{')
+}
+
+/// At most [`MAX_ECHO_BYTES`] of `input`, cut at a character boundary.
+fn echo(input: &str) -> &str {
+    let mut end = input.len().min(MAX_ECHO_BYTES);
+    while !input.is_char_boundary(end) {
+        end -= 1;
+    }
+    &input[..end]
+}
+
+// === urlencoded pairs (query and form bodies) ===
+
+/// Decodes `a=1&b=2` with percent and `+` decoding; invalid UTF-8 is replaced, never an error.
+fn decode_pairs(raw: &[u8]) -> Vec<(String, String)> {
+    form_urlencoded::parse(raw)
+        .map(|(name, value)| (name.into_owned(), value.into_owned()))
+        .collect()
+}
+
+/// Replaces the first pair named in `set` with `name=<encoded value>` and drops later pairs of
+/// that name. Only names are decoded (to compare them); every other pair, and the original
+/// spelling of a replaced pair's name, is copied as it was. Marks in `seen` which names were
+/// present; returns `None` when nothing matched, so the caller keeps the original bytes.
+fn splice_pairs(raw: &[u8], set: &[(&str, &str)], seen: &mut [bool]) -> Option<Vec<u8>> {
+    let mut kept: Vec<Cow<'_, [u8]>> = Vec::new();
+    let mut changed = false;
+    for pair in raw.split(|&b| b == b'&') {
+        let raw_name = pair.split(|&b| b == b'=').next().unwrap_or_default();
+        let slot = decode_name(raw_name).and_then(|name| set.iter().position(|(n, _)| *n == name));
+        match slot {
+            None => kept.push(Cow::Borrowed(pair)),
+            Some(slot) if !seen[slot] => {
+                seen[slot] = true;
+                changed = true;
+                let mut replaced = raw_name.to_vec();
+                replaced.push(b'=');
+                replaced.extend(
+                    form_urlencoded::byte_serialize(set[slot].1.as_bytes()).flat_map(str::bytes),
+                );
+                kept.push(Cow::Owned(replaced));
+            }
+            // A later duplicate: dropped together with one `&`.
+            Some(_) => changed = true,
+        }
+    }
+    // Splitting on `&` and joining with `&` is the identity, so untouched separators survive.
+    changed.then(|| kept.join(&b'&'))
+}
+
+/// A pair's name as PHP sees it; `None` for an empty name, which matches nothing.
+fn decode_name(raw_name: &[u8]) -> Option<Cow<'_, str>> {
+    form_urlencoded::parse(raw_name)
+        .next()
+        .map(|(name, _)| name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const POOL: &str = "POOLKEY0123456789abcdef012345678";
+
+    fn parse(query: &str, content_type: Option<&str>, body: &[u8]) -> ParsedRequest {
+        ParsedRequest::parse(Some(query), content_type, Bytes::copy_from_slice(body))
+            .expect("request should parse")
+    }
+
+    fn parse_err(content_type: Option<&str>, body: &[u8]) -> RequestError {
+        ParsedRequest::parse(None, content_type, Bytes::copy_from_slice(body))
+            .expect_err("request should be rejected")
+    }
+
+    fn pairs(request: &ParsedRequest) -> Vec<(&str, &str)> {
+        request
+            .params()
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_str()))
+            .collect()
+    }
+
+    fn rewrite_key(request: &ParsedRequest) -> (String, Vec<u8>) {
+        let rewritten = request.rewrite(&[("key", POOL)]);
+        (rewritten.query, rewritten.body.to_vec())
+    }
+
+    const FORM: Option<&str> = Some("application/x-www-form-urlencoded");
+    const JSON: Option<&str> = Some("application/json");
+
+    // === parsing ===
+
+    #[test]
+    fn query_only_request() {
+        let request = ParsedRequest::parse(
+            Some("key=CALLER&method=userrecaptcha&googlekey=6Le&pageurl=https%3A%2F%2Fa.test%2F%3Fx%3D1&json=1"),
+            None,
+            Bytes::new(),
+        )
+        .expect("parses");
+        assert_eq!(request.kind(), &BodyKind::Empty);
+        assert_eq!(
+            pairs(&request),
+            [
+                ("key", "CALLER"),
+                ("method", "userrecaptcha"),
+                ("googlekey", "6Le"),
+                ("pageurl", "https://a.test/?x=1"),
+                ("json", "1"),
+            ]
+        );
+        assert!(request.wants_json());
+        assert_eq!(request.action(), None);
+    }
+
+    #[test]
+    fn no_query_and_no_body() {
+        let request = ParsedRequest::parse(None, None, Bytes::new()).expect("parses");
+        assert!(request.params().is_empty());
+        assert_eq!(request.param("key"), None);
+        assert!(!request.wants_json());
+        assert_eq!(
+            request.rewrite(&[("key", POOL)]).query,
+            format!("key={POOL}")
+        );
+    }
+
+    #[test]
+    fn query_decoding_is_lenient() {
+        let request = parse("a=%FF%zz&b=x+y%20z&&=v&flag&c=1=2", None, b"");
+        assert_eq!(
+            pairs(&request),
+            [
+                ("a", "\u{fffd}%zz"),
+                ("b", "x y z"),
+                ("", "v"),
+                ("flag", ""),
+                ("c", "1=2"),
+            ]
+        );
+    }
+
+    #[test]
+    fn form_body_params_follow_query_params() {
+        let request = parse(
+            "json=1",
+            Some("Application/X-WWW-Form-Urlencoded; Charset=UTF-8"),
+            b"key=CALLER&method=base64&body=R0lG%2B%2F%3D%3D",
+        );
+        assert_eq!(request.kind(), &BodyKind::Form);
+        assert_eq!(
+            pairs(&request),
+            [
+                ("json", "1"),
+                ("key", "CALLER"),
+                ("method", "base64"),
+                ("body", "R0lG+/=="),
+            ]
+        );
+    }
+
+    #[test]
+    fn body_wins_over_query_and_last_duplicate_wins() {
+        let request = parse("json=1&action=get&id=1&id=2", FORM, b"json=0&key=a&key=b");
+        assert_eq!(request.param("json"), Some("0"));
+        assert!(!request.wants_json());
+        assert_eq!(request.param("id"), Some("2"));
+        assert_eq!(request.param("key"), Some("b"));
+        assert_eq!(request.action(), Some("get"));
+        assert_eq!(request.param("missing"), None);
+
+        let json = parse("json=0&key=q", JSON, br#"{"json":1,"key":"a","key":"b"}"#);
+        assert!(json.wants_json());
+        assert_eq!(json.param("key"), Some("b"));
+    }
+
+    #[test]
+    fn wants_json_accepts_1_and_true_only() {
+        for (query, expected) in [
+            ("json=1", true),
+            ("json=true", true),
+            ("json=TRUE", true),
+            ("json=%201%20", true),
+            ("json=0", false),
+            ("json=", false),
+            ("json=yes", false),
+            ("JSON=1", false),
+            ("", false),
+        ] {
+            assert_eq!(parse(query, None, b"").wants_json(), expected, "{query}");
+        }
+    }
+
+    #[test]
+    fn action_is_trimmed_and_empty_is_none() {
+        assert_eq!(
+            parse("action=+getbalance+", None, b"").action(),
+            Some("getbalance")
+        );
+        assert_eq!(parse("action=%20", None, b"").action(), None);
+        assert_eq!(parse("action=", None, b"").action(), None);
+        assert_eq!(parse("x=1", None, b"").action(), None);
+    }
+
+    #[test]
+    fn json_body_params() {
+        let request = parse(
+            "",
+            Some("application/json;charset=utf-8"),
+            br#"{"key":"CALLER","json":1,"soft_id":4587,"header_acao":true,"body":"R0lG\/\u00e9","proxy":null,"coords":[1,2],"extra":{"a":"b"},"f":1.5}"#,
+        );
+        assert_eq!(request.kind(), &BodyKind::Json);
+        assert_eq!(
+            pairs(&request),
+            [
+                ("key", "CALLER"),
+                ("json", "1"),
+                ("soft_id", "4587"),
+                ("header_acao", "true"),
+                ("body", "R0lG/é"),
+                ("proxy", ""),
+                ("coords", "[1,2]"),
+                ("extra", r#"{"a":"b"}"#),
+                ("f", "1.5"),
+            ]
+        );
+        assert!(request.wants_json());
+    }
+
+    #[test]
+    fn text_plain_json_body_is_json() {
+        // npm `2captcha` 3.0.7: key and method in the query, the image as JSON text/plain.
+        let request = parse(
+            "key=CALLER&json=1&method=base64",
+            Some("text/plain;charset=UTF-8"),
+            b"\r\n {\"body\":\"R0lG\"}",
+        );
+        assert_eq!(request.kind(), &BodyKind::Json);
+        assert_eq!(request.param("body"), Some("R0lG"));
+        assert_eq!(request.param("key"), Some("CALLER"));
+    }
+
+    #[test]
+    fn text_plain_that_is_not_json_is_rejected() {
+        assert_eq!(
+            parse_err(Some("text/plain; charset=UTF-8"), b"key=abc"),
+            RequestError::UnsupportedContentType("text/plain; charset=UTF-8".to_owned())
+        );
+        assert!(matches!(
+            parse_err(Some("text/plain"), b"{\"key\":"),
+            RequestError::MalformedJson {
+                reason: "truncated",
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn missing_content_type_is_guessed_from_the_body() {
+        let json = parse("", None, b"  {\"a\":\"1\"}");
+        assert_eq!(json.kind(), &BodyKind::Json);
+        assert_eq!(json.param("a"), Some("1"));
+        let form = parse("", Some("  "), b"a=1&b=2");
+        assert_eq!(form.kind(), &BodyKind::Form);
+        assert_eq!(form.param("b"), Some("2"));
+    }
+
+    #[test]
+    fn empty_body_is_empty_whatever_the_content_type() {
+        for content_type in [
+            None,
+            FORM,
+            JSON,
+            Some("text/plain"),
+            Some("multipart/form-data"),
+            Some("image/png"),
+        ] {
+            let request = parse("a=1", content_type, b"");
+            assert_eq!(request.kind(), &BodyKind::Empty, "{content_type:?}");
+            assert_eq!(pairs(&request), [("a", "1")]);
+        }
+    }
+
+    #[test]
+    fn unsupported_content_type_is_rejected_and_echo_is_bounded() {
+        let err = parse_err(Some("image/png"), b"\x89PNG");
+        assert_eq!(
+            err,
+            RequestError::UnsupportedContentType("image/png".to_owned())
+        );
+        assert_eq!(err.to_string(), r#"unsupported content type "image/png""#);
+        assert_eq!(err.code(), "ERROR_BAD_PARAMETERS");
+
+        let long = format!("application/{}", "é".repeat(100));
+        let RequestError::UnsupportedContentType(echoed) = parse_err(Some(&long), b"x") else {
+            panic!("wrong variant");
+        };
+        assert_eq!(echoed.len(), 64);
+        assert!(long.starts_with(&echoed));
+
+        assert!(matches!(
+            parse_err(Some("multipart/mixed; boundary=x"), b"--x--"),
+            RequestError::UnsupportedContentType(_)
+        ));
+    }
+
+    #[test]
+    fn multipart_without_boundary_is_rejected() {
+        for content_type in [
+            "multipart/form-data",
+            "multipart/form-data; charset=utf-8",
+            "multipart/form-data; boundary=",
+            "multipart/form-data; boundary=\"\"",
+        ] {
+            let err = parse_err(Some(content_type), b"--x\r\n\r\n\r\n--x--");
+            assert_eq!(err, RequestError::MissingBoundary, "{content_type}");
+            assert_eq!(err.code(), "ERROR_BAD_PARAMETERS");
+        }
+    }
+
+    #[test]
+    fn malformed_bodies_give_their_error() {
+        assert_eq!(
+            parse_err(
+                Some("multipart/form-data; boundary=b"),
+                b"--b\r\nContent-Disposition: form-data; name=\"key\"\r\n\r\nabc"
+            ),
+            RequestError::MalformedMultipart("no closing boundary")
+        );
+        assert_eq!(
+            parse_err(JSON, b"[1,2]"),
+            RequestError::MalformedJson {
+                reason: "not a JSON object",
+                line: 1,
+                column: 0
+            }
+        );
+        assert!(matches!(
+            parse_err(JSON, b"{\"a\":}"),
+            RequestError::MalformedJson {
+                reason: "syntax error",
+                ..
+            }
+        ));
+        let err = parse_err(JSON, b"{\"key\":\"SECRETKEY\"");
+        assert_eq!(
+            err.to_string(),
+            "malformed JSON body: truncated at line 1, column 18"
+        );
+    }
+
+    #[test]
+    fn debug_shows_names_not_values() {
+        let request = parse("key=CALLERSECRET", FORM, b"body=IMAGEBYTES");
+        let debug = format!("{request:?}");
+        assert!(!debug.contains("CALLERSECRET"), "{debug}");
+        assert!(!debug.contains("IMAGEBYTES"), "{debug}");
+        assert_eq!(
+            debug,
+            r#"ParsedRequest { kind: Form, params: ["key", "body"], query_len: 16, body_len: 15 }"#
+        );
+    }
+
+    // === rewriting urlencoded query and form bodies ===
+
+    #[test]
+    fn rewrite_key_in_query_only() {
+        let request = parse("key=CALLER&method=post&json=1", None, b"");
+        assert_eq!(
+            rewrite_key(&request),
+            (format!("key={POOL}&method=post&json=1"), vec![])
+        );
+    }
+
+    #[test]
+    fn rewrite_key_in_form_body_only() {
+        let body = b"pageurl=https%3a%2F%2Fa.test%2F&key=CALLER&soft_id=4580";
+        let request = parse("json=1", FORM, body);
+        let (query, body) = rewrite_key(&request);
+        assert_eq!(query, "json=1");
+        assert_eq!(
+            String::from_utf8(body).expect("ascii"),
+            format!("pageurl=https%3a%2F%2Fa.test%2F&key={POOL}&soft_id=4580")
+        );
+    }
+
+    #[test]
+    fn rewrite_key_in_query_and_form_body() {
+        let request = parse("key=Q&json=1", FORM, b"method=base64&key=B");
+        let (query, body) = rewrite_key(&request);
+        assert_eq!(query, format!("key={POOL}&json=1"));
+        assert_eq!(body, format!("method=base64&key={POOL}").into_bytes());
+    }
+
+    #[test]
+    fn rewrite_absent_key_appends_to_query() {
+        for (query, expected) in [
+            ("", format!("key={POOL}")),
+            ("a=1", format!("a=1&key={POOL}")),
+            ("a=1&", format!("a=1&key={POOL}")),
+        ] {
+            let request = parse(query, FORM, b"b=2");
+            let rewritten = request.rewrite(&[("key", POOL)]);
+            assert_eq!(rewritten.query, expected);
+            assert_eq!(&rewritten.body[..], b"b=2");
+        }
+    }
+
+    #[test]
+    fn rewrite_drops_duplicates_and_keeps_everything_else_verbatim() {
+        let request = parse(
+            "key=a&x=%41+b&&k%65y=b&flag&key&z=%zz&",
+            FORM,
+            b"key=c&KEY=upper&key=d&tail=1",
+        );
+        let (query, body) = rewrite_key(&request);
+        assert_eq!(query, format!("key={POOL}&x=%41+b&&flag&z=%zz&"));
+        assert_eq!(body, format!("key={POOL}&KEY=upper&tail=1").into_bytes());
+    }
+
+    #[test]
+    fn rewrite_keeps_the_original_spelling_of_the_name() {
+        let request = parse("x=1&k%65y=old", None, b"");
+        assert_eq!(rewrite_key(&request).0, format!("x=1&k%65y={POOL}"));
+    }
+
+    #[test]
+    fn rewrite_form_encodes_new_values() {
+        let request = parse("key=a&action=get&ids=9", FORM, b"json=1");
+        let rewritten = request.rewrite(&[("key", "k y&z=é"), ("ids", "1,3")]);
+        assert_eq!(rewritten.query, "key=k+y%26z%3D%C3%A9&action=get&ids=1%2C3");
+        assert_eq!(&rewritten.body[..], b"json=1");
+        let reparsed = parse(&rewritten.query, None, b"");
+        assert_eq!(reparsed.param("key"), Some("k y&z=é"));
+        assert_eq!(reparsed.param("ids"), Some("1,3"));
+    }
+
+    #[test]
+    fn rewrite_sets_several_names_across_locations() {
+        let request = parse("ids=1,2,3&json=1", FORM, b"key=old&action=get");
+        let rewritten = request.rewrite(&[("key", POOL), ("ids", "1,3"), ("new", "v")]);
+        assert_eq!(rewritten.query, "ids=1%2C3&json=1&new=v");
+        assert_eq!(
+            rewritten.body,
+            Bytes::from(format!("key={POOL}&action=get"))
+        );
+    }
+
+    #[test]
+    fn rewrite_uses_the_first_value_of_a_name_set_twice() {
+        let request = parse("a=1", None, b"");
+        assert_eq!(request.rewrite(&[("k", "x"), ("k", "y")]).query, "a=1&k=x");
+        let request = parse("k=0", None, b"");
+        assert_eq!(request.rewrite(&[("k", "x"), ("k", "y")]).query, "k=x");
+    }
+
+    #[test]
+    fn rewrite_with_nothing_to_set_is_the_identity() {
+        let request = parse("a=%41&b", FORM, b"c=+&d");
+        let rewritten = request.rewrite(&[]);
+        assert_eq!(rewritten.query, "a=%41&b");
+        assert_eq!(&rewritten.body[..], b"c=+&d");
+    }
+
+    // === rewriting multipart bodies ===
+
+    /// Every byte value, plus sequences that look like a delimiter but are not one.
+    fn binary_file() -> Vec<u8> {
+        let mut file: Vec<u8> = (0..=255u8).collect();
+        file.extend(b"\r\n--\r\n--XBOUNDAR\r\n-XBOUNDARY\n--XBOUNDARY\r--XBOUNDARY\r\n");
+        file.extend((0..=255u8).rev());
+        file
+    }
+
+    fn multipart_body(parts: &[(&str, &[u8])], file: &[u8]) -> Vec<u8> {
+        let mut body = Vec::new();
+        for (name, value) in parts {
+            body.extend(b"--XBOUNDARY\r\nContent-Disposition: form-data; name=\"");
+            body.extend(name.as_bytes());
+            body.extend(b"\"\r\n\r\n");
+            body.extend(*value);
+            body.extend(b"\r\n");
+        }
+        body.extend(
+            b"--XBOUNDARY\r\nContent-Disposition: form-data; name=\"file\"; filename=\"captcha.png\"\r\n\
+              Content-Type: image/png\r\n\r\n",
+        );
+        body.extend(file);
+        body.extend(b"\r\n--XBOUNDARY--\r\n");
+        body
+    }
+
+    const MULTIPART: Option<&str> = Some("multipart/form-data; boundary=XBOUNDARY");
+
+    #[test]
+    fn multipart_text_parts_are_params_and_file_parts_are_not() {
+        let file = binary_file();
+        let body = multipart_body(
+            &[
+                ("soft_id", b"4580"),
+                ("method", b"post"),
+                ("key", b"CALLER"),
+            ],
+            &file,
+        );
+        let request = parse("", MULTIPART, &body);
+        assert_eq!(
+            request.kind(),
+            &BodyKind::Multipart {
+                boundary: "XBOUNDARY".to_owned()
+            }
+        );
+        assert_eq!(
+            pairs(&request),
+            [("soft_id", "4580"), ("method", "post"), ("key", "CALLER")]
+        );
+        assert_eq!(request.param("file"), None);
+    }
+
+    #[test]
+    fn multipart_rewrite_replaces_the_key_part_and_copies_the_file_exactly() {
+        let file = binary_file();
+        let body = multipart_body(
+            &[
+                ("soft_id", b"4580"),
+                ("key", b"CALLER"),
+                ("method", b"post"),
+            ],
+            &file,
+        );
+        let request = parse("json=1", MULTIPART, &body);
+        let (query, rewritten) = rewrite_key(&request);
+        assert_eq!(query, "json=1");
+        let expected = multipart_body(
+            &[
+                ("soft_id", b"4580"),
+                ("key", POOL.as_bytes()),
+                ("method", b"post"),
+            ],
+            &file,
+        );
+        assert_eq!(rewritten, expected);
+    }
+
+    #[test]
+    fn multipart_rewrite_drops_later_key_parts() {
+        let file = binary_file();
+        let body = multipart_body(
+            &[
+                ("key", b"first"),
+                ("method", b"post"),
+                ("key", b"second"),
+                ("key", b""),
+            ],
+            &file,
+        );
+        let request = parse("", MULTIPART, &body);
+        assert_eq!(request.param("key"), Some(""));
+        let (_, rewritten) = rewrite_key(&request);
+        let expected = multipart_body(&[("key", POOL.as_bytes()), ("method", b"post")], &file);
+        assert_eq!(rewritten, expected);
+    }
+
+    #[test]
+    fn multipart_key_in_query_only_leaves_the_body_untouched() {
+        let file = binary_file();
+        let body = multipart_body(&[("method", b"post")], &file);
+        let request = parse("key=CALLER&json=1", MULTIPART, &body);
+        assert_eq!(
+            rewrite_key(&request),
+            (format!("key={POOL}&json=1"), body.clone())
+        );
+        let request = parse("json=1", MULTIPART, &body);
+        assert_eq!(rewrite_key(&request), (format!("json=1&key={POOL}"), body));
+    }
+
+    #[test]
+    fn multipart_key_in_query_and_body_replaces_both() {
+        let file = binary_file();
+        let body = multipart_body(&[("key", b"B")], &file);
+        let request = parse("key=Q", MULTIPART, &body);
+        let expected = multipart_body(&[("key", POOL.as_bytes())], &file);
+        assert_eq!(rewrite_key(&request), (format!("key={POOL}"), expected));
+    }
+
+    #[test]
+    fn multipart_file_part_named_key_is_not_a_param_and_is_not_touched() {
+        let body =
+            b"--b\r\nContent-Disposition: form-data; name=key; filename=k.txt\r\n\r\nFILE\r\n--b--";
+        let request = parse("", Some("multipart/form-data; boundary=b"), body);
+        assert_eq!(request.param("key"), None);
+        assert_eq!(
+            rewrite_key(&request),
+            (format!("key={POOL}"), body.to_vec())
+        );
+    }
+
+    #[test]
+    fn multipart_quoted_boundary_with_preamble_epilogue_and_padding() {
+        let body = b"This is a preamble.\r\n--=_Part 1; x\t \r\n\
+            Content-Disposition: form-data; name=\"key\"\r\n\r\nCALLER\r\n\
+            --=_Part 1; x\r\nContent-Disposition: form-data; name=\"json\"\r\n\r\n1\r\n\
+            --=_Part 1; x--\r\nepilogue \r\n--=_Part 1; x\r\n";
+        let content_type = r#"Multipart/Form-Data; charset=utf-8; BOUNDARY="=_Part 1; x""#;
+        let request = parse("", Some(content_type), body);
+        assert_eq!(
+            request.kind(),
+            &BodyKind::Multipart {
+                boundary: "=_Part 1; x".to_owned()
+            }
+        );
+        assert_eq!(pairs(&request), [("key", "CALLER"), ("json", "1")]);
+        let (_, rewritten) = rewrite_key(&request);
+        let expected = String::from_utf8_lossy(body).replace("CALLER", POOL);
+        assert_eq!(String::from_utf8(rewritten).expect("ascii"), expected);
+    }
+
+    #[test]
+    fn multipart_part_values_are_raw_bytes() {
+        let body = b"--b\r\nContent-Disposition: form-data; name=\"pageurl\"\r\n\r\nhttps://a.test/?x=%41+b\r\n--b--";
+        let request = parse("", Some("multipart/form-data; boundary=b"), body);
+        assert_eq!(request.param("pageurl"), Some("https://a.test/?x=%41+b"));
+        let rewritten = request.rewrite(&[("pageurl", "a b")]);
+        assert_eq!(
+            &rewritten.body[..],
+            &b"--b\r\nContent-Disposition: form-data; name=\"pageurl\"\r\n\r\na b\r\n--b--"[..]
+        );
+    }
+
+    // === rewriting JSON bodies ===
+
+    #[test]
+    fn json_rewrite_keeps_values_byte_exact() {
+        let body = br#"{ "key" : "CALLER", "body":"R0lG\/\u00e9\"", "json": 1, "n": -1.50E+3,
+            "nested": {"a": [1, 2, {"b": null}]}, "t": true }"#;
+        let request = parse("", JSON, body);
+        let (query, rewritten) = rewrite_key(&request);
+        assert_eq!(query, "");
+        assert_eq!(
+            String::from_utf8(rewritten).expect("utf-8"),
+            format!(
+                r#"{{"key":"{POOL}","body":"R0lG\/\u00e9\"","json":1,"n":-1.50E+3,"nested":{{"a": [1, 2, {{"b": null}}]}},"t":true}}"#
+            )
+        );
+    }
+
+    #[test]
+    fn json_rewrite_drops_duplicates_and_replaces_non_strings() {
+        let request = parse("", JSON, br#"{"key":123,"x":"1","key":"b","key":null}"#);
+        let rewritten = request.rewrite(&[("key", "a\"b\\c")]);
+        assert_eq!(
+            std::str::from_utf8(&rewritten.body),
+            Ok(r#"{"key":"a\"b\\c","x":"1"}"#)
+        );
+        assert_eq!(rewritten.query, "");
+    }
+
+    #[test]
+    fn json_key_in_query_only_leaves_the_body_untouched() {
+        let body = b"{ \"body\" : \"R0lG\" }\n";
+        let request = parse("key=CALLER&json=1", Some("text/plain;charset=UTF-8"), body);
+        assert_eq!(
+            rewrite_key(&request),
+            (format!("key={POOL}&json=1"), body.to_vec())
+        );
+    }
+
+    #[test]
+    fn json_key_in_query_and_body_replaces_both() {
+        let request = parse("key=Q", JSON, br#"{"key":"B","method":"base64"}"#);
+        assert_eq!(
+            rewrite_key(&request),
+            (
+                format!("key={POOL}"),
+                format!(r#"{{"key":"{POOL}","method":"base64"}}"#).into_bytes()
+            )
+        );
+    }
+
+    #[test]
+    fn json_absent_key_is_appended_to_the_query() {
+        let body = br#"{"method":"base64"}"#;
+        let request = parse("", JSON, body);
+        assert_eq!(
+            rewrite_key(&request),
+            (format!("key={POOL}"), body.to_vec())
+        );
+    }
+
+    #[test]
+    fn json_names_are_compared_unescaped() {
+        let request = parse("", JSON, br#"{"k\u0065y":"old","a":1}"#);
+        assert_eq!(request.param("key"), Some("old"));
+        let (_, body) = rewrite_key(&request);
+        assert_eq!(body, format!(r#"{{"key":"{POOL}","a":1}}"#).into_bytes());
+    }
+
+    // === robustness ===
+
+    /// Builds bodies from fragments that matter to the parsers and checks that parsing never
+    /// panics and that a successful rewrite re-parses to the same params with the key set.
+    #[test]
+    fn random_bodies_never_panic_and_rewrites_reparse() {
+        use rand::{Rng, SeedableRng};
+
+        const FRAGMENTS: [&[u8]; 22] = [
+            b"--b",
+            b"\r\n",
+            b"--",
+            b"Content-Disposition: form-data; name=\"key\"",
+            b"Content-Disposition: form-data; name=x; filename=f",
+            b"\r\n\r\n",
+            b"key",
+            b"=",
+            b"&",
+            b"%",
+            b"%2",
+            b"+",
+            b"{",
+            b"}",
+            b"\"key\"",
+            b":",
+            b",",
+            b"\"v\"",
+            b"[1]",
+            b"\xff",
+            b"\x00",
+            b" ",
+        ];
+        let content_types = [
+            None,
+            FORM,
+            JSON,
+            Some("text/plain"),
+            Some("multipart/form-data; boundary=b"),
+        ];
+        let mut rng = rand::rngs::StdRng::seed_from_u64(0x6b65_7972);
+        let mut accepted = 0;
+        for _ in 0..4000 {
+            let mut body = Vec::new();
+            for _ in 0..rng.random_range(0..24) {
+                body.extend(FRAGMENTS[rng.random_range(0..FRAGMENTS.len())]);
+            }
+            let content_type = content_types[rng.random_range(0..content_types.len())];
+            let Ok(request) =
+                ParsedRequest::parse(Some("a=1&key=q"), content_type, Bytes::from(body))
+            else {
+                continue;
+            };
+            accepted += 1;
+            let rewritten = request.rewrite(&[("key", POOL)]);
+            let reparsed =
+                ParsedRequest::parse(Some(&rewritten.query), content_type, rewritten.body.clone())
+                    .expect("a rewritten request parses like its original");
+            assert_eq!(reparsed.param("key"), Some(POOL));
+            let without_key = |r: &ParsedRequest| -> Vec<(String, String)> {
+                r.params()
+                    .iter()
+                    .filter(|(n, _)| n != "key")
+                    .cloned()
+                    .collect()
+            };
+            assert_eq!(without_key(&reparsed), without_key(&request));
+        }
+        assert!(accepted > 500, "only {accepted} random bodies parsed");
+    }
+}
