@@ -23,6 +23,9 @@ mod faults;
 mod state;
 mod wire;
 
+#[cfg(test)]
+mod tests;
+
 use std::future::Future;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr};
