@@ -98,6 +98,9 @@ mod tests {
 
     #[test]
     fn default_name_is_the_first_eight_characters() {
-        assert_eq!(ApiKey::new(SECRET).default_name().as_deref(), Some("01234567"));
+        assert_eq!(
+            ApiKey::new(SECRET).default_name().as_deref(),
+            Some("01234567")
+        );
     }
 }
