@@ -1,2 +1,305 @@
-//! proxy.toml (stub, being written).
-pub struct Config;
+//! `proxy.toml` from raw TOML to a validated [`Config`]. Owns the schema, the defaults and
+//! every validation message; does not watch the file or build the key pool.
+//!
+//! Two stages: serde reads the text into `raw` types (every field optional, unknown fields
+//! rejected), then `validate` turns them into [`Config`], collecting every problem with
+//! the path of the field it concerns. Key values never appear in an error: toml's own
+//! parse errors are shown against a copy of the document with secrets masked (`redact`).
+
+mod keys;
+mod raw;
+mod redact;
+mod summary;
+mod upstream;
+mod validate;
+
+#[cfg(test)]
+mod tests;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::ApiKey;
+
+pub use upstream::Upstream;
+
+/// Loopback, so that a fresh install is not an open relay spending the pool's keys.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+/// The service whose API keyrelay speaks.
+pub const DEFAULT_UPSTREAM: &str = "https://ocr.captchaai.com";
+/// Balances and thread counts change slowly; one request per key every five minutes keeps
+/// them fresh and revives benched keys without adding noticeable load.
+pub const DEFAULT_REFRESH_INTERVAL: Duration = Duration::from_secs(5 * 60);
+/// Every key gets an equal share unless told otherwise.
+pub const DEFAULT_WEIGHT: f64 = 1.0;
+/// One try and two failovers route around a dead or full key without stalling the caller.
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 3;
+/// A submit that got no answer may have created a task; sending it again could start (and
+/// bill) the same captcha twice, so it is only done when asked for.
+pub const DEFAULT_RETRY_UNSURE_SUBMITS: bool = false;
+/// Keeps keys with nothing left out of rotation, while a key with any real balance stays in.
+pub const DEFAULT_MIN_BALANCE: f64 = 0.01;
+/// `MAX_USER_TURN` bans a key for about ten seconds, and a full thread pool frees up on
+/// the same time scale.
+pub const DEFAULT_BUSY_COOLDOWN: Duration = Duration::from_secs(10);
+/// One network hiccup should not bench a key; three in a row suggest something is wrong.
+pub const DEFAULT_TRANSIENT_FAILURES: u32 = 3;
+/// Long enough for a transient upstream fault to clear, short enough not to starve the pool.
+pub const DEFAULT_TRANSIENT_COOLDOWN: Duration = Duration::from_secs(30);
+/// Short enough that a retry is barely noticed when the fault was a one-off.
+pub const DEFAULT_BACKOFF_BASE: Duration = Duration::from_millis(100);
+/// Caps the doubling so that a caller's total wait stays within a few seconds.
+pub const DEFAULT_BACKOFF_MAX: Duration = Duration::from_secs(2);
+/// Clients poll a task for a few minutes at most; two hours covers slow pollers with room.
+pub const DEFAULT_PIN_TTL: Duration = Duration::from_secs(2 * 60 * 60);
+/// About a hundred bytes each, so the cap bounds the pin table near 100 MB in the worst case.
+pub const DEFAULT_MAX_PINS: usize = 1_000_000;
+/// Nine base64 images (a BLS grid) plus fields fit with room; larger bodies are not captchas.
+pub const DEFAULT_MAX_BODY: usize = 16 * 1024 * 1024;
+/// A healthy upstream accepts a connection well within this, even across continents.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// `in.php` and `res.php` answer at once; a minute means the upstream is in trouble.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+/// `solve.php` answers only when solved; the official SDK gives up polling after 180 s.
+pub const DEFAULT_SOLVE_TIMEOUT: Duration = Duration::from_secs(180);
+/// A refresh is background work and must not hang around until the next round.
+pub const DEFAULT_REFRESH_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// The validated configuration the proxy runs with.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Where scripts connect to keyrelay.
+    pub listen: SocketAddr,
+    /// The service requests are forwarded to.
+    pub upstream: Upstream,
+    /// How often balances and thread counts are refreshed and benched keys re-probed.
+    pub refresh_interval: Duration,
+    /// The pool, in file order, then the `keys_env` keys.
+    pub keys: Vec<KeyConfig>,
+    /// How requests move between keys when one fails.
+    pub failover: Failover,
+    /// The task id -> key table that keeps polls on the submitting key.
+    pub pins: Pins,
+    /// Request size limits.
+    pub limits: Limits,
+    /// Upstream timeouts.
+    pub timeouts: Timeouts,
+}
+
+/// One key of the pool.
+#[derive(Clone, Debug)]
+pub struct KeyConfig {
+    /// Label in logs and metrics; never the key itself.
+    pub name: String,
+    /// The secret.
+    pub key: ApiKey,
+    /// Share of new tasks relative to the other keys (> 0).
+    pub weight: f64,
+    /// The plan's thread count, if known.
+    pub threads: Option<u32>,
+    /// Every key carries its own upstream (today always the global one) so that per-key
+    /// providers can come later without reshaping the pool.
+    pub upstream: Upstream,
+}
+
+/// `[failover]`: how requests move between keys.
+#[derive(Clone, Debug)]
+pub struct Failover {
+    /// Attempts per task across keys (>= 1).
+    pub max_attempts: u32,
+    /// Re-send a submit that may have reached the upstream unanswered.
+    pub retry_unsure_submits: bool,
+    /// Keys at or below this balance are left out of rotation.
+    pub min_balance: f64,
+    /// How long a full key (`NO_SLOT`, `MAX_USER_TURN`, 429) rests.
+    pub busy_cooldown: Duration,
+    /// Consecutive transient failures before a key cools down (>= 1).
+    pub transient_failures: u32,
+    /// How long a key rests after `transient_failures` failures in a row.
+    pub transient_cooldown: Duration,
+    /// First retry delay after a transient failure; doubles, with jitter.
+    pub backoff_base: Duration,
+    /// The most a retry delay grows to (>= `backoff_base`).
+    pub backoff_max: Duration,
+}
+
+/// `[pins]`: the task id -> key table.
+#[derive(Clone, Debug)]
+pub struct Pins {
+    /// How long a pin lives (> 0).
+    pub ttl: Duration,
+    /// Size cap; the oldest pins are evicted first (>= 1).
+    pub max_pins: usize,
+}
+
+/// `[limits]`: request size limits.
+#[derive(Clone, Debug)]
+pub struct Limits {
+    /// Largest request body accepted, in bytes (> 0).
+    pub max_body: usize,
+}
+
+/// `[timeouts]`: upstream timeouts, all > 0.
+#[derive(Clone, Debug)]
+pub struct Timeouts {
+    /// Establishing a connection (TCP and TLS).
+    pub connect: Duration,
+    /// A whole `in.php` / `res.php` exchange.
+    pub request: Duration,
+    /// A whole `solve.php` exchange, which answers only when solved.
+    pub solve: Duration,
+    /// Each request of the background refresh.
+    pub refresh: Duration,
+}
+
+/// Why a configuration could not be loaded. No variant ever shows a key value.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read {}: {source}", path.display())]
+    Io {
+        /// The file that was asked for.
+        path: PathBuf,
+        /// What the OS said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The text is not TOML, or a field has the wrong type or name. toml's error (line,
+    /// column, message) is kept, with any line that could hold a key masked with `*`.
+    #[error("{}", .0.to_string().trim_end())]
+    Parse(#[source] toml::de::Error),
+    /// One or more validation problems, each naming its field (e.g.
+    /// `keys[1] ("client-b").weight: must be > 0, got -1`).
+    #[error("{}", invalid_message(.0))]
+    Invalid(Vec<String>),
+}
+
+fn invalid_message(problems: &[String]) -> String {
+    match problems {
+        [one] => format!("invalid configuration: {one}"),
+        many => {
+            let mut text = format!("invalid configuration ({} problems):", many.len());
+            for problem in many {
+                text.push_str("\n  ");
+                text.push_str(problem);
+            }
+            text
+        }
+    }
+}
+
+// === impl Config ===
+
+impl Config {
+    /// Parse + validate. `env` resolves `${VAR}` and `keys_env` (tests inject a map; `load`
+    /// passes `std::env::var`).
+    ///
+    /// # Errors
+    /// [`ConfigError::Parse`] for TOML syntax, unknown fields and wrong types;
+    /// [`ConfigError::Invalid`] with every validation problem found.
+    pub fn from_toml_str(
+        text: &str,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
+        let raw: raw::RawConfig = toml::from_str(text).map_err(|mut e| {
+            let masked = redact::mask_secrets(text);
+            e.set_input(Some(&masked));
+            ConfigError::Parse(e)
+        })?;
+        validate::validate(raw, env).map_err(ConfigError::Invalid)
+    }
+
+    /// Reads and validates a `proxy.toml`, resolving variables from the process environment.
+    ///
+    /// # Errors
+    /// [`ConfigError::Io`] if the file cannot be read, otherwise as [`Config::from_toml_str`].
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+        Config::from_toml_str(&text, &|name| std::env::var(name).ok())
+    }
+
+    /// A config for tests/demo built in code: given keys, everything else default, listen
+    /// 127.0.0.1:0.
+    pub fn for_keys(upstream: Upstream, keys: Vec<KeyConfig>) -> Config {
+        Config {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            upstream,
+            refresh_interval: DEFAULT_REFRESH_INTERVAL,
+            keys,
+            failover: Failover::default(),
+            pins: Pins::default(),
+            limits: Limits::default(),
+            timeouts: Timeouts::default(),
+        }
+    }
+
+    /// Human-readable pool description for `keyrelay check`: settings lines and a table with
+    /// name, weight, threads (`-` if unset), fingerprint. Never a key value.
+    pub fn summary(&self) -> String {
+        summary::render(self)
+    }
+}
+
+// === impl KeyConfig ===
+
+impl KeyConfig {
+    /// A key with weight 1 and no thread count.
+    pub fn new(name: &str, key: &str, upstream: Upstream) -> KeyConfig {
+        KeyConfig {
+            name: name.to_owned(),
+            key: ApiKey::new(key),
+            weight: DEFAULT_WEIGHT,
+            threads: None,
+            upstream,
+        }
+    }
+}
+
+// === defaults ===
+
+impl Default for Failover {
+    fn default() -> Failover {
+        Failover {
+            max_attempts: DEFAULT_MAX_ATTEMPTS,
+            retry_unsure_submits: DEFAULT_RETRY_UNSURE_SUBMITS,
+            min_balance: DEFAULT_MIN_BALANCE,
+            busy_cooldown: DEFAULT_BUSY_COOLDOWN,
+            transient_failures: DEFAULT_TRANSIENT_FAILURES,
+            transient_cooldown: DEFAULT_TRANSIENT_COOLDOWN,
+            backoff_base: DEFAULT_BACKOFF_BASE,
+            backoff_max: DEFAULT_BACKOFF_MAX,
+        }
+    }
+}
+
+impl Default for Pins {
+    fn default() -> Pins {
+        Pins {
+            ttl: DEFAULT_PIN_TTL,
+            max_pins: DEFAULT_MAX_PINS,
+        }
+    }
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_body: DEFAULT_MAX_BODY,
+        }
+    }
+}
+
+impl Default for Timeouts {
+    fn default() -> Timeouts {
+        Timeouts {
+            connect: DEFAULT_CONNECT_TIMEOUT,
+            request: DEFAULT_REQUEST_TIMEOUT,
+            solve: DEFAULT_SOLVE_TIMEOUT,
+            refresh: DEFAULT_REFRESH_TIMEOUT,
+        }
+    }
+}

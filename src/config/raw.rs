@@ -1,0 +1,79 @@
+//! The `proxy.toml` schema as serde sees it: every field optional, unknown fields rejected.
+//! Turning these into a validated [`super::Config`] is `validate`'s job.
+
+use serde::Deserialize;
+use toml::Value;
+
+/// The whole file. Durations and sizes stay raw [`Value`]s so that validation can tell a
+/// missing unit (`300`) from a typo (`"5 minuts"`) and say which field it was. No `Debug`:
+/// it holds key values.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawConfig {
+    pub listen: Option<String>,
+    pub upstream: Option<String>,
+    pub refresh_interval: Option<Value>,
+    pub keys_env: Option<String>,
+    /// Kept raw, not `Vec<RawKey>`: serde's type errors quote the offending value, and in
+    /// `keys = ["0123…"]` that value is a secret. See `RawKey`.
+    pub keys: Option<Value>,
+    #[serde(default)]
+    pub failover: RawFailover,
+    #[serde(default)]
+    pub pins: RawPins,
+    #[serde(default)]
+    pub limits: RawLimits,
+    #[serde(default)]
+    pub timeouts: RawTimeouts,
+}
+
+/// One `[[keys]]` entry. All fields are raw values so that the only error serde can raise
+/// here is an unknown field, whose message names the field and never the value; types are
+/// checked in `validate`, which can name the key the problem belongs to. No `Debug`, as above.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawKey {
+    pub name: Option<Value>,
+    pub key: Option<Value>,
+    pub weight: Option<Value>,
+    pub threads: Option<Value>,
+}
+
+/// `[failover]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawFailover {
+    pub max_attempts: Option<u32>,
+    pub retry_unsure_submits: Option<bool>,
+    pub min_balance: Option<f64>,
+    pub busy_cooldown: Option<Value>,
+    pub transient_failures: Option<u32>,
+    pub transient_cooldown: Option<Value>,
+    pub backoff_base: Option<Value>,
+    pub backoff_max: Option<Value>,
+}
+
+/// `[pins]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawPins {
+    pub ttl: Option<Value>,
+    pub max_pins: Option<usize>,
+}
+
+/// `[limits]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawLimits {
+    pub max_body: Option<Value>,
+}
+
+/// `[timeouts]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTimeouts {
+    pub connect: Option<Value>,
+    pub request: Option<Value>,
+    pub solve: Option<Value>,
+    pub refresh: Option<Value>,
+}

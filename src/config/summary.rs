@@ -1,0 +1,88 @@
+//! The human-readable description of a [`Config`] that `keyrelay check` prints: settings
+//! first, then one table row per key. Keys show only their fingerprint.
+
+use std::fmt::Write;
+
+use humantime::format_duration;
+
+use super::Config;
+
+/// Column headers of the key table.
+const HEADERS: [&str; 4] = ["name", "weight", "threads", "fingerprint"];
+
+pub(super) fn render(config: &Config) -> String {
+    let f = &config.failover;
+    let t = &config.timeouts;
+    let mut out = String::new();
+    // Writing to a String cannot fail; the results are discarded on that ground.
+    let _ = writeln!(
+        out,
+        "listen {}, upstream {}, refresh every {}",
+        config.listen,
+        config.upstream,
+        format_duration(config.refresh_interval)
+    );
+    let _ = writeln!(
+        out,
+        "failover: max_attempts {}, retry_unsure_submits {}, min_balance {}, busy_cooldown {}, \
+         transient_failures {}, transient_cooldown {}, backoff {} to {}",
+        f.max_attempts,
+        f.retry_unsure_submits,
+        f.min_balance,
+        format_duration(f.busy_cooldown),
+        f.transient_failures,
+        format_duration(f.transient_cooldown),
+        format_duration(f.backoff_base),
+        format_duration(f.backoff_max)
+    );
+    let _ = writeln!(
+        out,
+        "pins: ttl {}, max_pins {}; limits: max_body {} bytes",
+        format_duration(config.pins.ttl),
+        config.pins.max_pins,
+        config.limits.max_body
+    );
+    let _ = writeln!(
+        out,
+        "timeouts: connect {}, request {}, solve {}, refresh {}",
+        format_duration(t.connect),
+        format_duration(t.request),
+        format_duration(t.solve),
+        format_duration(t.refresh)
+    );
+    let count = config.keys.len();
+    let _ = writeln!(out, "{count} key{}:", if count == 1 { "" } else { "s" });
+
+    let rows: Vec<[String; 4]> = config
+        .keys
+        .iter()
+        .map(|k| {
+            [
+                k.name.clone(),
+                k.weight.to_string(),
+                k.threads.map_or_else(|| "-".to_owned(), |n| n.to_string()),
+                k.key.fingerprint(),
+            ]
+        })
+        .collect();
+    let mut widths = HEADERS.map(|h| h.chars().count());
+    for row in &rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let header = HEADERS.map(str::to_owned);
+    for row in std::iter::once(&header).chain(&rows) {
+        let mut line = String::from("  ");
+        for (i, (cell, width)) in row.iter().zip(widths).enumerate() {
+            if i + 1 == row.len() {
+                line.push_str(cell);
+            } else {
+                let _ = write!(line, "{cell:<width$}  ");
+            }
+        }
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out
+}

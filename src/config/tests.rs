@@ -1,0 +1,840 @@
+//! Unit tests for `proxy.toml` parsing and validation: every rule with its exact message,
+//! the defaults, `${VAR}` and `keys_env`, and that no key value escapes.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use super::*;
+
+/// Test keys carry "canary" in the middle, where neither the default name (first eight
+/// characters) nor the fingerprint (last four) reaches: any output containing it leaked.
+const KEY_A: &str = "keyAAAAA-canary-0123456789abcd01";
+const KEY_B: &str = "keyBBBBB-canary-0123456789abcd02";
+const KEY_C: &str = "keyCCCCC-canary-0123456789abcd03";
+const CANARY: &str = "canary";
+
+fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+    let map: HashMap<String, String> = pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    move |name| map.get(name).cloned()
+}
+
+fn no_env(_: &str) -> Option<String> {
+    None
+}
+
+fn parse_with(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Config {
+    match Config::from_toml_str(text, env) {
+        Ok(config) => config,
+        Err(e) => panic!("expected a valid config, got: {e}"),
+    }
+}
+
+fn parse(text: &str) -> Config {
+    parse_with(text, &no_env)
+}
+
+fn error_with(text: &str, env: &dyn Fn(&str) -> Option<String>) -> ConfigError {
+    let error = match Config::from_toml_str(text, env) {
+        Ok(config) => panic!("expected an error, got {config:?}"),
+        Err(e) => e,
+    };
+    assert_no_secret(&error.to_string());
+    assert_no_secret(&format!("{error:?}"));
+    error
+}
+
+/// The validation problems of an invalid config, in order.
+fn problems_with(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Vec<String> {
+    match error_with(text, env) {
+        ConfigError::Invalid(problems) => problems,
+        other => panic!("expected Invalid, got: {other}"),
+    }
+}
+
+fn problems(text: &str) -> Vec<String> {
+    problems_with(text, &no_env)
+}
+
+/// Asserts that `text` holds exactly one problem and that it is `want`.
+fn assert_problem(text: &str, want: &str) {
+    assert_eq!(problems(text), vec![want.to_owned()], "config:\n{text}");
+}
+
+fn assert_no_secret(shown: &str) {
+    assert!(!shown.contains(CANARY), "a key value leaked: {shown}");
+}
+
+fn one_key() -> String {
+    format!("[[keys]]\nname = \"a\"\nkey = \"{KEY_A}\"\n")
+}
+
+// === defaults ===
+
+#[test]
+fn a_single_key_gets_every_default() {
+    let config = parse(&format!("[[keys]]\nkey = \"{KEY_A}\"\n"));
+    assert_eq!(config.listen, "127.0.0.1:8080".parse().expect("literal"));
+    assert_eq!(config.upstream.as_str(), "https://ocr.captchaai.com");
+    assert_eq!(config.refresh_interval, Duration::from_secs(300));
+    assert_eq!(config.keys.len(), 1);
+    let key = &config.keys[0];
+    assert_eq!(key.name, "keyAAAAA");
+    assert_eq!(key.key.expose(), KEY_A);
+    assert_eq!(key.weight, 1.0);
+    assert_eq!(key.threads, None);
+    assert_eq!(key.upstream, config.upstream);
+
+    let f = &config.failover;
+    assert_eq!(f.max_attempts, 3);
+    assert!(!f.retry_unsure_submits);
+    assert_eq!(f.min_balance, 0.01);
+    assert_eq!(f.busy_cooldown, Duration::from_secs(10));
+    assert_eq!(f.transient_failures, 3);
+    assert_eq!(f.transient_cooldown, Duration::from_secs(30));
+    assert_eq!(f.backoff_base, Duration::from_millis(100));
+    assert_eq!(f.backoff_max, Duration::from_secs(2));
+    assert_eq!(config.pins.ttl, Duration::from_secs(7200));
+    assert_eq!(config.pins.max_pins, 1_000_000);
+    assert_eq!(config.limits.max_body, 16 * 1024 * 1024);
+    assert_eq!(config.timeouts.connect, Duration::from_secs(10));
+    assert_eq!(config.timeouts.request, Duration::from_secs(60));
+    assert_eq!(config.timeouts.solve, Duration::from_secs(180));
+    assert_eq!(config.timeouts.refresh, Duration::from_secs(15));
+}
+
+#[test]
+fn every_setting_is_read() {
+    let text = format!(
+        r#"
+listen = "0.0.0.0:9090"
+upstream = "http://127.0.0.1:9000/prefix/"
+refresh_interval = "1h 30m"
+
+[[keys]]
+name = "client-a"
+key = "{KEY_A}"
+weight = 2.5
+threads = 50
+
+[[keys]]
+name = "client.b_2"
+key = "{KEY_B}"
+weight = 3
+
+[failover]
+max_attempts = 5
+retry_unsure_submits = true
+min_balance = 0
+busy_cooldown = "0s"
+transient_failures = 1
+transient_cooldown = "1m"
+backoff_base = "250ms"
+backoff_max = "250ms"
+
+[pins]
+ttl = "30m"
+max_pins = 10
+
+[limits]
+max_body = "1KiB"
+
+[timeouts]
+connect = "1s"
+request = "2s"
+solve = "3s"
+refresh = "4s"
+"#
+    );
+    let config = parse(&text);
+    assert_eq!(config.listen, "0.0.0.0:9090".parse().expect("literal"));
+    assert_eq!(config.upstream.as_str(), "http://127.0.0.1:9000/prefix");
+    assert_eq!(config.refresh_interval, Duration::from_secs(5400));
+    let [a, b] = &config.keys[..] else {
+        panic!("two keys expected: {:?}", config.keys);
+    };
+    assert_eq!(
+        (a.name.as_str(), a.key.expose(), a.weight, a.threads),
+        ("client-a", KEY_A, 2.5, Some(50))
+    );
+    assert_eq!(
+        (b.name.as_str(), b.key.expose(), b.weight, b.threads),
+        ("client.b_2", KEY_B, 3.0, None)
+    );
+    assert_eq!(a.upstream.as_str(), "http://127.0.0.1:9000/prefix");
+    let f = &config.failover;
+    assert_eq!(f.max_attempts, 5);
+    assert!(f.retry_unsure_submits);
+    assert_eq!(f.min_balance, 0.0);
+    assert_eq!(f.busy_cooldown, Duration::ZERO);
+    assert_eq!(f.transient_failures, 1);
+    assert_eq!(f.transient_cooldown, Duration::from_secs(60));
+    assert_eq!(f.backoff_base, Duration::from_millis(250));
+    assert_eq!(f.backoff_max, Duration::from_millis(250));
+    assert_eq!(config.pins.ttl, Duration::from_secs(1800));
+    assert_eq!(config.pins.max_pins, 10);
+    assert_eq!(config.limits.max_body, 1024);
+    let t = &config.timeouts;
+    assert_eq!(
+        [t.connect, t.request, t.solve, t.refresh],
+        [1, 2, 3, 4].map(Duration::from_secs)
+    );
+}
+
+#[test]
+fn inline_key_tables_work_like_array_tables() {
+    let text = format!("keys = [{{ name = \"a\", key = \"{KEY_A}\" }}, {{ key = \"{KEY_B}\" }}]");
+    let config = parse(&text);
+    let names: Vec<&str> = config.keys.iter().map(|k| k.name.as_str()).collect();
+    assert_eq!(names, ["a", "keyBBBBB"]);
+}
+
+#[test]
+fn max_body_takes_an_integer_number_of_bytes() {
+    let config = parse(&format!("{}[limits]\nmax_body = 4096\n", one_key()));
+    assert_eq!(config.limits.max_body, 4096);
+}
+
+#[test]
+fn default_impls_match_the_constants() {
+    let f = Failover::default();
+    assert_eq!(
+        (f.max_attempts, f.min_balance, f.backoff_max),
+        (
+            DEFAULT_MAX_ATTEMPTS,
+            DEFAULT_MIN_BALANCE,
+            DEFAULT_BACKOFF_MAX
+        )
+    );
+    assert_eq!(Pins::default().ttl, DEFAULT_PIN_TTL);
+    assert_eq!(Limits::default().max_body, DEFAULT_MAX_BODY);
+    assert_eq!(Timeouts::default().solve, DEFAULT_SOLVE_TIMEOUT);
+}
+
+#[test]
+fn for_keys_builds_a_default_config_on_an_ephemeral_port() {
+    let upstream = Upstream::parse("http://127.0.0.1:9000").expect("valid");
+    let key = KeyConfig::new("sim-a", KEY_A, upstream.clone());
+    assert_eq!(
+        (key.name.as_str(), key.key.expose(), key.weight, key.threads),
+        ("sim-a", KEY_A, 1.0, None)
+    );
+    let config = Config::for_keys(upstream.clone(), vec![key]);
+    assert_eq!(config.listen, "127.0.0.1:0".parse().expect("literal"));
+    assert_eq!(config.upstream, upstream);
+    assert_eq!(config.refresh_interval, DEFAULT_REFRESH_INTERVAL);
+    assert_eq!(config.failover.max_attempts, DEFAULT_MAX_ATTEMPTS);
+    assert_eq!(config.keys.len(), 1);
+}
+
+// === ${VAR} ===
+
+#[test]
+fn a_key_can_come_whole_from_the_environment() {
+    let env = env_of(&[("CAPTCHAAI_KEY_A", KEY_A)]);
+    let config = parse_with(
+        "[[keys]]\nname = \"client-a\"\nkey = \"${CAPTCHAAI_KEY_A}\"\n",
+        &env,
+    );
+    assert_eq!(config.keys[0].key.expose(), KEY_A);
+}
+
+#[test]
+fn variables_can_be_embedded_and_repeated() {
+    let env = env_of(&[("HEAD", "keyAAAAA"), ("TAIL", "0123456789abcd01")]);
+    let config = parse_with("[[keys]]\nkey = \"${HEAD}-canary-${TAIL}\"\n", &env);
+    assert_eq!(config.keys[0].key.expose(), KEY_A);
+    assert_eq!(config.keys[0].name, "keyAAAAA");
+}
+
+#[test]
+fn a_dollar_without_brace_is_literal() {
+    let config = parse("[[keys]]\nkey = \"$abc$def0123456789abcdef01234567\"\n");
+    assert_eq!(
+        config.keys[0].key.expose(),
+        "$abc$def0123456789abcdef01234567"
+    );
+}
+
+#[test]
+fn substituted_values_are_trimmed() {
+    let env = env_of(&[("K", &format!("  {KEY_A}\n"))]);
+    let config = parse_with("[[keys]]\nkey = \"${K}\"\n", &env);
+    assert_eq!(config.keys[0].key.expose(), KEY_A);
+}
+
+#[test]
+fn an_unset_variable_is_named() {
+    assert_problem(
+        "[[keys]]\nname = \"client-a\"\nkey = \"${CAPTCHAAI_KEY_A}\"\n",
+        "keys[0] (\"client-a\").key: environment variable CAPTCHAAI_KEY_A is not set",
+    );
+}
+
+#[test]
+fn every_unset_variable_is_named() {
+    assert_eq!(
+        problems("[[keys]]\nkey = \"${ONE}x${TWO}\"\n"),
+        [
+            "keys[0].key: environment variable ONE is not set",
+            "keys[0].key: environment variable TWO is not set",
+        ]
+    );
+}
+
+#[test]
+fn a_key_empty_after_substitution_is_refused() {
+    let env = env_of(&[("EMPTY", " "), ("ALSO", "")]);
+    assert_eq!(
+        problems_with("[[keys]]\nkey = \"${EMPTY}${ALSO}\"\n", &env),
+        ["keys[0].key: is empty after substituting ${EMPTY}, ${ALSO}"]
+    );
+    assert_problem(
+        "[[keys]]\nname = \"a\"\nkey = \"  \"\n",
+        "keys[0] (\"a\").key: must not be empty",
+    );
+}
+
+#[test]
+fn malformed_references_are_refused_without_echoing_them() {
+    assert_problem(
+        "[[keys]]\nkey = \"abc${canary\"\n",
+        "keys[0].key: \"${\" without a closing \"}\"",
+    );
+    assert_problem(
+        "[[keys]]\nkey = \"${canary-key}\"\n",
+        "keys[0].key: \"${...}\" must hold an environment variable name (A-Z, a-z, 0-9 and '_')",
+    );
+    assert_problem(
+        "[[keys]]\nkey = \"${}\"\n",
+        "keys[0].key: \"${...}\" must hold an environment variable name (A-Z, a-z, 0-9 and '_')",
+    );
+}
+
+#[test]
+fn keys_with_inner_whitespace_are_refused() {
+    let env = env_of(&[("TWO_LINES", &format!("{KEY_A}\n{KEY_B}"))]);
+    assert_eq!(
+        problems_with("[[keys]]\nkey = \"${TWO_LINES}\"\n", &env),
+        ["keys[0].key: must not contain whitespace or control characters"]
+    );
+}
+
+// === keys_env ===
+
+#[test]
+fn keys_env_appends_trimmed_keys_after_the_file_keys() {
+    let env = env_of(&[("POOL", &format!(" {KEY_B} ,, {KEY_C},\n"))]);
+    let text = format!("keys_env = \"POOL\"\n{}", one_key());
+    let config = parse_with(&text, &env);
+    let got: Vec<(&str, &str, f64, Option<u32>)> = config
+        .keys
+        .iter()
+        .map(|k| (k.name.as_str(), k.key.expose(), k.weight, k.threads))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("a", KEY_A, 1.0, None),
+            ("keyBBBBB", KEY_B, 1.0, None),
+            ("keyCCCCC", KEY_C, 1.0, None),
+        ]
+    );
+}
+
+#[test]
+fn keys_env_alone_is_a_pool() {
+    let env = env_of(&[("POOL", KEY_A)]);
+    let config = parse_with("keys_env = \"POOL\"\n", &env);
+    assert_eq!(config.keys.len(), 1);
+    assert_eq!(config.keys[0].name, "keyAAAAA");
+}
+
+#[test]
+fn an_unset_keys_env_adds_nothing_and_is_no_error() {
+    let config = parse(&format!("keys_env = \"POOL\"\n{}", one_key()));
+    assert_eq!(config.keys.len(), 1);
+}
+
+#[test]
+fn an_empty_pool_is_refused() {
+    assert_problem(
+        "",
+        "keys: the pool is empty; add a [[keys]] entry or set keys_env",
+    );
+    assert_problem(
+        "keys = []",
+        "keys: the pool is empty; add a [[keys]] entry or set keys_env",
+    );
+}
+
+#[test]
+fn an_empty_pool_names_the_keys_env_variable() {
+    assert_problem(
+        "keys_env = \"CAPTCHAAI_KEYS\"",
+        "keys: the pool is empty; add a [[keys]] entry or set keys_env \
+         (keys_env names CAPTCHAAI_KEYS, which is not set)",
+    );
+    let env = env_of(&[("CAPTCHAAI_KEYS", " , ,")]);
+    assert_eq!(
+        problems_with("keys_env = \"CAPTCHAAI_KEYS\"", &env),
+        [
+            "keys: the pool is empty; add a [[keys]] entry or set keys_env \
+          (keys_env names CAPTCHAAI_KEYS, which holds no keys)"
+        ]
+    );
+}
+
+#[test]
+fn keys_env_must_name_a_variable() {
+    assert_problem(
+        &format!("keys_env = \"MY KEYS\"\n{}", one_key()),
+        "keys_env: \"MY KEYS\" is not an environment variable name (A-Z, a-z, 0-9 and '_')",
+    );
+    assert_problem(
+        &format!("keys_env = \"\"\n{}", one_key()),
+        "keys_env: \"\" is not an environment variable name (A-Z, a-z, 0-9 and '_')",
+    );
+}
+
+// === names ===
+
+#[test]
+fn short_keys_are_named_by_position() {
+    let config = parse("[[keys]]\nkey = \"short-key-1\"\n[[keys]]\nkey = \"short-key-2\"\n");
+    let names: Vec<&str> = config.keys.iter().map(|k| k.name.as_str()).collect();
+    assert_eq!(names, ["keys[0]", "keys[1]"]);
+}
+
+#[test]
+fn default_names_step_aside_for_taken_names() {
+    // Both simulator keys start "simkey-v"; the second default, and any default that a
+    // given name already uses, falls back to the position.
+    let env = env_of(&[(
+        "POOL",
+        "simkey-valid-0000000000000000001,simkey-valid-0000000000000000002",
+    )]);
+    let text = format!(
+        "keys_env = \"POOL\"\n[[keys]]\nkey = \"{KEY_A}\"\n[[keys]]\nname = \"keyAAAAA\"\nkey = \"{KEY_B}\"\n"
+    );
+    let config = parse_with(&text, &env);
+    let names: Vec<&str> = config.keys.iter().map(|k| k.name.as_str()).collect();
+    assert_eq!(names, ["keys[0]", "keyAAAAA", "simkey-v", "keys[3]"]);
+}
+
+#[test]
+fn default_names_that_are_not_valid_names_fall_back_to_the_position() {
+    let config = parse("[[keys]]\nkey = \"key+with/0123456789abcdef0123456789\"\n");
+    assert_eq!(config.keys[0].name, "keys[0]");
+}
+
+#[test]
+fn names_are_checked() {
+    let long = "n".repeat(65);
+    assert_eq!(
+        problems(&format!(
+            "[[keys]]\nname = \"\"\nkey = \"{KEY_A}\"\n\
+             [[keys]]\nname = \"a b\"\nkey = \"{KEY_B}\"\n\
+             [[keys]]\nname = \"{long}\"\nkey = \"{KEY_C}\"\n\
+             [[keys]]\nname = 7\nkey = \"k4\"\n"
+        )),
+        [
+            "keys[3].name: must be a string, got an integer".to_owned(),
+            "keys[0].name: must not be empty".to_owned(),
+            "keys[1] (\"a b\").name: may only contain A-Z, a-z, 0-9, '.', '_' and '-'".to_owned(),
+            format!("keys[2] (\"{long}\").name: must be at most 64 characters, got 65"),
+        ]
+    );
+    let config = parse(&format!(
+        "[[keys]]\nname = \"{}\"\nkey = \"k\"\n",
+        "n".repeat(64)
+    ));
+    assert_eq!(config.keys[0].name.len(), 64);
+}
+
+#[test]
+fn duplicate_names_are_refused() {
+    assert_problem(
+        &format!(
+            "[[keys]]\nname = \"a\"\nkey = \"{KEY_A}\"\n[[keys]]\nname = \"a\"\nkey = \"{KEY_B}\"\n"
+        ),
+        "keys[1] (\"a\").name: duplicate name, keys[0] has it too",
+    );
+}
+
+#[test]
+fn duplicate_keys_name_both_entries_not_the_key() {
+    assert_problem(
+        &format!(
+            "[[keys]]\nname = \"a\"\nkey = \"{KEY_A}\"\n[[keys]]\nname = \"b\"\nkey = \"{KEY_A}\"\n"
+        ),
+        "keys[1] (\"b\").key: same key as keys[0] (\"a\")",
+    );
+    let env = env_of(&[("POOL", KEY_A)]);
+    assert_eq!(
+        problems_with(&format!("keys_env = \"POOL\"\n{}", one_key()), &env),
+        ["keys_env[0] (\"keyAAAAA\").key: same key as keys[0] (\"a\")"]
+    );
+}
+
+// === other key fields ===
+
+#[test]
+fn weights_must_be_finite_and_positive() {
+    let entry = |w: &str| {
+        format!(
+            "{}[[keys]]\nname = \"client-b\"\nkey = \"{KEY_B}\"\nweight = {w}\n",
+            one_key()
+        )
+    };
+    let cases = [
+        ("-1", "keys[1] (\"client-b\").weight: must be > 0, got -1"),
+        ("0", "keys[1] (\"client-b\").weight: must be > 0, got 0"),
+        ("0.0", "keys[1] (\"client-b\").weight: must be > 0, got 0"),
+        (
+            "nan",
+            "keys[1] (\"client-b\").weight: must be a finite number, got NaN",
+        ),
+        (
+            "inf",
+            "keys[1] (\"client-b\").weight: must be a finite number, got inf",
+        ),
+        (
+            "\"2\"",
+            "keys[1] (\"client-b\").weight: must be a number, got a string",
+        ),
+    ];
+    for (weight, want) in cases {
+        assert_problem(&entry(weight), want);
+    }
+}
+
+#[test]
+fn threads_must_be_a_positive_u32() {
+    let entry = |t: &str| format!("[[keys]]\nname = \"a\"\nkey = \"{KEY_A}\"\nthreads = {t}\n");
+    let cases = [
+        ("0", "keys[0] (\"a\").threads: must be >= 1, got 0"),
+        ("-5", "keys[0] (\"a\").threads: must be >= 1, got -5"),
+        (
+            "4294967296",
+            "keys[0] (\"a\").threads: must be at most 4294967295, got 4294967296",
+        ),
+        (
+            "1.5",
+            "keys[0] (\"a\").threads: must be a whole number, got a float",
+        ),
+    ];
+    for (threads, want) in cases {
+        assert_problem(&entry(threads), want);
+    }
+}
+
+#[test]
+fn a_key_must_be_present_and_a_string() {
+    assert_problem(
+        "[[keys]]\nname = \"a\"\n",
+        "keys[0] (\"a\").key: missing; write key = \"...\" or key = \"${VAR}\"",
+    );
+    assert_problem(
+        "[[keys]]\nkey = 123456789012\n",
+        "keys[0].key: must be a string, got an integer",
+    );
+}
+
+#[test]
+fn key_entries_must_be_tables_without_unknown_fields() {
+    assert_problem(
+        &format!("keys = [\"{KEY_A}\"]"),
+        "keys[0]: must be a table with key = \"...\", got a string",
+    );
+    assert_problem(
+        &format!("keys = \"{KEY_A}\""),
+        "keys: must be an array of tables ([[keys]] entries), got a string",
+    );
+    assert_problem(
+        &format!("[[keys]]\nkee = \"{KEY_A}\"\n"),
+        "keys[0]: unknown field `kee`, expected one of `name`, `key`, `weight`, `threads`",
+    );
+}
+
+// === top-level and sections ===
+
+#[test]
+fn listen_must_be_a_socket_address() {
+    assert_problem(
+        &format!("listen = \"localhost:8080\"\n{}", one_key()),
+        "listen: \"localhost:8080\" is not an IP address and port such as \"127.0.0.1:8080\"",
+    );
+}
+
+#[test]
+fn upstream_must_be_an_http_base_url() {
+    assert_problem(
+        &format!("upstream = \"ftp://ocr.captchaai.com\"\n{}", one_key()),
+        "upstream: scheme must be http or https, got \"ftp\"",
+    );
+    assert_problem(
+        &format!(
+            "upstream = \"https://ocr.captchaai.com/?x=1\"\n{}",
+            one_key()
+        ),
+        "upstream: must not have a query (\"?...\"); it is a base URL",
+    );
+}
+
+#[test]
+fn durations_need_a_unit() {
+    assert_problem(
+        &format!("refresh_interval = \"5 minutes please\"\n{}", one_key()),
+        "refresh_interval: invalid duration \"5 minutes please\": expected number at 10",
+    );
+    assert_problem(
+        &format!("{}[failover]\nbusy_cooldown = 10\n", one_key()),
+        "failover.busy_cooldown: write durations as a string with a unit, e.g. \"30s\" (got the integer 10)",
+    );
+    assert_problem(
+        &format!("{}[timeouts]\nsolve = 1.5\n", one_key()),
+        "timeouts.solve: must be a duration such as \"30s\", got a float",
+    );
+    assert_problem(
+        &format!("{}[pins]\nttl = \"2y\"\n", one_key()),
+        "pins.ttl: must be at most 365days, got 2years",
+    );
+}
+
+#[test]
+fn zero_durations_are_refused_where_they_make_no_sense() {
+    let text = format!(
+        "refresh_interval = \"0s\"\n{}[pins]\nttl = \"0m\"\n[timeouts]\nconnect = \"0s\"\nrequest = \"0s\"\nsolve = \"0s\"\nrefresh = \"0ms\"\n",
+        one_key()
+    );
+    assert_eq!(
+        problems(&text),
+        [
+            "refresh_interval: must be greater than 0",
+            "pins.ttl: must be greater than 0",
+            "timeouts.connect: must be greater than 0",
+            "timeouts.request: must be greater than 0",
+            "timeouts.solve: must be greater than 0",
+            "timeouts.refresh: must be greater than 0",
+        ]
+    );
+}
+
+#[test]
+fn failover_counts_and_balance_are_checked() {
+    let text = format!(
+        "{}[failover]\nmax_attempts = 0\ntransient_failures = 0\nmin_balance = -1\nbackoff_base = \"1s\"\nbackoff_max = \"500ms\"\n",
+        one_key()
+    );
+    assert_eq!(
+        problems(&text),
+        [
+            "failover.max_attempts: must be >= 1, got 0",
+            "failover.min_balance: must be >= 0, got -1",
+            "failover.transient_failures: must be >= 1, got 0",
+            "failover.backoff_max: must be >= failover.backoff_base (1s), got 500ms",
+        ]
+    );
+    assert_problem(
+        &format!("{}[failover]\nmin_balance = nan\n", one_key()),
+        "failover.min_balance: must be a finite number, got NaN",
+    );
+}
+
+#[test]
+fn pins_and_limits_are_checked() {
+    assert_problem(
+        &format!("{}[pins]\nmax_pins = 0\n", one_key()),
+        "pins.max_pins: must be >= 1, got 0",
+    );
+    let max_body = |v: &str| format!("{}[limits]\nmax_body = {v}\n", one_key());
+    assert_problem(&max_body("0"), "limits.max_body: must be greater than 0");
+    assert_problem(
+        &max_body("\"0B\""),
+        "limits.max_body: must be greater than 0",
+    );
+    assert_problem(&max_body("-5"), "limits.max_body: must be greater than 0");
+    assert_problem(
+        &max_body("true"),
+        "limits.max_body: must be a size such as \"16MiB\" or a number of bytes, got a boolean",
+    );
+    let bad = problems(&max_body("\"lots\""));
+    assert_eq!(bad.len(), 1);
+    assert!(
+        bad[0].starts_with("limits.max_body: invalid size: couldn't parse \"lots\""),
+        "{bad:?}"
+    );
+}
+
+#[test]
+fn all_problems_are_collected_and_listed() {
+    let text = "listen = \"nope\"\n[failover]\nmax_attempts = 0\n";
+    let error = error_with(text, &no_env);
+    assert_eq!(
+        error.to_string(),
+        "invalid configuration (3 problems):\n\
+         \x20 listen: \"nope\" is not an IP address and port such as \"127.0.0.1:8080\"\n\
+         \x20 failover.max_attempts: must be >= 1, got 0\n\
+         \x20 keys: the pool is empty; add a [[keys]] entry or set keys_env"
+    );
+    let single = error_with("", &no_env);
+    assert_eq!(
+        single.to_string(),
+        "invalid configuration: keys: the pool is empty; add a [[keys]] entry or set keys_env"
+    );
+}
+
+// === parse errors ===
+
+#[test]
+fn unknown_fields_are_parse_errors_with_a_position() {
+    let text = format!("{}[failover]\nmax_attempt = 1\n", one_key());
+    let error = error_with(&text, &no_env);
+    let ConfigError::Parse(inner) = &error else {
+        panic!("expected Parse, got {error}");
+    };
+    let start = text.find("max_attempt =").expect("in the text");
+    assert_eq!(inner.span(), Some(start..start + "max_attempt".len()));
+    let shown = error.to_string();
+    assert!(
+        shown.starts_with("TOML parse error at line 5, column 1\n"),
+        "{shown}"
+    );
+    assert!(
+        shown.ends_with("unknown field `max_attempt`, expected one of `max_attempts`, `retry_unsure_submits`, `min_balance`, `busy_cooldown`, `transient_failures`, `transient_cooldown`, `backoff_base`, `backoff_max`"),
+        "{shown}"
+    );
+    assert!(shown.contains("5 | max_attempt = *\n"), "{shown}");
+    let top = error_with(&format!("listn = \"x\"\n{}", one_key()), &no_env);
+    assert!(top.to_string().contains("unknown field `listn`"), "{top}");
+}
+
+#[test]
+fn wrong_types_are_parse_errors() {
+    let error = error_with(
+        &format!("{}[failover]\nmax_attempts = \"3\"\n", one_key()),
+        &no_env,
+    );
+    let shown = error.to_string();
+    assert!(
+        shown.contains("invalid type: string \"3\", expected u32"),
+        "{shown}"
+    );
+    assert!(shown.contains("max_attempts = \"3\""), "{shown}");
+}
+
+#[test]
+fn a_syntax_error_on_a_key_line_masks_the_key() {
+    let text = format!("listen = \"127.0.0.1:8080\"\n[[keys]]\nname = \"a\"\nkey = {KEY_A}\n");
+    let error = error_with(&text, &no_env);
+    let shown = error.to_string();
+    assert_eq!(
+        shown,
+        format!(
+            "TOML parse error at line 4, column 7\n  |\n4 | key = {}\n  |       {}\n\
+             string values must be quoted, expected literal string",
+            "*".repeat(32),
+            "^".repeat(32)
+        )
+    );
+    let ConfigError::Parse(inner) = &error else {
+        panic!("expected Parse");
+    };
+    assert_eq!(
+        inner.message(),
+        "string values must be quoted, expected literal string"
+    );
+    assert_no_secret(&inner.to_string());
+    assert_no_secret(&format!("{inner:?}"));
+}
+
+#[test]
+fn other_parse_errors_near_keys_mask_them_too() {
+    let cases = [
+        format!("[[keys]]\nkey = \"{KEY_A}\"\nkey = \"{KEY_B}\"\n"),
+        format!("[[keys]]\nkey = \"{KEY_A}\" trailing\n"),
+        format!("[[keys]]\nkey = \"{KEY_A}\n"),
+        format!("[[keys]]\nkey = \"{KEY_A}\\q\"\n"),
+        format!("[[keys]]\nname = \"a\", key = \"{KEY_A}\"\n"),
+        format!("[[keys]]\n{KEY_A}\n"),
+        format!("[[keys]]\nkey = \"\"\"\n{KEY_A}\\q\n\"\"\"\n"),
+        format!("keys = [{{ key = \"{KEY_A}\" }}, {{ key = {KEY_B} }}]\n"),
+    ];
+    for text in cases {
+        let error = error_with(&text, &no_env);
+        assert!(matches!(error, ConfigError::Parse(_)), "{text}: {error}");
+        assert!(
+            error.to_string().contains("TOML parse error at line"),
+            "{error}"
+        );
+    }
+}
+
+// === output never shows a key ===
+
+#[test]
+fn debug_and_summary_show_no_key() {
+    let env = env_of(&[("POOL", KEY_C)]);
+    let text = format!(
+        "keys_env = \"POOL\"\n[[keys]]\nname = \"a\"\nkey = \"{KEY_A}\"\nthreads = 5\n[[keys]]\nkey = \"{KEY_B}\"\nweight = 2.5\n"
+    );
+    let config = parse_with(&text, &env);
+    assert_no_secret(&format!("{config:?}"));
+    assert_no_secret(&format!("{config:#?}"));
+    let summary = config.summary();
+    assert_no_secret(&summary);
+    assert_eq!(
+        summary,
+        "listen 127.0.0.1:8080, upstream https://ocr.captchaai.com, refresh every 5m\n\
+         failover: max_attempts 3, retry_unsure_submits false, min_balance 0.01, busy_cooldown 10s, \
+         transient_failures 3, transient_cooldown 30s, backoff 100ms to 2s\n\
+         pins: ttl 2h, max_pins 1000000; limits: max_body 16777216 bytes\n\
+         timeouts: connect 10s, request 1m, solve 3m, refresh 15s\n\
+         3 keys:\n\
+         \x20 name      weight  threads  fingerprint\n\
+         \x20 a         1       5        …cd01\n\
+         \x20 keyBBBBB  2.5     -        …cd02\n\
+         \x20 keyCCCCC  1       -        …cd03\n"
+    );
+}
+
+#[test]
+fn a_one_key_summary_says_key() {
+    let config = parse(&one_key());
+    assert!(
+        config.summary().contains("\n1 key:\n"),
+        "{}",
+        config.summary()
+    );
+}
+
+// === load ===
+
+#[test]
+fn load_reads_a_file() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("proxy.toml");
+    std::fs::write(&path, one_key()).expect("write");
+    let config = Config::load(&path).expect("valid file");
+    assert_eq!(config.keys[0].name, "a");
+}
+
+#[test]
+fn load_names_a_missing_file() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("missing.toml");
+    let error = Config::load(&path).expect_err("missing");
+    let ConfigError::Io { path: reported, .. } = &error else {
+        panic!("expected Io, got {error}");
+    };
+    assert_eq!(reported, &path);
+    let shown = error.to_string();
+    assert!(
+        shown.starts_with(&format!("cannot read {}: ", path.display())),
+        "{shown}"
+    );
+    assert!(std::error::Error::source(&error).is_some());
+}

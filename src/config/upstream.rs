@@ -1,0 +1,213 @@
+//! The upstream base URL: a validated http(s) origin with an optional path prefix, and the
+//! one place endpoint URIs are built from it. Knows nothing about keys or the wire format.
+
+use std::fmt;
+
+use hyper::Uri;
+
+/// A validated base URL of a 2captcha-compatible service: http or https, host, optional port,
+/// optional path prefix (no query, no fragment). Debug/Display show the URL.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Upstream {
+    /// `scheme://authority[/prefix]`, with scheme and host lowercased and no trailing `/`.
+    /// Kept as text because every request appends to it; it parsed as a `Uri` once already.
+    base: Box<str>,
+    https: bool,
+}
+
+impl Upstream {
+    /// Validates and normalises a base URL such as `https://ocr.captchaai.com`.
+    ///
+    /// # Errors
+    /// A message saying what is wrong with `s` (scheme, host, port, query, fragment, ...).
+    pub fn parse(s: &str) -> Result<Upstream, String> {
+        if s.is_empty() {
+            return Err("must not be empty".to_owned());
+        }
+        // `Uri` silently drops a fragment, so it has to be caught before parsing.
+        if s.contains('#') {
+            return Err("must not have a fragment (\"#...\")".to_owned());
+        }
+        let uri: Uri = s.parse().map_err(|e| format!("not a valid URL: {e}"))?;
+        let https = match uri.scheme_str() {
+            Some(scheme) if scheme.eq_ignore_ascii_case("https") => true,
+            Some(scheme) if scheme.eq_ignore_ascii_case("http") => false,
+            Some(other) => return Err(format!("scheme must be http or https, got {other:?}")),
+            None => return Err("must start with http:// or https://".to_owned()),
+        };
+        let authority = uri
+            .authority()
+            .ok_or_else(|| "has no host".to_owned())?
+            .as_str();
+        // Credentials in the URL would be logged with it; keys belong in [[keys]].
+        if authority.contains('@') {
+            return Err("must not contain user info (\"user@\")".to_owned());
+        }
+        let host = uri.host().unwrap_or_default();
+        if host.is_empty() {
+            return Err("has no host".to_owned());
+        }
+        // `Uri` accepts an out-of-range port and then reports none at all.
+        if let Some(port) = authority[host.len()..].strip_prefix(':') {
+            match port.parse::<u16>() {
+                Ok(p) if p > 0 => {}
+                _ => return Err(format!("invalid port {port:?}; expected 1-65535")),
+            }
+        }
+        if uri.query().is_some() {
+            return Err("must not have a query (\"?...\"); it is a base URL".to_owned());
+        }
+        let scheme = if https { "https" } else { "http" };
+        let prefix = uri.path().trim_end_matches('/');
+        let base = format!("{scheme}://{}{prefix}", authority.to_ascii_lowercase());
+        Ok(Upstream {
+            base: base.into(),
+            https,
+        })
+    }
+
+    /// Whether requests to this upstream need TLS.
+    pub fn is_https(&self) -> bool {
+        self.https
+    }
+
+    /// Full URI for an endpoint path (`"/in.php"`) and a raw query (`""` = none):
+    /// base `https://h:1/x` + `/in.php` + `a=b` -> `https://h:1/x/in.php?a=b`.
+    ///
+    /// # Panics
+    /// Only if `path` or `query` holds characters a URI cannot carry unescaped; callers pass
+    /// constant paths and queries that are already urlencoded.
+    pub fn endpoint(&self, path: &str, query: &str) -> Uri {
+        let mut uri = String::with_capacity(self.base.len() + path.len() + query.len() + 2);
+        uri.push_str(&self.base);
+        // Without the slash, "in.php" would glue onto the host name.
+        if !path.starts_with('/') {
+            uri.push('/');
+        }
+        uri.push_str(path);
+        if !query.is_empty() {
+            uri.push('?');
+            uri.push_str(query);
+        }
+        Uri::try_from(uri).expect("the base parsed as a URI; path and query are urlencoded")
+    }
+
+    /// The normalised base without trailing `/`.
+    pub fn as_str(&self) -> &str {
+        &self.base
+    }
+}
+
+impl fmt::Debug for Upstream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Upstream({:?})", self.base)
+    }
+}
+
+impl fmt::Display for Upstream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.base)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parsed(s: &str) -> Upstream {
+        Upstream::parse(s).unwrap_or_else(|e| panic!("{s}: {e}"))
+    }
+
+    #[test]
+    fn normalises_scheme_host_and_trailing_slash() {
+        assert_eq!(
+            parsed("https://ocr.captchaai.com").as_str(),
+            "https://ocr.captchaai.com"
+        );
+        assert_eq!(
+            parsed("HTTPS://OCR.CaptchaAI.com/").as_str(),
+            "https://ocr.captchaai.com"
+        );
+        assert_eq!(
+            parsed("http://127.0.0.1:9000/api/v1/").as_str(),
+            "http://127.0.0.1:9000/api/v1"
+        );
+        assert_eq!(parsed("http://[::1]:9000").as_str(), "http://[::1]:9000");
+    }
+
+    #[test]
+    fn knows_its_scheme() {
+        assert!(parsed("https://h").is_https());
+        assert!(!parsed("http://h").is_https());
+    }
+
+    #[test]
+    fn debug_and_display_show_the_url() {
+        let up = parsed("https://h:8443/x/");
+        assert_eq!(format!("{up}"), "https://h:8443/x");
+        assert_eq!(format!("{up:?}"), "Upstream(\"https://h:8443/x\")");
+    }
+
+    #[test]
+    fn endpoint_joins_base_path_and_query() {
+        let up = parsed("https://h:1/x");
+        assert_eq!(
+            up.endpoint("/in.php", "a=b").to_string(),
+            "https://h:1/x/in.php?a=b"
+        );
+        assert_eq!(
+            up.endpoint("/res.php", "").to_string(),
+            "https://h:1/x/res.php"
+        );
+        assert_eq!(
+            up.endpoint("in.php", "").to_string(),
+            "https://h:1/x/in.php"
+        );
+        let root = parsed("http://127.0.0.1:9000/");
+        assert_eq!(
+            root.endpoint("/res.php", "key=k&action=get&id=1")
+                .to_string(),
+            "http://127.0.0.1:9000/res.php?key=k&action=get&id=1"
+        );
+    }
+
+    #[test]
+    fn endpoint_keeps_urlencoded_query_bytes() {
+        let up = parsed("https://h");
+        let uri = up.endpoint("/in.php", "body=a%2Bb%3D&json=1");
+        assert_eq!(uri.query(), Some("body=a%2Bb%3D&json=1"));
+    }
+
+    #[test]
+    fn rejects_what_is_not_a_base_url() {
+        let cases = [
+            ("", "must not be empty"),
+            ("ftp://h", "scheme must be http or https, got \"ftp\""),
+            ("ocr.captchaai.com", "must start with http:// or https://"),
+            (
+                "ocr.captchaai.com:443",
+                "must start with http:// or https://",
+            ),
+            ("/in.php", "must start with http:// or https://"),
+            (
+                "http://h/?a=b",
+                "must not have a query (\"?...\"); it is a base URL",
+            ),
+            (
+                "http://h?",
+                "must not have a query (\"?...\"); it is a base URL",
+            ),
+            ("http://h/#top", "must not have a fragment (\"#...\")"),
+            ("http://u:p@h", "must not contain user info (\"user@\")"),
+            ("http://:80", "has no host"),
+            ("http://h:99999", "invalid port \"99999\"; expected 1-65535"),
+            ("http://h:0", "invalid port \"0\"; expected 1-65535"),
+            ("http://h:/", "invalid port \"\"; expected 1-65535"),
+        ];
+        for (input, want) in cases {
+            assert_eq!(Upstream::parse(input), Err(want.to_owned()), "{input:?}");
+        }
+        let spaces = Upstream::parse("http://h /x").expect_err("space");
+        assert!(spaces.starts_with("not a valid URL: "), "{spaces}");
+    }
+}

@@ -1,0 +1,302 @@
+//! Raw settings to a validated [`Config`]: defaults, ranges and units, every problem
+//! collected with the path of its field. The key pool itself is checked in `keys`.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use toml::Value;
+
+use super::raw::{RawConfig, RawFailover, RawLimits, RawPins, RawTimeouts};
+use super::*;
+
+/// Longest duration any setting accepts. Far beyond every sensible value, and near enough
+/// that adding it to an `Instant` can never overflow.
+const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 60 * 60);
+
+/// Validation problems in the order found, each `path: message`.
+#[derive(Default)]
+pub(super) struct Problems(Vec<String>);
+
+impl Problems {
+    pub(super) fn add(&mut self, path: impl fmt::Display, message: impl fmt::Display) {
+        self.0.push(format!("{path}: {message}"));
+    }
+}
+
+/// Whether a zero duration means something for a setting, or is a mistake.
+#[derive(Clone, Copy, PartialEq)]
+enum Zero {
+    Allowed,
+    Rejected,
+}
+
+/// Raw config to [`Config`], or every problem found.
+pub(super) fn validate(
+    raw: RawConfig,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Config, Vec<String>> {
+    let mut problems = Problems::default();
+    let p = &mut problems;
+    let listen = listen(p, raw.listen);
+    let upstream = upstream(p, raw.upstream);
+    let refresh_interval = duration(
+        p,
+        "refresh_interval",
+        raw.refresh_interval,
+        DEFAULT_REFRESH_INTERVAL,
+        Zero::Rejected,
+    );
+    let failover = failover(p, raw.failover);
+    let pins = pins(p, raw.pins);
+    let limits = limits(p, raw.limits);
+    let timeouts = timeouts(p, raw.timeouts);
+    let keys = super::keys::pool(p, raw.keys, raw.keys_env, &upstream, env);
+    if !problems.0.is_empty() {
+        return Err(problems.0);
+    }
+    Ok(Config {
+        listen,
+        upstream,
+        refresh_interval,
+        keys,
+        failover,
+        pins,
+        limits,
+        timeouts,
+    })
+}
+
+fn listen(p: &mut Problems, raw: Option<String>) -> SocketAddr {
+    let default = || {
+        DEFAULT_LISTEN
+            .parse()
+            .expect("the default listen address is valid")
+    };
+    let Some(text) = raw else {
+        return default();
+    };
+    text.parse().unwrap_or_else(|_| {
+        p.add(
+            "listen",
+            format!("{text:?} is not an IP address and port such as \"127.0.0.1:8080\""),
+        );
+        default()
+    })
+}
+
+fn upstream(p: &mut Problems, raw: Option<String>) -> Upstream {
+    let default = || Upstream::parse(DEFAULT_UPSTREAM).expect("the default upstream is valid");
+    let Some(text) = raw else {
+        return default();
+    };
+    // The value itself is not repeated: a URL with user info would carry a password.
+    Upstream::parse(&text).unwrap_or_else(|message| {
+        p.add("upstream", message);
+        default()
+    })
+}
+
+fn failover(p: &mut Problems, raw: RawFailover) -> Failover {
+    let max_attempts = at_least_one(
+        p,
+        "failover.max_attempts",
+        raw.max_attempts,
+        DEFAULT_MAX_ATTEMPTS,
+    );
+    let min_balance = match raw.min_balance {
+        None => DEFAULT_MIN_BALANCE,
+        Some(b) if !b.is_finite() => {
+            p.add(
+                "failover.min_balance",
+                format!("must be a finite number, got {b}"),
+            );
+            DEFAULT_MIN_BALANCE
+        }
+        Some(b) if b < 0.0 => {
+            p.add("failover.min_balance", format!("must be >= 0, got {b}"));
+            DEFAULT_MIN_BALANCE
+        }
+        Some(b) => b,
+    };
+    let transient_failures = at_least_one(
+        p,
+        "failover.transient_failures",
+        raw.transient_failures,
+        DEFAULT_TRANSIENT_FAILURES,
+    );
+    let cooldown =
+        |p: &mut Problems, field, raw, default| duration(p, field, raw, default, Zero::Allowed);
+    let busy_cooldown = cooldown(
+        p,
+        "failover.busy_cooldown",
+        raw.busy_cooldown,
+        DEFAULT_BUSY_COOLDOWN,
+    );
+    let transient_cooldown = cooldown(
+        p,
+        "failover.transient_cooldown",
+        raw.transient_cooldown,
+        DEFAULT_TRANSIENT_COOLDOWN,
+    );
+    let backoff_base = cooldown(
+        p,
+        "failover.backoff_base",
+        raw.backoff_base,
+        DEFAULT_BACKOFF_BASE,
+    );
+    let backoff_max = cooldown(
+        p,
+        "failover.backoff_max",
+        raw.backoff_max,
+        DEFAULT_BACKOFF_MAX,
+    );
+    if backoff_max < backoff_base {
+        p.add(
+            "failover.backoff_max",
+            format!(
+                "must be >= failover.backoff_base ({}), got {}",
+                humantime::format_duration(backoff_base),
+                humantime::format_duration(backoff_max)
+            ),
+        );
+    }
+    Failover {
+        max_attempts,
+        retry_unsure_submits: raw
+            .retry_unsure_submits
+            .unwrap_or(DEFAULT_RETRY_UNSURE_SUBMITS),
+        min_balance,
+        busy_cooldown,
+        transient_failures,
+        transient_cooldown,
+        backoff_base,
+        backoff_max,
+    }
+}
+
+fn pins(p: &mut Problems, raw: RawPins) -> Pins {
+    let ttl = duration(p, "pins.ttl", raw.ttl, DEFAULT_PIN_TTL, Zero::Rejected);
+    let max_pins = match raw.max_pins {
+        Some(0) => {
+            p.add("pins.max_pins", "must be >= 1, got 0");
+            DEFAULT_MAX_PINS
+        }
+        other => other.unwrap_or(DEFAULT_MAX_PINS),
+    };
+    Pins { ttl, max_pins }
+}
+
+fn limits(p: &mut Problems, raw: RawLimits) -> Limits {
+    Limits {
+        max_body: size(p, "limits.max_body", raw.max_body, DEFAULT_MAX_BODY),
+    }
+}
+
+fn timeouts(p: &mut Problems, raw: RawTimeouts) -> Timeouts {
+    let mut timeout = |field, raw, default| duration(p, field, raw, default, Zero::Rejected);
+    Timeouts {
+        connect: timeout("timeouts.connect", raw.connect, DEFAULT_CONNECT_TIMEOUT),
+        request: timeout("timeouts.request", raw.request, DEFAULT_REQUEST_TIMEOUT),
+        solve: timeout("timeouts.solve", raw.solve, DEFAULT_SOLVE_TIMEOUT),
+        refresh: timeout("timeouts.refresh", raw.refresh, DEFAULT_REFRESH_TIMEOUT),
+    }
+}
+
+fn at_least_one(p: &mut Problems, field: &str, raw: Option<u32>, default: u32) -> u32 {
+    match raw {
+        Some(0) => {
+            p.add(field, "must be >= 1, got 0");
+            default
+        }
+        other => other.unwrap_or(default),
+    }
+}
+
+/// A humantime string such as `"30s"` or `"1h 30m"`. Bare integers are refused: a number
+/// without a unit is ambiguous (seconds? milliseconds?), and guessing wrong is silent.
+fn duration(
+    p: &mut Problems,
+    field: &str,
+    raw: Option<Value>,
+    default: Duration,
+    zero: Zero,
+) -> Duration {
+    let text = match raw {
+        None => return default,
+        Some(Value::String(text)) => text,
+        Some(Value::Integer(n)) => {
+            p.add(
+                field,
+                format!(
+                    "write durations as a string with a unit, e.g. \"30s\" (got the integer {n})"
+                ),
+            );
+            return default;
+        }
+        Some(other) => {
+            p.add(
+                field,
+                format!("must be a duration such as \"30s\", got {}", a_type(&other)),
+            );
+            return default;
+        }
+    };
+    match humantime::parse_duration(&text) {
+        Err(e) => p.add(field, format!("invalid duration {text:?}: {e}")),
+        Ok(d) if d.is_zero() && zero == Zero::Rejected => p.add(field, "must be greater than 0"),
+        Ok(d) if d > MAX_DURATION => p.add(
+            field,
+            format!(
+                "must be at most 365days, got {}",
+                humantime::format_duration(d)
+            ),
+        ),
+        Ok(d) => return d,
+    }
+    default
+}
+
+/// A byte size: a string such as `"16MiB"` or an integer number of bytes, > 0.
+fn size(p: &mut Problems, field: &str, raw: Option<Value>, default: usize) -> usize {
+    let bytes = match raw {
+        None => return default,
+        Some(Value::Integer(n)) => u64::try_from(n).unwrap_or(0),
+        Some(Value::String(text)) => match text.parse::<bytesize::ByteSize>() {
+            Ok(size) => size.as_u64(),
+            Err(e) => {
+                p.add(field, format!("invalid size: {e}"));
+                return default;
+            }
+        },
+        Some(other) => {
+            p.add(
+                field,
+                format!(
+                    "must be a size such as \"16MiB\" or a number of bytes, got {}",
+                    a_type(&other)
+                ),
+            );
+            return default;
+        }
+    };
+    match usize::try_from(bytes) {
+        Ok(0) => p.add(field, "must be greater than 0"),
+        Ok(bytes) => return bytes,
+        Err(_) => p.add(field, format!("{bytes} bytes does not fit in memory")),
+    }
+    default
+}
+
+/// The type of a TOML value with its article, for "got a string" messages.
+pub(super) fn a_type(value: &Value) -> &'static str {
+    match value {
+        Value::String(_) => "a string",
+        Value::Integer(_) => "an integer",
+        Value::Float(_) => "a float",
+        Value::Boolean(_) => "a boolean",
+        Value::Datetime(_) => "a date-time",
+        Value::Array(_) => "an array",
+        Value::Table(_) => "a table",
+    }
+}
