@@ -1,17 +1,40 @@
 //! keyrelay: a local proxy that lets scripts written for CaptchaAI's 2captcha-compatible
 //! `in.php` / `res.php` API share a pool of API keys.
 //!
+//! Request flow: `server` → `proxy::handle` → `captcha::ParsedRequest` → `pool::candidates`
+//! → `upstream` → `captcha::classify` → `failover` → `App::record_health` → `metrics`.
+//!
 //! Layout:
-//! - `api_key`: the redacted [`ApiKey`] secret type.
-//! - `captcha`: the wire protocol, pure: request parsing, key rewriting, answer parsing and
+//! - [`api_key`]: the redacted [`ApiKey`] secret type.
+//! - [`captcha`]: the wire protocol, pure: request parsing, key rewriting, answer parsing and
 //!   the one table that classifies upstream outcomes.
-//! - `config`: `proxy.toml` from raw TOML to a validated [`Config`].
-//! - `sim`: the built-in CaptchaAI simulator used by tests, benchmarks and `keyrelay demo`.
+//! - [`config`]: `proxy.toml` from raw TOML to a validated [`Config`].
+//! - [`health`] and [`pins`]: key health and task pins, each behind a narrow store interface.
+//! - [`pool`]: the keys, what is known about them, and weighted failover selection.
+//! - [`failover`]: the policy: what each outcome does to a key and to the task.
+//! - [`upstream`]: the pooled rustls client.
+//! - [`proxy`]: one request end to end; [`server`]: accept loop and shutdown.
+//! - [`refresh`]: background balance and thread reads, and re-probing benched keys.
+//! - [`metrics`]: Prometheus metrics from an owned registry.
+//! - [`app`]: the shared handle tying these together.
+//! - [`sim`]: the built-in CaptchaAI simulator used by tests, benchmarks and [`demo`].
 
 pub mod api_key;
+pub mod app;
 pub mod captcha;
 pub mod config;
+pub mod demo;
+pub mod failover;
+pub mod health;
+pub mod metrics;
+pub mod pins;
+pub mod pool;
+pub mod proxy;
+pub mod refresh;
+pub mod server;
 pub mod sim;
+pub mod upstream;
 
 pub use api_key::ApiKey;
+pub use app::App;
 pub use config::Config;

@@ -1,1 +1,155 @@
-fn main() {}
+//! The `keyrelay` command: parses the command line, sets up logging, and hands over to the
+//! library. Everything testable lives in the library.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand, ValueEnum};
+use keyrelay::sim::{SimKey, Simulator, DEFAULT_KEYS};
+use keyrelay::{App, Config};
+use tokio::net::TcpListener;
+use tracing_subscriber::EnvFilter;
+
+/// A key-rotating proxy for CaptchaAI's 2captcha-compatible in.php / res.php API.
+///
+/// Point a script's base URL at keyrelay instead of https://ocr.captchaai.com; keyrelay puts
+/// a key from its pool on every request, fails over between keys, and polls each task with
+/// the key that created it.
+#[derive(Parser)]
+#[command(version, about, long_about)]
+struct Cli {
+    /// The configuration file.
+    #[arg(long, short, global = true, default_value = "proxy.toml", value_name = "PATH")]
+    config: PathBuf,
+    /// Log format.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    /// Log filter, for example `info` or `keyrelay=debug`; RUST_LOG works too.
+    #[arg(long, global = true, value_name = "FILTER")]
+    log: Option<String>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Validate the configuration and print the pool (never the keys themselves).
+    Check,
+    /// Run the built-in CaptchaAI simulator, to try scripts without spending real threads.
+    Simulate {
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1:9000")]
+        listen: SocketAddr,
+        /// A simulated key: VALUE[,balance=F][,threads=N][,state=valid|unknown|ip-not-allowed|zero-balance][,cost=F].
+        /// Without any, the simulator serves the two keys of the shipped proxy.toml.
+        #[arg(long = "key", value_name = "SPEC")]
+        keys: Vec<SimKey>,
+        /// Polls a task needs before its answer is ready.
+        #[arg(long, default_value_t = 2)]
+        polls_to_ready: u32,
+    },
+    /// Show keyrelay at work on the built-in simulator: no keys or config needed.
+    Demo,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let default_level = match cli.command {
+        // The demo narrates on stdout; logs would only repeat it.
+        Some(Command::Demo) => "off",
+        _ => "info",
+    };
+    init_logging(cli.log.as_deref(), default_level, cli.log_format);
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(dispatch(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn dispatch(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        None => serve(&cli.config).await,
+        Some(Command::Check) => {
+            let config = Config::load(&cli.config)?;
+            println!("{} is valid", cli.config.display());
+            print!("{}", config.summary());
+            Ok(())
+        }
+        Some(Command::Simulate {
+            listen,
+            keys,
+            polls_to_ready,
+        }) => simulate(listen, keys, polls_to_ready).await,
+        Some(Command::Demo) => keyrelay::demo::run().await.map_err(|e| anyhow::anyhow!(e)),
+    }
+}
+
+async fn serve(path: &std::path::Path) -> anyhow::Result<()> {
+    let config = Config::load(path)?;
+    let listen = config.listen;
+    let upstream = config.upstream.as_str().to_owned();
+    let keys = config.keys.len();
+    let app = App::new(config)?;
+    let listener = TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("cannot listen on {listen}"))?;
+    // The bound address, not the configured one: with port 0 only this says where to connect.
+    let addr = listener.local_addr()?;
+    tracing::info!(%addr, %upstream, keys, "keyrelay listening");
+    keyrelay::server::run(listener, app, keyrelay::server::shutdown_signal()).await?;
+    Ok(())
+}
+
+async fn simulate(listen: SocketAddr, keys: Vec<SimKey>, polls_to_ready: u32) -> anyhow::Result<()> {
+    let keys = if keys.is_empty() {
+        DEFAULT_KEYS.iter().map(|k| SimKey::valid(k)).collect()
+    } else {
+        keys
+    };
+    let mut sim = Simulator::new().polls_to_ready(polls_to_ready);
+    println!("simulated CaptchaAI on http://{listen} with keys:");
+    for key in keys {
+        println!(
+            "  {}  balance {}  threads {}  {:?}",
+            key.key, key.balance, key.threads, key.state
+        );
+        sim = sim.key(key);
+    }
+    let listener = TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("cannot listen on {listen}"))?;
+    sim.serve(listener, keyrelay::server::shutdown_signal()).await?;
+    Ok(())
+}
+
+fn init_logging(flag: Option<&str>, default_level: &str, format: LogFormat) {
+    let filter = match flag {
+        Some(f) => EnvFilter::new(f),
+        None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level)),
+    };
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}

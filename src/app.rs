@@ -1,0 +1,202 @@
+//! `App`: the cheap-to-clone handle to everything a request needs: the current pool
+//! snapshot, the pins, health, metrics, the upstream client and the event feed.
+
+use std::sync::{Arc, Mutex};
+
+use arc_swap::ArcSwap;
+use rand::rngs::SmallRng;
+use rand::SeedableRng;
+use tokio::sync::broadcast;
+use tokio::time::Instant;
+
+use crate::config::Config;
+use crate::health::{HealthEvent, HealthStore, MemoryHealth, StateKind, Transition};
+use crate::metrics::Metrics;
+use crate::pins::{MemoryPins, PinStore};
+use crate::pool::{KeyEntry, KeyPool};
+use crate::upstream::UpstreamClient;
+
+/// The configuration and the pool built from it, replaced as a whole.
+pub struct Snapshot {
+    pub config: Config,
+    pub pool: KeyPool,
+}
+
+/// Something worth telling an observer (the demo, tests) as it happens.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Event {
+    /// A key changed state.
+    KeyState {
+        key: String,
+        from: StateKind,
+        to: StateKind,
+        reason: Option<&'static str>,
+    },
+    /// A task left `key` for another key because of `reason`.
+    Failover { key: String, reason: &'static str },
+    /// A submit was accepted upstream and pinned.
+    Pinned { key: String, task_id: String },
+}
+
+/// Events are for live observers; a slow one misses old events rather than slowing requests.
+const EVENT_BUFFER: usize = 1024;
+
+/// Shared state of one keyrelay instance.
+#[derive(Clone)]
+pub struct App(Arc<Inner>);
+
+struct Inner {
+    /// Loaded once per request (`load_full`) so a request sees one consistent pool.
+    snapshot: ArcSwap<Snapshot>,
+    /// Outlives snapshots: tasks must keep polling with their key.
+    pins: Arc<dyn PinStore>,
+    /// Outlives snapshots, keyed by key id, so health is not reset by a rebuild.
+    health: Arc<dyn HealthStore>,
+    metrics: Metrics,
+    client: UpstreamClient,
+    events: broadcast::Sender<Event>,
+    /// Set only for reproducible runs (the demo): every request's randomness then derives
+    /// from one seeded generator, so a sequential workload picks the same keys every time.
+    seeded: Option<Mutex<SmallRng>>,
+}
+
+/// Why an [`App`] could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    #[error("cannot set up TLS for the upstream client: {0}")]
+    Tls(#[from] rustls::Error),
+    #[error("cannot register metrics: {0}")]
+    Metrics(#[from] prometheus::Error),
+}
+
+impl App {
+    /// Builds the pool from a validated config.
+    ///
+    /// # Errors
+    /// TLS setup or metric registration failures, neither of which depends on the config.
+    pub fn new(config: Config) -> Result<App, AppError> {
+        App::build(config, None)
+    }
+
+    /// Like [`App::new`], with key selection and jitter drawn from a seeded generator.
+    ///
+    /// # Errors
+    /// As [`App::new`].
+    pub fn with_seed(config: Config, seed: u64) -> Result<App, AppError> {
+        App::build(config, Some(seed))
+    }
+
+    fn build(config: Config, seed: Option<u64>) -> Result<App, AppError> {
+        let health: Arc<dyn HealthStore> = Arc::new(MemoryHealth::new());
+        let pins: Arc<dyn PinStore> =
+            Arc::new(MemoryPins::new(config.pins.ttl, config.pins.max_pins));
+        let client = UpstreamClient::new(config.timeouts.connect)?;
+        let metrics = Metrics::new()?;
+        let pool = build_pool(&config, health.clone());
+        let (events, _) = broadcast::channel(EVENT_BUFFER);
+        Ok(App(Arc::new(Inner {
+            snapshot: ArcSwap::from_pointee(Snapshot { config, pool }),
+            pins,
+            health,
+            metrics,
+            client,
+            events,
+            seeded: seed.map(|s| Mutex::new(SmallRng::seed_from_u64(s))),
+        })))
+    }
+
+    /// The current configuration and pool, owned, so it can be held across awaits.
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.0.snapshot.load_full()
+    }
+
+    pub fn pins(&self) -> &dyn PinStore {
+        &*self.0.pins
+    }
+
+    pub fn health(&self) -> &dyn HealthStore {
+        &*self.0.health
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.0.metrics
+    }
+
+    pub fn client(&self) -> &UpstreamClient {
+        &self.0.client
+    }
+
+    /// A random generator for one request.
+    pub(crate) fn rng(&self) -> SmallRng {
+        match &self.0.seeded {
+            Some(seeded) => {
+                SmallRng::from_rng(&mut *seeded.lock().expect("rng lock poisoned"))
+            }
+            None => SmallRng::from_rng(&mut rand::rng()),
+        }
+    }
+
+    /// A feed of [`Event`]s from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<Event> {
+        self.0.events.subscribe()
+    }
+
+    pub(crate) fn emit(&self, event: Event) {
+        // No receiver is the normal case outside the demo and tests.
+        let _ = self.0.events.send(event);
+    }
+
+    /// The `/metrics` text.
+    pub fn render_metrics(&self) -> String {
+        let snapshot = self.snapshot();
+        self.0
+            .metrics
+            .render(&snapshot.pool, self.0.pins.len(), Instant::now())
+    }
+
+    /// Applies a health event to a key, and logs, counts and announces the change if the
+    /// key's state flipped. The one place where key state changes become visible.
+    pub fn record_health(&self, key: &KeyEntry, event: HealthEvent) -> Option<Transition> {
+        let transition = self.0.health.record(key.id, event, Instant::now())?;
+        let reason = transition.reason.unwrap_or("");
+        match transition.to {
+            StateKind::Active => tracing::info!(
+                key = %key.name,
+                from = %transition.from,
+                "key back in rotation"
+            ),
+            StateKind::Cooling => tracing::warn!(
+                key = %key.name,
+                reason,
+                "key cooling down"
+            ),
+            StateKind::Benched => tracing::warn!(
+                key = %key.name,
+                reason,
+                "key benched until a refresh shows it usable"
+            ),
+        }
+        self.0
+            .metrics
+            .key_transitions
+            .with_label_values(&[key.name.as_str(), transition.to.label()])
+            .inc();
+        self.emit(Event::KeyState {
+            key: key.name.clone(),
+            from: transition.from,
+            to: transition.to,
+            reason: transition.reason,
+        });
+        Some(transition)
+    }
+}
+
+fn build_pool(config: &Config, health: Arc<dyn HealthStore>) -> KeyPool {
+    let keys = config
+        .keys
+        .iter()
+        .enumerate()
+        .map(|(i, k)| Arc::new(KeyEntry::from_config(i, k)))
+        .collect();
+    KeyPool::new(keys, health, config.failover.min_balance)
+}

@@ -1,0 +1,243 @@
+//! Failover policy, pure: what an upstream outcome does to the key that produced it, whether
+//! the task moves on, how long to back off, and which failure the caller finally sees.
+//! `captcha::classify` says what an answer means; this module says what keyrelay does.
+
+use std::time::Duration;
+
+use rand::Rng;
+
+use crate::captcha::Outcome;
+use crate::config::Failover;
+use crate::health::HealthEvent;
+
+/// How long a key that answered `ERROR_ZERO_BALANCE` stays out while its `threadsinfo` is
+/// read to tell "all threads busy" from "no plan". The check replaces this state when it
+/// finishes; the bound only matters if the check itself never completes.
+pub const ZERO_BALANCE_CHECK: Duration = Duration::from_secs(60);
+
+/// What happens to the task after an attempt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Next {
+    /// Give this answer to the caller.
+    Answer,
+    /// Try the next key now.
+    Failover,
+    /// Try again after a backoff: on the next key for a submit, on the same key for a poll.
+    Backoff,
+}
+
+/// The decision for one attempt.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Decision {
+    pub health: Option<HealthEvent>,
+    pub next: Next,
+    /// After `ERROR_ZERO_BALANCE`, read the key's `threadsinfo` to settle its state.
+    pub check_threads: bool,
+}
+
+/// Decides what a submit (`in.php`, `solve.php`) outcome means. `code` is the upstream's
+/// error code, where there was one, reduced to a static reason.
+pub fn on_submit(outcome: Outcome, code: &'static str, policy: &Failover) -> Decision {
+    let (health, next) = match outcome {
+        Outcome::Success => (Some(HealthEvent::Success), Next::Answer),
+        // The caller's request is at fault: the same request fails on any key.
+        Outcome::CallerError => (Some(HealthEvent::Success), Next::Answer),
+        // The egress IP is banned: another key would only deepen the ban, and the key itself
+        // did nothing wrong.
+        Outcome::IpBanned => (None, Next::Answer),
+        Outcome::KeyUnusable => (Some(HealthEvent::Bench { reason: code }), Next::Failover),
+        Outcome::ZeroBalance => (
+            Some(HealthEvent::Cool {
+                reason: code,
+                duration: ZERO_BALANCE_CHECK,
+            }),
+            Next::Failover,
+        ),
+        Outcome::KeyFull => (
+            Some(HealthEvent::Cool {
+                reason: code,
+                duration: policy.busy_cooldown,
+            }),
+            Next::Failover,
+        ),
+        Outcome::Transient => (Some(transient(policy)), Next::Backoff),
+    };
+    Decision {
+        health,
+        next,
+        check_threads: outcome == Outcome::ZeroBalance,
+    }
+}
+
+/// Decides what a poll or report outcome means. The task belongs to its key, so there is no
+/// failover: transient failures are retried on the same key, everything else is answered.
+pub fn on_poll(outcome: Outcome, code: &'static str, policy: &Failover) -> Decision {
+    let decision = on_submit(outcome, code, policy);
+    let next = match decision.next {
+        Next::Backoff => Next::Backoff,
+        Next::Answer | Next::Failover => Next::Answer,
+    };
+    Decision {
+        health: decision.health,
+        next,
+        // A poll never answers ZERO_BALANCE for a missing thread; nothing to check.
+        check_threads: false,
+    }
+}
+
+/// The health event for a transport failure or server error.
+pub fn transient(policy: &Failover) -> HealthEvent {
+    HealthEvent::Transient {
+        threshold: policy.transient_failures,
+        cooldown: policy.transient_cooldown,
+    }
+}
+
+/// Delay before retry number `retry` (1 for the first retry): exponential from
+/// `backoff_base`, capped at `backoff_max`, with full jitter so that many callers failing
+/// together do not retry together.
+pub fn backoff(retry: u32, policy: &Failover, rng: &mut impl Rng) -> Duration {
+    let factor = 2u32.saturating_pow(retry.saturating_sub(1));
+    let ceiling = policy
+        .backoff_base
+        .saturating_mul(factor)
+        .min(policy.backoff_max);
+    if ceiling.is_zero() {
+        return ceiling;
+    }
+    ceiling.mul_f64(rng.random::<f64>())
+}
+
+/// How much a failed attempt says about the pool, to choose the caller's answer when every
+/// attempt failed: the higher, the more useful to the caller.
+pub fn meaning_rank(outcome: Outcome) -> u8 {
+    match outcome {
+        // "Busy, retry later" is the most actionable thing a caller can hear.
+        Outcome::KeyFull | Outcome::ZeroBalance => 3,
+        Outcome::Transient => 2,
+        Outcome::KeyUnusable => 1,
+        Outcome::Success | Outcome::CallerError | Outcome::IpBanned => 0,
+    }
+}
+
+/// Error codes keyrelay knows by name; reasons and metric labels come only from this list so
+/// an upstream cannot grow label sets without bound.
+const KNOWN_CODES: &[&str] = &[
+    "ERROR_WRONG_USER_KEY",
+    "ERROR_KEY_DOES_NOT_EXIST",
+    "ERROR_IP_NOT_ALLOWED",
+    "ERROR_ZERO_BALANCE",
+    "ERROR_NO_SLOT_AVAILABLE",
+    "MAX_USER_TURN",
+    "ERROR_TOO_MUCH_REQUESTS",
+    "ERROR: 1001",
+    "ERROR: 1002",
+    "ERROR: 1003",
+    "ERROR: 1005",
+    "IP_BANNED",
+    "ERROR_IP_BLOCKED",
+    "ERROR: 1004",
+    "ERROR_SERVER_ERROR",
+    "ERROR_INTERNAL_SERVER_ERROR",
+];
+
+/// A static reason for an upstream code: the code itself when known, else `other`.
+pub fn reason_code(code: &str) -> &'static str {
+    KNOWN_CODES
+        .iter()
+        .find(|known| **known == code)
+        .copied()
+        .unwrap_or("other")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::rngs::StdRng;
+    use rand::SeedableRng;
+
+    fn policy() -> Failover {
+        Failover::default()
+    }
+
+    #[test]
+    fn each_class_has_its_consequence() {
+        let p = policy();
+        let d = on_submit(Outcome::KeyUnusable, "ERROR_KEY_DOES_NOT_EXIST", &p);
+        assert_eq!(
+            d.health,
+            Some(HealthEvent::Bench {
+                reason: "ERROR_KEY_DOES_NOT_EXIST"
+            })
+        );
+        assert_eq!(d.next, Next::Failover);
+
+        let d = on_submit(Outcome::KeyFull, "MAX_USER_TURN", &p);
+        assert_eq!(
+            d.health,
+            Some(HealthEvent::Cool {
+                reason: "MAX_USER_TURN",
+                duration: p.busy_cooldown
+            })
+        );
+        assert_eq!(d.next, Next::Failover);
+
+        let d = on_submit(Outcome::ZeroBalance, "ERROR_ZERO_BALANCE", &p);
+        assert!(d.check_threads);
+        assert_eq!(d.next, Next::Failover);
+
+        let d = on_submit(Outcome::CallerError, "other", &p);
+        assert_eq!((d.next, d.health), (Next::Answer, Some(HealthEvent::Success)));
+
+        let d = on_submit(Outcome::IpBanned, "IP_BANNED", &p);
+        assert_eq!((d.next, d.health), (Next::Answer, None));
+
+        let d = on_submit(Outcome::Transient, "ERROR_SERVER_ERROR", &p);
+        assert_eq!(d.next, Next::Backoff);
+        assert!(matches!(d.health, Some(HealthEvent::Transient { .. })));
+    }
+
+    #[test]
+    fn polls_never_fail_over() {
+        let p = policy();
+        for outcome in [
+            Outcome::KeyUnusable,
+            Outcome::KeyFull,
+            Outcome::ZeroBalance,
+            Outcome::CallerError,
+        ] {
+            assert_eq!(on_poll(outcome, "other", &p).next, Next::Answer);
+        }
+        assert_eq!(on_poll(Outcome::Transient, "other", &p).next, Next::Backoff);
+        assert!(!on_poll(Outcome::ZeroBalance, "other", &p).check_threads);
+    }
+
+    #[test]
+    fn backoff_grows_is_capped_and_jittered() {
+        let mut p = policy();
+        p.backoff_base = Duration::from_millis(100);
+        p.backoff_max = Duration::from_millis(1000);
+        let mut rng = StdRng::seed_from_u64(9);
+        for retry in 1..=10 {
+            let ceiling = Duration::from_millis(100 * 2u64.pow(retry - 1)).min(p.backoff_max);
+            let samples: Vec<Duration> = (0..200).map(|_| backoff(retry, &p, &mut rng)).collect();
+            assert!(samples.iter().all(|d| *d <= ceiling), "retry {retry}");
+            // Jitter: not all the same.
+            assert!(samples.iter().any(|d| *d != samples[0]));
+        }
+        p.backoff_base = Duration::ZERO;
+        assert_eq!(backoff(3, &p, &mut rng), Duration::ZERO);
+    }
+
+    #[test]
+    fn busy_is_more_meaningful_than_transient_than_dead() {
+        assert!(meaning_rank(Outcome::KeyFull) > meaning_rank(Outcome::Transient));
+        assert!(meaning_rank(Outcome::Transient) > meaning_rank(Outcome::KeyUnusable));
+    }
+
+    #[test]
+    fn reasons_are_a_closed_set() {
+        assert_eq!(reason_code("ERROR_ZERO_BALANCE"), "ERROR_ZERO_BALANCE");
+        assert_eq!(reason_code("ERROR_SOMETHING_NEW"), "other");
+    }
+}

@@ -1,0 +1,325 @@
+//! Key health: whether each key is in rotation, and if not, why and until when.
+//!
+//! Health sits behind the narrow [`HealthStore`] interface so that a shared store (Redis, for
+//! several replicas acting as one pool) can replace [`MemoryHealth`] without touching the
+//! proxy. The store knows nothing of HTTP or of error codes: callers decide what an outcome
+//! means (see `captcha::classify`) and tell the store to bench, cool or restore a key.
+
+use std::fmt;
+use std::time::Duration;
+
+use dashmap::DashMap;
+use tokio::time::Instant;
+
+/// Stable identity of a key for the life of the process. Pins and health refer to keys by id,
+/// so a key that leaves the config can still be found for the tasks it created.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct KeyId(pub u16);
+
+/// Where a key stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StateKind {
+    /// In rotation.
+    Active,
+    /// Out of rotation until a deadline: full right now, or too many transient failures.
+    Cooling,
+    /// Out of rotation until a refresh shows the key usable again.
+    Benched,
+}
+
+impl StateKind {
+    /// Metric label and status text.
+    pub fn label(self) -> &'static str {
+        match self {
+            StateKind::Active => "active",
+            StateKind::Cooling => "cooling",
+            StateKind::Benched => "benched",
+        }
+    }
+}
+
+impl fmt::Display for StateKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.label())
+    }
+}
+
+/// A key's health as seen at one instant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HealthView {
+    pub state: StateKind,
+    /// The code or cause that took the key out; `None` while active.
+    pub reason: Option<&'static str>,
+    /// When the key entered this state.
+    pub since: Instant,
+    /// End of a cooldown.
+    pub until: Option<Instant>,
+}
+
+/// What a caller tells the store about a key.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum HealthEvent {
+    /// The key answered normally: clears the run of transient failures.
+    Success,
+    /// A network error, 5xx or server error. After `threshold` in a row the key cools down for
+    /// `cooldown`; a single one never takes a key out.
+    Transient { threshold: u32, cooldown: Duration },
+    /// Take the key out for a while.
+    Cool { reason: &'static str, duration: Duration },
+    /// Take the key out until a refresh restores it.
+    Bench { reason: &'static str },
+    /// Put the key back in rotation.
+    Restore,
+}
+
+/// A change of state, returned so the caller can log and count flips, and only flips.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Transition {
+    pub from: StateKind,
+    pub to: StateKind,
+    pub reason: Option<&'static str>,
+}
+
+/// The narrow interface to key health.
+pub trait HealthStore: Send + Sync + 'static {
+    /// The key's state at `now`. A cooldown that has run out reads as active.
+    fn view(&self, key: KeyId, now: Instant) -> HealthView;
+    /// Applies an event; returns the transition if the state changed.
+    fn record(&self, key: KeyId, event: HealthEvent, now: Instant) -> Option<Transition>;
+}
+
+/// Reason recorded when transient failures cool a key down.
+pub const TRANSIENT_REASON: &str = "transient";
+
+// === impl MemoryHealth ===
+
+/// In-process health table.
+///
+/// Each key's entry is updated under the map's shard lock for the few instructions an event
+/// takes; nothing is awaited while it is held.
+#[derive(Debug, Default)]
+pub struct MemoryHealth {
+    entries: DashMap<KeyId, Entry>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    state: StateKind,
+    reason: Option<&'static str>,
+    since: Instant,
+    until: Option<Instant>,
+    transient_run: u32,
+}
+
+impl Entry {
+    fn active(since: Instant) -> Entry {
+        Entry {
+            state: StateKind::Active,
+            reason: None,
+            since,
+            until: None,
+            transient_run: 0,
+        }
+    }
+
+    /// Folds an expired cooldown into the active state it has become.
+    fn settle(&mut self, now: Instant) {
+        if let (StateKind::Cooling, Some(until)) = (self.state, self.until) {
+            if until <= now {
+                *self = Entry::active(until);
+            }
+        }
+    }
+
+    fn view(&self) -> HealthView {
+        HealthView {
+            state: self.state,
+            reason: self.reason,
+            since: self.since,
+            until: self.until,
+        }
+    }
+}
+
+impl MemoryHealth {
+    pub fn new() -> MemoryHealth {
+        MemoryHealth::default()
+    }
+}
+
+impl HealthStore for MemoryHealth {
+    fn view(&self, key: KeyId, now: Instant) -> HealthView {
+        match self.entries.get(&key) {
+            Some(entry) => {
+                let mut entry = *entry;
+                entry.settle(now);
+                entry.view()
+            }
+            // Keys start active; the epoch of a key never touched does not matter to callers.
+            None => Entry::active(now).view(),
+        }
+    }
+
+    fn record(&self, key: KeyId, event: HealthEvent, now: Instant) -> Option<Transition> {
+        let mut entry = self.entries.entry(key).or_insert_with(|| Entry::active(now));
+        entry.settle(now);
+        let before = entry.state;
+        match event {
+            HealthEvent::Success => {
+                entry.transient_run = 0;
+                return None;
+            }
+            HealthEvent::Transient {
+                threshold,
+                cooldown,
+            } => {
+                entry.transient_run = entry.transient_run.saturating_add(1);
+                if entry.state != StateKind::Active || entry.transient_run < threshold.max(1) {
+                    return None;
+                }
+                entry.transient_run = 0;
+                set(&mut entry, StateKind::Cooling, Some(TRANSIENT_REASON), now);
+                entry.until = Some(now + cooldown);
+            }
+            HealthEvent::Cool { reason, duration } => {
+                // A benched key stays benched: only a refresh may bring it back.
+                if entry.state == StateKind::Benched {
+                    return None;
+                }
+                set(&mut entry, StateKind::Cooling, Some(reason), now);
+                entry.until = Some(now + duration);
+            }
+            HealthEvent::Bench { reason } => {
+                if entry.state == StateKind::Benched && entry.reason == Some(reason) {
+                    return None;
+                }
+                set(&mut entry, StateKind::Benched, Some(reason), now);
+            }
+            HealthEvent::Restore => {
+                if entry.state == StateKind::Active {
+                    return None;
+                }
+                *entry = Entry::active(now);
+            }
+        }
+        (entry.state != before || event_changes_reason(&event)).then_some(Transition {
+            from: before,
+            to: entry.state,
+            reason: entry.reason,
+        })
+    }
+}
+
+/// Cooling again while cooling, or benching for a new reason, is a change worth reporting.
+fn event_changes_reason(event: &HealthEvent) -> bool {
+    matches!(event, HealthEvent::Cool { .. } | HealthEvent::Bench { .. })
+}
+
+fn set(entry: &mut Entry, state: StateKind, reason: Option<&'static str>, now: Instant) {
+    if entry.state != state {
+        entry.since = now;
+    }
+    entry.state = state;
+    entry.reason = reason;
+    entry.until = None;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const K: KeyId = KeyId(0);
+    const TRANSIENT: HealthEvent = HealthEvent::Transient {
+        threshold: 3,
+        cooldown: Duration::from_secs(30),
+    };
+
+    #[tokio::test(start_paused = true)]
+    async fn keys_start_active() {
+        let health = MemoryHealth::new();
+        assert_eq!(health.view(K, Instant::now()).state, StateKind::Active);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn bench_holds_until_restore() {
+        let health = MemoryHealth::new();
+        let now = Instant::now();
+        let t = health
+            .record(
+                K,
+                HealthEvent::Bench {
+                    reason: "ERROR_KEY_DOES_NOT_EXIST",
+                },
+                now,
+            )
+            .expect("benching an active key is a flip");
+        assert_eq!(
+            (t.from, t.to, t.reason),
+            (
+                StateKind::Active,
+                StateKind::Benched,
+                Some("ERROR_KEY_DOES_NOT_EXIST")
+            )
+        );
+        tokio::time::advance(Duration::from_secs(3600)).await;
+        let view = health.view(K, Instant::now());
+        assert_eq!(view.state, StateKind::Benched);
+        assert_eq!(view.since, now);
+        // A cooldown cannot shorten a bench.
+        let cool = HealthEvent::Cool {
+            reason: "ERROR_NO_SLOT_AVAILABLE",
+            duration: Duration::from_secs(1),
+        };
+        assert_eq!(health.record(K, cool, Instant::now()), None);
+        assert_eq!(health.view(K, Instant::now()).state, StateKind::Benched);
+        let t = health.record(K, HealthEvent::Restore, Instant::now()).unwrap();
+        assert_eq!(t.to, StateKind::Active);
+        assert_eq!(health.record(K, HealthEvent::Restore, Instant::now()), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn cooldown_ends_by_itself() {
+        let health = MemoryHealth::new();
+        let cool = HealthEvent::Cool {
+            reason: "MAX_USER_TURN",
+            duration: Duration::from_secs(10),
+        };
+        health.record(K, cool, Instant::now()).unwrap();
+        tokio::time::advance(Duration::from_millis(9_999)).await;
+        let view = health.view(K, Instant::now());
+        assert_eq!(view.state, StateKind::Cooling);
+        assert_eq!(view.reason, Some("MAX_USER_TURN"));
+        tokio::time::advance(Duration::from_millis(1)).await;
+        let view = health.view(K, Instant::now());
+        assert_eq!(view.state, StateKind::Active);
+        assert_eq!(view.reason, None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn transient_failures_cool_only_after_a_run() {
+        let health = MemoryHealth::new();
+        let now = Instant::now();
+        assert_eq!(health.record(K, TRANSIENT, now), None);
+        assert_eq!(health.record(K, TRANSIENT, now), None);
+        // A success in between resets the run.
+        health.record(K, HealthEvent::Success, now);
+        assert_eq!(health.record(K, TRANSIENT, now), None);
+        assert_eq!(health.record(K, TRANSIENT, now), None);
+        let t = health.record(K, TRANSIENT, now).expect("third in a row cools");
+        assert_eq!((t.to, t.reason), (StateKind::Cooling, Some(TRANSIENT_REASON)));
+        assert_eq!(
+            health.view(K, now).until,
+            Some(now + Duration::from_secs(30))
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn transient_failures_never_bench() {
+        let health = MemoryHealth::new();
+        for _ in 0..100 {
+            health.record(K, TRANSIENT, Instant::now());
+            tokio::time::advance(Duration::from_secs(1)).await;
+        }
+        assert_ne!(health.view(K, Instant::now()).state, StateKind::Benched);
+    }
+}

@@ -1,0 +1,204 @@
+//! Task pins: which key created each task, so polls and reports go out with that key.
+//!
+//! Pins sit behind the narrow [`PinStore`] interface so that a shared store can later let
+//! several keyrelay replicas poll each other's tasks. [`MemoryPins`] bounds its memory two
+//! ways: pins expire after a TTL, and past a size cap the oldest pins are evicted first.
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use dashmap::DashMap;
+use tokio::time::Instant;
+
+use crate::health::KeyId;
+
+/// A task id as the upstream issued it. Ids are numeric on CaptchaAI, so they are kept as
+/// integers (8 bytes, no allocation); anything else is kept verbatim, so another
+/// 2captcha-compatible upstream with text ids still works.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum TaskId {
+    Num(u64),
+    Text(Box<str>),
+}
+
+impl TaskId {
+    /// Reads an id from a caller's parameter or an upstream answer; `None` if blank.
+    pub fn parse(raw: &str) -> Option<TaskId> {
+        let raw = raw.trim();
+        if raw.is_empty() {
+            return None;
+        }
+        Some(match raw.parse::<u64>() {
+            // "007" must round-trip as "007", so only canonical integers become numbers.
+            Ok(n) if n.to_string() == raw => TaskId::Num(n),
+            _ => TaskId::Text(raw.into()),
+        })
+    }
+}
+
+impl std::fmt::Display for TaskId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TaskId::Num(n) => write!(f, "{n}"),
+            TaskId::Text(s) => f.write_str(s),
+        }
+    }
+}
+
+/// The narrow interface to task pins.
+pub trait PinStore: Send + Sync + 'static {
+    /// Records that `key` created `task`.
+    fn pin(&self, task: TaskId, key: KeyId, now: Instant);
+    /// The key that created `task`, if the pin is known and not expired.
+    fn owner(&self, task: &TaskId, now: Instant) -> Option<KeyId>;
+    /// Drops expired pins; returns how many were dropped.
+    fn sweep(&self, now: Instant) -> usize;
+    /// Pins held now.
+    fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+// === impl MemoryPins ===
+
+/// In-memory pins with TTL expiry and oldest-first eviction.
+pub struct MemoryPins {
+    /// Lookups on the poll path run concurrently; dashmap shards the lock.
+    map: DashMap<TaskId, Pin>,
+    /// Pins in insertion order, which is also expiry order because the TTL is uniform.
+    /// A std `Mutex`, not a tokio one: it is held only to push or pop, never across an await.
+    order: Mutex<VecDeque<(TaskId, Instant)>>,
+    ttl: Duration,
+    max_pins: usize,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Pin {
+    key: KeyId,
+    created: Instant,
+}
+
+impl MemoryPins {
+    pub fn new(ttl: Duration, max_pins: usize) -> MemoryPins {
+        MemoryPins {
+            map: DashMap::new(),
+            order: Mutex::new(VecDeque::new()),
+            ttl,
+            max_pins: max_pins.max(1),
+        }
+    }
+
+    /// Removes the oldest queue entry, and its pin unless the id was pinned again since.
+    fn pop_oldest(&self, order: &mut VecDeque<(TaskId, Instant)>) {
+        if let Some((task, created)) = order.pop_front() {
+            self.map.remove_if(&task, |_, pin| pin.created == created);
+        }
+    }
+}
+
+impl PinStore for MemoryPins {
+    fn pin(&self, task: TaskId, key: KeyId, now: Instant) {
+        let mut order = self.order.lock().expect("pin queue lock poisoned");
+        self.map.insert(task.clone(), Pin { key, created: now });
+        order.push_back((task, now));
+        // The queue may hold stale entries for re-pinned ids; its own bound keeps those few.
+        while !order.is_empty()
+            && (self.map.len() > self.max_pins || order.len() > self.max_pins.saturating_mul(2))
+        {
+            self.pop_oldest(&mut order);
+        }
+    }
+
+    fn owner(&self, task: &TaskId, now: Instant) -> Option<KeyId> {
+        let pin = *self.map.get(task)?;
+        (now.saturating_duration_since(pin.created) < self.ttl).then_some(pin.key)
+    }
+
+    fn sweep(&self, now: Instant) -> usize {
+        let before = self.map.len();
+        let mut order = self.order.lock().expect("pin queue lock poisoned");
+        while let Some((_, created)) = order.front() {
+            if now.saturating_duration_since(*created) < self.ttl {
+                break;
+            }
+            self.pop_oldest(&mut order);
+        }
+        before.saturating_sub(self.map.len())
+    }
+
+    fn len(&self) -> usize {
+        self.map.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(n: u64) -> TaskId {
+        TaskId::Num(n)
+    }
+
+    #[test]
+    fn task_ids_parse_numbers_and_keep_text() {
+        assert_eq!(TaskId::parse(" 73000000001 "), Some(id(73000000001)));
+        assert_eq!(TaskId::parse("007"), Some(TaskId::Text("007".into())));
+        assert_eq!(TaskId::parse("abc-1"), Some(TaskId::Text("abc-1".into())));
+        assert_eq!(TaskId::parse("  "), None);
+        assert_eq!(TaskId::parse("007").unwrap().to_string(), "007");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn pins_resolve_until_they_expire() {
+        let pins = MemoryPins::new(Duration::from_secs(3600), 10);
+        pins.pin(id(1), KeyId(2), Instant::now());
+        assert_eq!(pins.owner(&id(1), Instant::now()), Some(KeyId(2)));
+        assert_eq!(pins.owner(&id(9), Instant::now()), None);
+        tokio::time::advance(Duration::from_secs(3599)).await;
+        assert_eq!(pins.owner(&id(1), Instant::now()), Some(KeyId(2)));
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(pins.owner(&id(1), Instant::now()), None);
+        assert_eq!(pins.len(), 1, "expired but not yet swept");
+        assert_eq!(pins.sweep(Instant::now()), 1);
+        assert_eq!(pins.len(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn sweep_keeps_young_pins() {
+        let pins = MemoryPins::new(Duration::from_secs(60), 10);
+        pins.pin(id(1), KeyId(0), Instant::now());
+        tokio::time::advance(Duration::from_secs(30)).await;
+        pins.pin(id(2), KeyId(1), Instant::now());
+        tokio::time::advance(Duration::from_secs(30)).await;
+        assert_eq!(pins.sweep(Instant::now()), 1);
+        assert_eq!(pins.owner(&id(2), Instant::now()), Some(KeyId(1)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_cap_evicts_oldest_first() {
+        let pins = MemoryPins::new(Duration::from_secs(3600), 3);
+        for n in 1..=5 {
+            pins.pin(id(n), KeyId(n as u16), Instant::now());
+        }
+        assert_eq!(pins.len(), 3);
+        let now = Instant::now();
+        assert_eq!(pins.owner(&id(1), now), None);
+        assert_eq!(pins.owner(&id(2), now), None);
+        assert_eq!(pins.owner(&id(5), now), Some(KeyId(5)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn re_pinning_an_id_survives_eviction_of_its_old_entry() {
+        let pins = MemoryPins::new(Duration::from_secs(3600), 2);
+        pins.pin(id(1), KeyId(0), Instant::now());
+        tokio::time::advance(Duration::from_secs(1)).await;
+        pins.pin(id(1), KeyId(1), Instant::now());
+        pins.pin(id(2), KeyId(0), Instant::now());
+        pins.pin(id(3), KeyId(0), Instant::now());
+        // The stale first entry of id 1 went first, then the newer one as the oldest live pin.
+        assert_eq!(pins.len(), 2);
+        assert_eq!(pins.owner(&id(3), Instant::now()), Some(KeyId(0)));
+    }
+}

@@ -1,0 +1,137 @@
+//! `res.php` account actions, which concern the pool rather than one task: `getbalance` and
+//! `threadsinfo` answer pool totals, pingback actions go to every key, and actions keyrelay
+//! does not know are forwarded with a key in rotation.
+
+use futures_util::future::join_all;
+use tokio::time::Instant;
+
+use super::{Ctx, Handled};
+use crate::captcha::{self, Outcome, ParsedRequest};
+use crate::refresh;
+
+/// `getbalance`: the sum over keys in rotation. Keys whose balance is unknown are read now,
+/// so the first call after startup is not an undercount.
+pub(super) async fn balance(ctx: &Ctx) -> Handled {
+    let pool = &ctx.snapshot.pool;
+    let now = Instant::now();
+    let unknown = pool
+        .keys()
+        .iter()
+        .filter(|k| pool.in_rotation(k, now) && k.stats.balance().is_none());
+    let timeout = ctx.snapshot.config.timeouts.refresh;
+    join_all(unknown.map(|key| async move {
+        if let Ok(balance) = refresh::read_balance(&ctx.app, key, timeout).await {
+            key.stats.set_balance(Some(balance));
+        }
+    }))
+    .await;
+    let now = Instant::now();
+    let total: f64 = pool
+        .keys()
+        .iter()
+        .filter(|k| pool.in_rotation(k, now))
+        .filter_map(|k| k.stats.balance())
+        .sum();
+    let text = format_balance(total);
+    Handled::local(captcha::value_answer(&text, ctx.json), "success")
+}
+
+/// Balances are money: six decimals, trailing zeros trimmed, as the service prints them.
+fn format_balance(total: f64) -> String {
+    let text = format!("{total:.6}");
+    let text = text.trim_end_matches('0').trim_end_matches('.');
+    if text.is_empty() || text == "-" {
+        "0".to_owned()
+    } else {
+        text.to_owned()
+    }
+}
+
+/// `threadsinfo`: pool totals over keys in rotation, the same keys admission uses, so a
+/// client that checks threads after a "no free thread" answer sees a consistent picture.
+/// The service answers this action in JSON only.
+pub(super) fn threads(ctx: &Ctx) -> Handled {
+    let pool = &ctx.snapshot.pool;
+    let now = Instant::now();
+    let (mut threads, mut working) = (0u64, 0u64);
+    for key in pool.keys().iter().filter(|k| pool.in_rotation(k, now)) {
+        threads += u64::from(key.thread_capacity().unwrap_or(0));
+        working += u64::from(key.stats.threads().map_or(0, |(_, w)| w));
+    }
+    let working = working.min(threads);
+    let body = serde_json::json!({
+        "status": 1,
+        "threads": threads,
+        "working_threads": working,
+        "free_threads": threads - working,
+    });
+    Handled::local(
+        captcha::Answer {
+            content_type: "application/json",
+            body: body.to_string().into(),
+        },
+        "success",
+    )
+}
+
+/// Pingback addresses apply to every key, because a task can land on any of them. The answer
+/// is the first key's that succeeded (for `get_pingback`, every key holds the same list).
+pub(super) async fn pingback(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
+    let keys = ctx.snapshot.pool.keys();
+    let attempts = join_all(keys.iter().map(|key| ctx.attempt(key, parsed, &[]))).await;
+    let mut first_answer = None;
+    for (key, attempt) in keys.iter().zip(attempts) {
+        if attempt.outcome != Outcome::Success {
+            tracing::warn!(key = %key.name, code = attempt.code, "pingback action failed on a key");
+        }
+        if let Ok(answer) = attempt.result {
+            if attempt.outcome == Outcome::Success {
+                return Handled::upstream(answer, "success");
+            }
+            first_answer.get_or_insert((answer, attempt.outcome.label()));
+        }
+    }
+    match first_answer {
+        Some((answer, outcome)) => Handled::upstream(answer, outcome),
+        None => ctx.local_error(
+            "ERROR_SERVER_ERROR",
+            "no key could reach the upstream; retry later",
+            "upstream_failed",
+        ),
+    }
+}
+
+/// An action keyrelay has no rule for: forwarded once with a key in rotation, answer verbatim.
+pub(super) async fn other(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
+    let pool = &ctx.snapshot.pool;
+    let rng = ctx.app.rng();
+    let Some(key) = pool.candidates(rng, Instant::now()).next() else {
+        return ctx.local_error(
+            "ERROR_ZERO_BALANCE",
+            "keyrelay has no key in rotation; retry later",
+            "pool_exhausted",
+        );
+    };
+    let attempt = ctx.attempt(key, parsed, &[]).await;
+    match attempt.result {
+        Ok(answer) => Handled::upstream(answer, attempt.outcome.label()),
+        Err(_) => ctx.local_error(
+            "ERROR_SERVER_ERROR",
+            "the upstream did not answer; retry later",
+            "upstream_failed",
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::format_balance;
+
+    #[test]
+    fn balances_print_like_the_service() {
+        assert_eq!(format_balance(10.0), "10");
+        assert_eq!(format_balance(9.997), "9.997");
+        assert_eq!(format_balance(0.1 + 0.2), "0.3");
+        assert_eq!(format_balance(0.0), "0");
+    }
+}

@@ -1,0 +1,164 @@
+//! `res.php` actions tied to a task (`get`, `get2`, `reportbad`, `reportgood`): each goes out
+//! with the key that created the task, and `ids=` lists are split per key and re-joined.
+
+use std::sync::Arc;
+
+use futures_util::future::join_all;
+use tokio::time::Instant;
+
+use super::{Attempt, Ctx, Handled};
+use crate::captcha::{self, ParsedRequest};
+use crate::failover::{self, Next};
+use crate::pins::TaskId;
+use crate::pool::KeyEntry;
+
+const WRONG_ID: &str = "ERROR_WRONG_CAPTCHA_ID";
+const NOT_READY: &str = "CAPCHA_NOT_READY";
+
+pub(super) async fn poll(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
+    let is_get = parsed.action() == Some("get");
+    match parsed.param("ids").filter(|ids| is_get && !ids.trim().is_empty()) {
+        Some(ids) => poll_many(ctx, parsed, ids).await,
+        None => poll_one(ctx, parsed).await,
+    }
+}
+
+async fn poll_one(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
+    let started = Instant::now();
+    let Some(raw) = parsed.param("id").filter(|id| !id.trim().is_empty()) else {
+        return ctx.local_error(WRONG_ID, "no task id given: pass id=<task id>", "unknown_task");
+    };
+    let Some(task) = TaskId::parse(raw) else {
+        return ctx.local_error(WRONG_ID, "no task id given: pass id=<task id>", "unknown_task");
+    };
+    let Some(key) = owner(ctx, &task) else {
+        let text = format!("keyrelay has no record of task {task}");
+        return ctx.local_error(WRONG_ID, &text, "unknown_task");
+    };
+    let attempt = with_retries(ctx, &key, parsed, &[]).await;
+    let outcome = attempt.outcome.label();
+    tracing::info!(
+        action = parsed.action().unwrap_or(""),
+        key = %key.name,
+        task_id = %task,
+        outcome,
+        latency_ms = started.elapsed().as_millis() as u64,
+        "poll"
+    );
+    match attempt.result {
+        Ok(answer) if attempt.outcome != captcha::Outcome::Transient => {
+            Handled::upstream(answer, outcome)
+        }
+        _ => unanswered(ctx, parsed),
+    }
+}
+
+/// A poll the upstream did not answer after every retry. For `get`/`get2` the honest answer
+/// is "not ready (as far as keyrelay knows)": every client polls again, and gives up on its
+/// own timeout if the outage lasts. A report cannot be answered that way.
+fn unanswered(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
+    match parsed.action() {
+        Some("get" | "get2") => ctx.local_error(
+            NOT_READY,
+            "the upstream did not answer this poll; poll again",
+            "upstream_failed",
+        ),
+        _ => ctx.local_error(
+            "ERROR_SERVER_ERROR",
+            "the upstream did not answer; retry later",
+            "upstream_failed",
+        ),
+    }
+}
+
+/// Sends with the task's own key, retrying transient failures on that same key.
+async fn with_retries(
+    ctx: &Ctx,
+    key: &KeyEntry,
+    parsed: &ParsedRequest,
+    extra: &[(&str, &str)],
+) -> Attempt {
+    let policy = ctx.policy();
+    let mut rng = ctx.app.rng();
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let attempt = ctx.attempt(key, parsed, extra).await;
+        let decision = failover::on_poll(attempt.outcome, attempt.code, policy);
+        if let Some(event) = decision.health {
+            ctx.app.record_health(key, event);
+        }
+        if decision.next != Next::Backoff || tries >= policy.max_attempts {
+            return attempt;
+        }
+        tokio::time::sleep(failover::backoff(tries, policy, &mut rng)).await;
+    }
+}
+
+/// The key that created `task`. Keys are looked up in the current pool.
+fn owner(ctx: &Ctx, task: &TaskId) -> Option<Arc<KeyEntry>> {
+    let id = ctx.app.pins().owner(task, Instant::now())?;
+    ctx.snapshot.pool.get(id).cloned()
+}
+
+/// `get` with `ids=a,b,c`: ids of one key go out together; the answers are re-joined in the
+/// caller's order. Unknown ids answer `ERROR_WRONG_CAPTCHA_ID` in their slot.
+async fn poll_many(ctx: &Ctx, parsed: &ParsedRequest, ids: &str) -> Handled {
+    let ids: Vec<&str> = ids
+        .split(',')
+        .map(str::trim)
+        .filter(|id| !id.is_empty())
+        .collect();
+    let owners: Vec<Option<Arc<KeyEntry>>> = ids
+        .iter()
+        .map(|raw| TaskId::parse(raw).and_then(|task| owner(ctx, &task)))
+        .collect();
+
+    // Groups in order of first appearance, so requests go out in a stable order.
+    let mut groups: Vec<(Arc<KeyEntry>, Vec<usize>)> = Vec::new();
+    for (slot, key) in owners.iter().enumerate() {
+        let Some(key) = key else { continue };
+        match groups.iter_mut().find(|(k, _)| k.id == key.id) {
+            Some((_, slots)) => slots.push(slot),
+            None => groups.push((key.clone(), vec![slot])),
+        }
+    }
+    let all_known = owners.iter().all(Option::is_some);
+    if groups.len() == 1 && all_known {
+        // One key owns them all: forward as is and pass the answer through verbatim.
+        let key = groups[0].0.clone();
+        let attempt = with_retries(ctx, &key, parsed, &[]).await;
+        let outcome = attempt.outcome.label();
+        return match attempt.result {
+            Ok(answer) if attempt.outcome != captcha::Outcome::Transient => {
+                Handled::upstream(answer, outcome)
+            }
+            _ => unanswered(ctx, parsed),
+        };
+    }
+
+    let mut items: Vec<String> = vec![WRONG_ID.to_owned(); ids.len()];
+    let answers = join_all(groups.iter().map(|(key, slots)| {
+        let joined = slots.iter().map(|s| ids[*s]).collect::<Vec<_>>().join(",");
+        async move {
+            let attempt = with_retries(ctx, key, parsed, &[("ids", &joined)]).await;
+            match &attempt.result {
+                Ok(answer) if attempt.outcome != captcha::Outcome::Transient => {
+                    captcha::split_ids_reply(&answer.body, slots.len())
+                }
+                _ => None,
+            }
+        }
+    }))
+    .await;
+    for ((key, slots), split) in groups.iter().zip(answers) {
+        let parts = split.unwrap_or_else(|| {
+            tracing::warn!(key = %key.name, "ids= answer unusable; its slots answered not ready");
+            vec![NOT_READY.to_owned(); slots.len()]
+        });
+        for (slot, part) in slots.iter().zip(parts) {
+            items[*slot] = part;
+        }
+    }
+    Handled::local(captcha::ids_answer(&items, ctx.json), "success")
+}

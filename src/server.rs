@@ -1,0 +1,126 @@
+//! The accept loop, the background tasks, and graceful shutdown.
+
+use std::future::Future;
+use std::time::Duration;
+
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use crate::app::App;
+use crate::{proxy, refresh};
+
+/// A client that has not sent its headers by then is dropped (slow-loris defence).
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Requests in flight at shutdown get this long to finish; long polls and solve.php can
+/// take a while, but a stop must not hang forever.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How often expired pins are dropped.
+const PIN_SWEEP_INTERVAL: Duration = Duration::from_secs(60);
+
+/// After an accept error (for example, out of file descriptors), wait before retrying so the
+/// loop does not spin.
+const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
+
+/// Serves the proxy on `listener` until `shutdown` resolves, then drains.
+///
+/// The listener is bound by the caller, so tests can bind `127.0.0.1:0`.
+///
+/// # Errors
+/// None today: accept errors are logged and retried. The `Result` leaves room for listeners
+/// that can fail for good (TLS setup).
+pub async fn run(
+    listener: TcpListener,
+    app: App,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    let mut background = JoinSet::new();
+    background.spawn(refresh::run(app.clone()));
+    background.spawn(sweep_pins(app.clone()));
+
+    let graceful = GracefulShutdown::new();
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let (stream, peer) = match accepted {
+                    Ok(accepted) => accepted,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
+                        continue;
+                    }
+                };
+                let _ = stream.set_nodelay(true);
+                let app = app.clone();
+                let service = service_fn(move |req| proxy::handle(app.clone(), req));
+                let conn = http1::Builder::new()
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(HEADER_READ_TIMEOUT)
+                    .serve_connection(TokioIo::new(stream), service);
+                let conn = graceful.watch(conn);
+                tokio::spawn(async move {
+                    if let Err(e) = conn.await {
+                        tracing::debug!(%peer, error = %e, "connection ended with an error");
+                    }
+                });
+            }
+            () = &mut shutdown => break,
+        }
+    }
+    drop(listener);
+    tracing::info!("shutting down: draining requests in flight");
+    tokio::select! {
+        () = graceful.shutdown() => tracing::info!("drained"),
+        () = tokio::time::sleep(DRAIN_TIMEOUT) => {
+            tracing::warn!(timeout = ?DRAIN_TIMEOUT, "drain timed out; closing remaining connections");
+        }
+    }
+    background.shutdown().await;
+    Ok(())
+}
+
+async fn sweep_pins(app: App) {
+    let mut tick = tokio::time::interval(PIN_SWEEP_INTERVAL);
+    loop {
+        tick.tick().await;
+        let dropped = app.pins().sweep(Instant::now());
+        if dropped > 0 {
+            tracing::debug!(dropped, "expired pins dropped");
+        }
+    }
+}
+
+/// Resolves on Ctrl-C or, on Unix, SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            tracing::error!(error = %e, "cannot listen for Ctrl-C");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = terminate => {},
+    }
+}

@@ -1,0 +1,194 @@
+//! The HTTP client that talks to the captcha service: one pooled hyper-util client over
+//! rustls, per-request timeouts, and errors that say whether the request may have arrived.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::header::{self, HeaderMap, HeaderValue};
+use hyper::{Method, Request, StatusCode, Uri};
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+
+/// Answers from the service are a few hundred bytes; this only stops a broken or hostile
+/// upstream from making keyrelay buffer without limit.
+const MAX_ANSWER_BYTES: usize = 4 * 1024 * 1024;
+
+/// Idle upstream connections are kept this long so steady traffic skips TLS handshakes.
+const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// Why an upstream exchange failed.
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamError {
+    /// No connection could be made, so the request was certainly not delivered.
+    #[error("cannot connect to the upstream: {0}")]
+    Connect(String),
+    /// The request may have been delivered, but no complete answer came back.
+    #[error("the upstream did not answer: {0}")]
+    NoAnswer(String),
+    /// No answer within the configured timeout.
+    #[error("the upstream did not answer within {0:?}")]
+    Timeout(Duration),
+    /// The answer was larger than any real answer can be.
+    #[error("the upstream answer exceeded {MAX_ANSWER_BYTES} bytes")]
+    AnswerTooLarge,
+}
+
+impl UpstreamError {
+    /// Whether the upstream may have received and acted on the request. A submit that fails
+    /// this way may already have created a task.
+    pub fn may_have_arrived(&self) -> bool {
+        !matches!(self, UpstreamError::Connect(_))
+    }
+
+    /// Closed set of labels for metrics and logs.
+    pub fn label(&self) -> &'static str {
+        match self {
+            UpstreamError::Connect(_) => "connect",
+            UpstreamError::NoAnswer(_) => "no_answer",
+            UpstreamError::Timeout(_) => "timeout",
+            UpstreamError::AnswerTooLarge => "too_large",
+        }
+    }
+}
+
+/// A complete answer from the upstream.
+#[derive(Debug)]
+pub struct UpstreamAnswer {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+/// A request ready to send.
+pub struct Outgoing<'a> {
+    pub method: Method,
+    pub uri: Uri,
+    /// End-to-end headers of the caller's request worth forwarding (content type, user agent).
+    pub headers: &'a HeaderMap,
+    pub body: Bytes,
+    pub timeout: Duration,
+}
+
+/// Cheap to clone: the connection pool is shared.
+#[derive(Clone)]
+pub struct UpstreamClient {
+    client: Arc<Client<HttpsConnector<HttpConnector>, Full<Bytes>>>,
+}
+
+impl UpstreamClient {
+    /// # Errors
+    /// Fails only if rustls cannot set up its TLS defaults.
+    pub fn new(connect_timeout: Duration) -> Result<UpstreamClient, rustls::Error> {
+        let mut http = HttpConnector::new();
+        // The https connector below decides the scheme; HttpConnector must accept both.
+        http.enforce_http(false);
+        http.set_connect_timeout(Some(connect_timeout));
+        http.set_nodelay(true);
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_provider_and_webpki_roots(provider)?
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(http);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(POOL_IDLE_TIMEOUT)
+            .pool_timer(TokioTimer::new())
+            .build(https);
+        Ok(UpstreamClient {
+            client: Arc::new(client),
+        })
+    }
+
+    /// Sends one request and reads the whole answer.
+    ///
+    /// # Errors
+    /// See [`UpstreamError`]; every failure says whether the request may have arrived.
+    pub async fn send(&self, out: Outgoing<'_>) -> Result<UpstreamAnswer, UpstreamError> {
+        let mut request = Request::builder()
+            .method(out.method)
+            .uri(out.uri)
+            .body(Full::new(out.body))
+            .expect("method and uri are already typed values");
+        copy_request_headers(out.headers, request.headers_mut());
+        let exchange = async {
+            let response = self.client.request(request).await.map_err(|e| {
+                if e.is_connect() {
+                    UpstreamError::Connect(error_chain(&e))
+                } else {
+                    UpstreamError::NoAnswer(error_chain(&e))
+                }
+            })?;
+            let (parts, body) = response.into_parts();
+            let body = Limited::new(body, MAX_ANSWER_BYTES)
+                .collect()
+                .await
+                .map_err(|e| {
+                    if e.is::<http_body_util::LengthLimitError>() {
+                        UpstreamError::AnswerTooLarge
+                    } else {
+                        UpstreamError::NoAnswer(e.to_string())
+                    }
+                })?
+                .to_bytes();
+            Ok(UpstreamAnswer {
+                status: parts.status,
+                headers: parts.headers,
+                body,
+            })
+        };
+        tokio::time::timeout(out.timeout, exchange)
+            .await
+            .map_err(|_| UpstreamError::Timeout(out.timeout))?
+    }
+}
+
+/// Hop-by-hop headers (RFC 9110 §7.6.1) and those the client recomputes must not be copied.
+/// `accept-encoding` is dropped so answers come back uncompressed and can be classified.
+fn is_forwardable(name: &header::HeaderName) -> bool {
+    !matches!(
+        name.as_str(),
+        "host"
+            | "content-length"
+            | "transfer-encoding"
+            | "connection"
+            | "keep-alive"
+            | "proxy-connection"
+            | "proxy-authorization"
+            | "proxy-authenticate"
+            | "te"
+            | "trailer"
+            | "upgrade"
+            | "expect"
+            | "accept-encoding"
+    )
+}
+
+fn copy_request_headers(from: &HeaderMap, to: &mut HeaderMap) {
+    for (name, value) in from {
+        if is_forwardable(name) {
+            to.append(name.clone(), value.clone());
+        }
+    }
+}
+
+/// Headers of an upstream answer to pass back to the caller.
+pub fn answer_headers(from: &HeaderMap) -> impl Iterator<Item = (&header::HeaderName, &HeaderValue)> {
+    from.iter()
+        .filter(|(name, _)| is_forwardable(name) && *name != header::CONTENT_ENCODING)
+}
+
+/// hyper's errors keep the useful part in their sources.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}

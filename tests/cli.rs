@@ -1,0 +1,91 @@
+//! The command line as users meet it: help, version, `check` on the shipped and broken
+//! configs, and `demo` end to end.
+
+use std::process::{Command, Output};
+
+fn keyrelay(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_keyrelay"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("keyrelay runs")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn help_lists_the_commands() {
+    let out = keyrelay(&["--help"]);
+    assert!(out.status.success());
+    let text = stdout(&out);
+    for word in ["check", "simulate", "demo", "--config"] {
+        assert!(text.contains(word), "{word} missing from help:\n{text}");
+    }
+}
+
+#[test]
+fn version_prints_the_crate_version() {
+    let out = keyrelay(&["--version"]);
+    assert!(out.status.success());
+    assert_eq!(stdout(&out).trim(), format!("keyrelay {}", env!("CARGO_PKG_VERSION")));
+}
+
+#[test]
+fn check_accepts_the_shipped_config_and_prints_the_pool_without_keys() {
+    let out = keyrelay(&["check", "--config", "proxy.toml"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("sim-a") && text.contains("sim-b"), "{text}");
+    for key in keyrelay::sim::DEFAULT_KEYS {
+        assert!(!text.contains(key), "check printed a key:\n{text}");
+        assert!(text.contains(&keyrelay::ApiKey::new(key).fingerprint()), "{text}");
+    }
+}
+
+#[test]
+fn check_rejects_a_broken_config_with_a_precise_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.toml");
+    std::fs::write(
+        &path,
+        "upstream = \"http://127.0.0.1:9\"\n[[keys]]\nname = \"main\"\nkey = \"0123456789abcdef0123456789abcdef\"\nweight = 0\n",
+    )
+    .unwrap();
+    let out = keyrelay(&["check", "--config", path.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let text = stderr(&out);
+    assert!(text.contains("keys[0] (\"main\").weight"), "{text}");
+    assert!(!text.contains("0123456789abcdef"), "{text}");
+}
+
+#[test]
+fn check_reports_a_missing_file() {
+    let out = keyrelay(&["check", "--config", "/nonexistent/proxy.toml"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("/nonexistent/proxy.toml"), "{}", stderr(&out));
+}
+
+#[test]
+fn demo_shows_rotation_failover_and_metrics() {
+    let out = keyrelay(&["demo"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    for expected in [
+        "served by",
+        "failover: 'revoked' answered ERROR_KEY_DOES_NOT_EXIST",
+        "key 'drained' benched",
+        "final pool state",
+        "keyrelay_keys_active 2",
+        "keyrelay_key_up{key=\"heavy\"} 1",
+    ] {
+        assert!(text.contains(expected), "{expected:?} missing from the demo:\n{text}");
+    }
+    assert!(!text.contains("demo-steady-0000"), "the demo printed a key:\n{text}");
+}

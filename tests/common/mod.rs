@@ -1,0 +1,226 @@
+//! Shared test harness: a simulator and a keyrelay proxy on ephemeral ports, and a small
+//! HTTP client that returns status, headers and exact body bytes.
+
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::header::{HeaderMap, CONTENT_TYPE};
+use hyper::{Method, Request, StatusCode};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use keyrelay::config::{Config, KeyConfig, Upstream};
+use keyrelay::sim::{SimHandle, SimKey, Simulator};
+use keyrelay::App;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+/// 32-character fake keys, one per pool slot.
+pub const KEY_A: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaa0001";
+pub const KEY_B: &str = "bbbbbbbbbbbbbbbbbbbbbbbbbbbb0002";
+pub const KEY_C: &str = "cccccccccccccccccccccccccccc0003";
+pub const KEY_D: &str = "dddddddddddddddddddddddddddd0004";
+/// What the caller's script sends; it must never reach the upstream.
+pub const CALLER_KEY: &str = "callercallercallercallercaller99";
+
+/// A running proxy in front of a running simulator.
+pub struct Harness {
+    pub sim: SimHandle,
+    pub app: App,
+    pub addr: SocketAddr,
+    pub client: Client<HttpConnector, Full<Bytes>>,
+    stop: Option<oneshot::Sender<()>>,
+    server: Option<JoinHandle<std::io::Result<()>>>,
+}
+
+/// An answer as the caller sees it.
+#[derive(Debug)]
+pub struct Answer {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+impl Answer {
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("answer is not JSON ({e}): {}", self.text()))
+    }
+
+    pub fn content_type(&self) -> Option<&str> {
+        self.headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok())
+    }
+}
+
+/// A pool key for a config: (name, key value, weight).
+pub fn key(name: &str, value: &str, weight: f64, upstream: &Upstream) -> KeyConfig {
+    let mut k = KeyConfig::new(name, value, upstream.clone());
+    k.weight = weight;
+    k
+}
+
+/// A config for `sim` with fast retries so failure tests run quickly.
+pub fn config_for(sim: &SimHandle, keys: &[(&str, &str, f64)]) -> Config {
+    let upstream = Upstream::parse(&sim.url()).expect("simulator url is valid");
+    let keys = keys
+        .iter()
+        .map(|(name, value, weight)| key(name, value, *weight, &upstream))
+        .collect();
+    let mut config = Config::for_keys(upstream, keys);
+    config.failover.backoff_base = Duration::from_millis(1);
+    config.failover.backoff_max = Duration::from_millis(5);
+    config.timeouts.request = Duration::from_secs(5);
+    config.timeouts.refresh = Duration::from_secs(5);
+    config
+}
+
+/// Starts a simulator with the given keys (all valid, balance 10, 5 threads).
+pub async fn sim_with(keys: &[&str]) -> SimHandle {
+    let mut sim = Simulator::new();
+    for k in keys {
+        sim = sim.key(SimKey::valid(k));
+    }
+    sim.spawn().await.expect("simulator binds 127.0.0.1:0")
+}
+
+impl Harness {
+    /// Simulator with keys A, B, C; proxy with them as a, b, c at weight 1.
+    pub async fn three_keys() -> Harness {
+        let sim = sim_with(&[KEY_A, KEY_B, KEY_C]).await;
+        let config = config_for(&sim, &[("a", KEY_A, 1.0), ("b", KEY_B, 1.0), ("c", KEY_C, 1.0)]);
+        Harness::start(sim, config).await
+    }
+
+    /// Starts the proxy for `config` in front of `sim`, and waits for the startup refresh.
+    pub async fn start(sim: SimHandle, config: Config) -> Harness {
+        let harness = Harness::start_without_refresh_wait(sim, config).await;
+        harness.wait_for_refresh().await;
+        harness
+    }
+
+    pub async fn start_without_refresh_wait(sim: SimHandle, config: Config) -> Harness {
+        let app = App::new(config).expect("app builds");
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("local addr");
+        let (stop, stopped) = oneshot::channel::<()>();
+        let server = tokio::spawn(keyrelay::server::run(listener, app.clone(), async {
+            let _ = stopped.await;
+        }));
+        Harness {
+            sim,
+            app,
+            addr,
+            client: Client::builder(TokioExecutor::new()).build_http(),
+            stop: Some(stop),
+            server: Some(server),
+        }
+    }
+
+    /// Waits until the startup refresh has read a balance (or an error) for every key.
+    pub async fn wait_for_refresh(&self) {
+        let app = self.app.clone();
+        eventually("startup refresh", || {
+            let snapshot = app.snapshot();
+            snapshot.pool.keys().iter().all(|k| {
+                k.stats.balance().is_some()
+                    || app.health().view(k.id, tokio::time::Instant::now()).state
+                        != keyrelay::health::StateKind::Active
+            })
+        })
+        .await;
+    }
+
+    pub fn url(&self, path_and_query: &str) -> String {
+        format!("http://{}{}", self.addr, path_and_query)
+    }
+
+    pub async fn get(&self, path_and_query: &str) -> Answer {
+        self.send(Method::GET, path_and_query, None, Bytes::new()).await
+    }
+
+    pub async fn post(&self, path_and_query: &str, content_type: &str, body: impl Into<Bytes>) -> Answer {
+        self.send(Method::POST, path_and_query, Some(content_type), body.into())
+            .await
+    }
+
+    pub async fn send(
+        &self,
+        method: Method,
+        path_and_query: &str,
+        content_type: Option<&str>,
+        body: Bytes,
+    ) -> Answer {
+        let mut request = Request::builder().method(method).uri(self.url(path_and_query));
+        if let Some(ct) = content_type {
+            request = request.header(CONTENT_TYPE, ct);
+        }
+        let request = request.body(Full::new(body)).expect("valid request");
+        let response = self.client.request(request).await.expect("proxy answers");
+        let (parts, body) = response.into_parts();
+        let body = body.collect().await.expect("whole body").to_bytes();
+        Answer {
+            status: parts.status,
+            headers: parts.headers,
+            body,
+        }
+    }
+
+    /// Submits a reCAPTCHA task through the proxy (json=1) and returns its task id.
+    pub async fn submit(&self) -> u64 {
+        let answer = self
+            .get(&format!(
+                "/in.php?key={CALLER_KEY}&method=userrecaptcha&googlekey=site&pageurl=https://x.test&json=1"
+            ))
+            .await;
+        let json = answer.json();
+        assert_eq!(json["status"], 1, "submit failed: {}", answer.text());
+        match &json["request"] {
+            serde_json::Value::Number(n) => n.as_u64().expect("numeric id"),
+            serde_json::Value::String(s) => s.parse().expect("numeric id"),
+            other => panic!("no task id in {other}"),
+        }
+    }
+
+    /// The `/metrics` text.
+    pub async fn metrics(&self) -> String {
+        self.get("/metrics").await.text()
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(server) = self.server.take() {
+            server.await.expect("server task").expect("server ran");
+        }
+    }
+}
+
+/// Polls `condition` until it holds, failing the test after a generous bound. For state that
+/// changes in a background task; never a guess at how long something takes.
+pub async fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
+    for _ in 0..1000 {
+        if condition() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("timed out waiting for: {what}");
+}
+
+/// The value of a metric line (`name{labels} value`), if present.
+pub fn metric(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}

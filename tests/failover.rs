@@ -1,0 +1,360 @@
+//! Each failover class end to end: what the caller gets, which keys the simulator saw, and
+//! what happened to the failing key.
+//!
+//! Tests steer the first pick with extreme weights (10_000 : 1 puts the heavy key first with
+//! probability 0.9999), so the key under test is the one that fails.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use keyrelay::health::StateKind;
+use keyrelay::sim::{Fault, FaultKind, FaultTarget, SimKey, SimKeyState, Simulator};
+use tokio::time::Instant;
+
+/// Pool: "a" (heavy, the one that fails) and "b" (light, the fallback).
+async fn heavy_a_light_b() -> Harness {
+    let sim = sim_with(&[KEY_A, KEY_B]).await;
+    let config = config_for(&sim, &[("a", KEY_A, 10_000.0), ("b", KEY_B, 1.0)]);
+    Harness::start(sim, config).await
+}
+
+fn submits_by(h: &Harness) -> Vec<String> {
+    h.sim
+        .received()
+        .into_iter()
+        .filter(|r| r.path == "/in.php" || r.path == "/solve.php")
+        .map(|r| r.key.unwrap_or_default())
+        .collect()
+}
+
+fn state_of(h: &Harness, name: &str) -> (StateKind, Option<&'static str>) {
+    let snapshot = h.app.snapshot();
+    let key = snapshot
+        .pool
+        .keys()
+        .iter()
+        .find(|k| k.name == name)
+        .expect("key exists");
+    let view = h.app.health().view(key.id, Instant::now());
+    (view.state, view.reason)
+}
+
+fn fault(target: FaultTarget, kind: FaultKind, times: Option<u32>) -> Fault {
+    Fault { target, kind, times }
+}
+
+#[tokio::test]
+async fn an_unusable_key_is_benched_at_once_and_the_task_moves_on() {
+    for code_state in [SimKeyState::Unknown, SimKeyState::IpNotAllowed] {
+        let h = heavy_a_light_b().await;
+        h.sim.set_state(KEY_A, code_state);
+        let id = h.submit().await;
+        assert_eq!(h.sim.task_owner(id).as_deref(), Some(KEY_B));
+        assert_eq!(submits_by(&h), vec![KEY_A.to_owned(), KEY_B.to_owned()]);
+        let expected = match code_state {
+            SimKeyState::Unknown => "ERROR_KEY_DOES_NOT_EXIST",
+            _ => "ERROR_IP_NOT_ALLOWED",
+        };
+        assert_eq!(state_of(&h, "a"), (StateKind::Benched, Some(expected)));
+        let metrics = h.metrics().await;
+        assert_eq!(
+            metric(&metrics, &format!("keyrelay_failovers_total{{reason=\"{expected}\"}}")),
+            Some(1.0)
+        );
+        assert_eq!(metric(&metrics, "keyrelay_key_up{key=\"a\"}"), Some(0.0));
+        assert_eq!(metric(&metrics, "keyrelay_keys_active"), Some(1.0));
+        // The benched key gets no more tasks.
+        h.submit().await;
+        assert_eq!(submits_by(&h).len(), 3);
+        assert_eq!(submits_by(&h)[2], KEY_B);
+        h.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn zero_balance_without_a_plan_benches_after_threadsinfo() {
+    let h = heavy_a_light_b().await;
+    h.sim.set_state(KEY_A, SimKeyState::ZeroBalance);
+    let id = h.submit().await;
+    assert_eq!(h.sim.task_owner(id).as_deref(), Some(KEY_B));
+    // The key is out of rotation at once, and benched once threadsinfo shows free threads.
+    assert_ne!(state_of(&h, "a").0, StateKind::Active);
+    eventually("a benched", || state_of(&h, "a") == (StateKind::Benched, Some("ERROR_ZERO_BALANCE"))).await;
+    assert!(h
+        .sim
+        .received()
+        .iter()
+        .any(|r| r.key.as_deref() == Some(KEY_A) && r.action.as_deref() == Some("threadsinfo")));
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn zero_balance_with_every_thread_busy_only_cools_the_key() {
+    let sim = Simulator::new()
+        .key(SimKey {
+            threads: 1,
+            ..SimKey::valid(KEY_A)
+        })
+        .key(SimKey::valid(KEY_B))
+        .spawn()
+        .await
+        .unwrap();
+    let mut config = config_for(&sim, &[("a", KEY_A, 10_000.0), ("b", KEY_B, 1.0)]);
+    config.failover.busy_cooldown = Duration::from_secs(3600);
+    let h = Harness::start(sim, config).await;
+    // The only thread of key A is taken by a task submitted past keyrelay.
+    let direct = h
+        .client
+        .get(
+            format!("{}/in.php?key={KEY_A}&method=userrecaptcha&googlekey=g&pageurl=p", h.sim.url())
+                .parse()
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert!(direct.status().is_success());
+    assert_eq!(h.sim.working_threads(KEY_A), 1);
+
+    let id = h.submit().await;
+    assert_eq!(h.sim.task_owner(id).as_deref(), Some(KEY_B));
+    eventually("a cooling as full", || {
+        h.app.snapshot().pool.keys()[0].stats.threads() == Some((1, 1))
+    })
+    .await;
+    assert_eq!(state_of(&h, "a"), (StateKind::Cooling, Some("ERROR_ZERO_BALANCE")));
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn a_full_key_cools_down_briefly_and_comes_back() {
+    for code in ["ERROR_NO_SLOT_AVAILABLE", "MAX_USER_TURN"] {
+        let sim = sim_with(&[KEY_A, KEY_B]).await;
+        let mut config = config_for(&sim, &[("a", KEY_A, 10_000.0), ("b", KEY_B, 1.0)]);
+        config.failover.busy_cooldown = Duration::from_millis(200);
+        let h = Harness::start(sim, config).await;
+        h.sim.add_fault(
+            KEY_A,
+            fault(FaultTarget::Submit, FaultKind::Code(code.into()), Some(1)),
+        );
+        let id = h.submit().await;
+        assert_eq!(h.sim.task_owner(id).as_deref(), Some(KEY_B));
+        assert_eq!(state_of(&h, "a").0, StateKind::Cooling);
+        assert_eq!(state_of(&h, "a").1, Some(code));
+        eventually("a back in rotation", || state_of(&h, "a").0 == StateKind::Active).await;
+        let id = h.submit().await;
+        assert_eq!(h.sim.task_owner(id).as_deref(), Some(KEY_A));
+        h.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn http_429_counts_as_full() {
+    let h = heavy_a_light_b().await;
+    h.sim
+        .add_fault(KEY_A, fault(FaultTarget::Submit, FaultKind::Status(429), Some(1)));
+    let id = h.submit().await;
+    assert_eq!(h.sim.task_owner(id).as_deref(), Some(KEY_B));
+    assert_eq!(state_of(&h, "a").0, StateKind::Cooling);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn caller_errors_pass_through_verbatim_without_retry_or_penalty() {
+    let h = heavy_a_light_b().await;
+    // No googlekey: the service answers ERROR_GOOGLEKEY; any key would.
+    let answer = h
+        .get(&format!("/in.php?key={CALLER_KEY}&method=userrecaptcha&pageurl=p&json=1"))
+        .await;
+    assert_eq!(answer.status, 200);
+    assert_eq!(answer.json()["request"], "ERROR_GOOGLEKEY");
+    let plain = h
+        .get(&format!("/in.php?key={CALLER_KEY}&method=userrecaptcha&pageurl=p"))
+        .await;
+    assert_eq!(plain.text(), "ERROR_GOOGLEKEY");
+    assert_eq!(submits_by(&h).len(), 2, "one upstream request per caller request");
+    assert_eq!(state_of(&h, "a").0, StateKind::Active);
+    assert_eq!(state_of(&h, "b").0, StateKind::Active);
+    let metrics = h.metrics().await;
+    assert!(!metrics.contains("keyrelay_failovers_total{"), "{metrics}");
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn ip_banned_is_answered_without_touching_keys_or_rotating() {
+    let h = heavy_a_light_b().await;
+    h.sim.add_fault(
+        "*",
+        fault(FaultTarget::Submit, FaultKind::Code("IP_BANNED".into()), None),
+    );
+    let answer = h
+        .get(&format!("/in.php?key={CALLER_KEY}&method=userrecaptcha&googlekey=g&pageurl=p&json=1"))
+        .await;
+    assert_eq!(answer.json()["request"], "IP_BANNED");
+    assert_eq!(submits_by(&h).len(), 1, "rotating keys would deepen the ban");
+    assert_eq!(state_of(&h, "a").0, StateKind::Active);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn transient_errors_retry_on_another_key_and_never_bench() {
+    let h = heavy_a_light_b().await;
+    h.sim
+        .add_fault(KEY_A, fault(FaultTarget::Submit, FaultKind::Status(502), Some(1)));
+    let id = h.submit().await;
+    assert_eq!(h.sim.task_owner(id).as_deref(), Some(KEY_B));
+    // One transient failure does not take a key out.
+    assert_eq!(state_of(&h, "a").0, StateKind::Active);
+    h.sim.add_fault(
+        KEY_A,
+        fault(FaultTarget::Submit, FaultKind::Code("ERROR_SERVER_ERROR".into()), Some(1)),
+    );
+    let id = h.submit().await;
+    assert_eq!(h.sim.task_owner(id).as_deref(), Some(KEY_B));
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn a_lone_key_gets_its_transient_retries() {
+    let sim = sim_with(&[KEY_A]).await;
+    let config = config_for(&sim, &[("a", KEY_A, 1.0)]);
+    let h = Harness::start(sim, config).await;
+    h.sim
+        .add_fault(KEY_A, fault(FaultTarget::Submit, FaultKind::Status(500), Some(2)));
+    let id = h.submit().await;
+    assert_eq!(h.sim.task_owner(id).as_deref(), Some(KEY_A));
+    assert_eq!(submits_by(&h).len(), 3);
+    assert_ne!(state_of(&h, "a").0, StateKind::Benched);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn attempts_are_bounded_and_the_caller_gets_a_well_formed_error() {
+    let sim = sim_with(&[KEY_A, KEY_B, KEY_C, KEY_D]).await;
+    let config = config_for(
+        &sim,
+        &[("a", KEY_A, 1.0), ("b", KEY_B, 1.0), ("c", KEY_C, 1.0), ("d", KEY_D, 1.0)],
+    );
+    let h = Harness::start(sim, config).await;
+    h.sim
+        .add_fault("*", fault(FaultTarget::Submit, FaultKind::Status(503), None));
+    let answer = h
+        .get(&format!("/in.php?key={CALLER_KEY}&method=userrecaptcha&googlekey=g&pageurl=p&json=1"))
+        .await;
+    assert_eq!(answer.status, 200);
+    let json = answer.json();
+    assert_eq!(json["status"], 0);
+    assert_eq!(json["request"], "ERROR_SERVER_ERROR");
+    assert!(json["error_text"].as_str().unwrap().contains("3 attempts"), "{json}");
+    assert_eq!(submits_by(&h).len(), 3, "max_attempts defaults to 3");
+    let plain = h
+        .get(&format!("/in.php?key={CALLER_KEY}&method=userrecaptcha&googlekey=g&pageurl=p"))
+        .await;
+    assert_eq!(plain.text(), "ERROR_SERVER_ERROR");
+    assert_eq!(plain.content_type(), Some("text/plain; charset=utf-8"));
+    for name in ["a", "b", "c", "d"] {
+        assert_ne!(state_of(&h, name).0, StateKind::Benched, "{name}");
+    }
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn consecutive_transient_failures_cool_a_key() {
+    let sim = sim_with(&[KEY_A]).await;
+    let mut config = config_for(&sim, &[("a", KEY_A, 1.0)]);
+    config.failover.transient_cooldown = Duration::from_secs(3600);
+    let h = Harness::start(sim, config).await;
+    h.sim
+        .add_fault(KEY_A, fault(FaultTarget::Submit, FaultKind::Status(500), None));
+    let answer = h
+        .get(&format!("/in.php?key={CALLER_KEY}&method=userrecaptcha&googlekey=g&pageurl=p&json=1"))
+        .await;
+    assert_eq!(answer.json()["status"], 0);
+    assert_eq!(state_of(&h, "a"), (StateKind::Cooling, Some("transient")));
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn a_submit_that_may_have_arrived_is_not_resent_by_default() {
+    let h = heavy_a_light_b().await;
+    h.sim
+        .add_fault(KEY_A, fault(FaultTarget::Submit, FaultKind::Reset, Some(1)));
+    let answer = h
+        .get(&format!("/in.php?key={CALLER_KEY}&method=userrecaptcha&googlekey=g&pageurl=p&json=1"))
+        .await;
+    let json = answer.json();
+    assert_eq!(json["request"], "ERROR_SERVER_ERROR");
+    assert!(json["error_text"].as_str().unwrap().contains("may have been created"));
+    assert_eq!(submits_by(&h), vec![KEY_A.to_owned()]);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn unsure_submits_are_resent_when_configured() {
+    let sim = sim_with(&[KEY_A, KEY_B]).await;
+    let mut config = config_for(&sim, &[("a", KEY_A, 10_000.0), ("b", KEY_B, 1.0)]);
+    config.failover.retry_unsure_submits = true;
+    let h = Harness::start(sim, config).await;
+    h.sim
+        .add_fault(KEY_A, fault(FaultTarget::Submit, FaultKind::Reset, Some(1)));
+    let id = h.submit().await;
+    assert_eq!(h.sim.task_owner(id).as_deref(), Some(KEY_B));
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn a_pool_whose_keys_are_all_down_answers_in_the_callers_format() {
+    let sim = Simulator::new()
+        .key(SimKey {
+            state: SimKeyState::Unknown,
+            ..SimKey::valid(KEY_A)
+        })
+        .key(SimKey {
+            state: SimKeyState::IpNotAllowed,
+            ..SimKey::valid(KEY_B)
+        })
+        .spawn()
+        .await
+        .unwrap();
+    let config = config_for(&sim, &[("a", KEY_A, 1.0), ("b", KEY_B, 1.0)]);
+    let h = Harness::start(sim, config).await;
+    // The startup refresh already benched both.
+    assert_eq!(state_of(&h, "a"), (StateKind::Benched, Some("ERROR_KEY_DOES_NOT_EXIST")));
+    assert_eq!(state_of(&h, "b"), (StateKind::Benched, Some("ERROR_IP_NOT_ALLOWED")));
+    let json = h
+        .get(&format!("/in.php?key={CALLER_KEY}&method=userrecaptcha&googlekey=g&pageurl=p&json=1"))
+        .await;
+    assert_eq!(json.status, 200);
+    let body = json.json();
+    assert_eq!(body["status"], 0);
+    assert_eq!(body["request"], "ERROR_ZERO_BALANCE");
+    assert!(body["error_text"].as_str().unwrap().contains("no key in rotation"));
+    let plain = h
+        .post("/in.php", "application/x-www-form-urlencoded", "method=base64&body=QQ")
+        .await;
+    assert_eq!(plain.text(), "ERROR_ZERO_BALANCE");
+    assert!(submits_by(&h).is_empty(), "benched keys get no traffic");
+    // threadsinfo agrees: no free thread anywhere.
+    let threads = h.get("/res.php?action=threadsinfo&json=1").await.json();
+    assert_eq!(threads["threads"], 0);
+    assert_eq!(threads["working_threads"], 0);
+    let metrics = h.metrics().await;
+    assert_eq!(metric(&metrics, "keyrelay_keys_active"), Some(0.0));
+    assert_eq!(metric(&metrics, "keyrelay_keys_configured"), Some(2.0));
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn solve_php_fails_over_too() {
+    let h = heavy_a_light_b().await;
+    h.sim.set_state(KEY_A, SimKeyState::Unknown);
+    let answer = h
+        .get(&format!("/solve.php?key={CALLER_KEY}&method=base64&body=QUJD&json=1"))
+        .await;
+    let json = answer.json();
+    assert_eq!(json["status"], 1, "{json}");
+    assert!(json["request"].as_str().unwrap().starts_with("tok-"));
+    assert_eq!(submits_by(&h), vec![KEY_A.to_owned(), KEY_B.to_owned()]);
+    h.stop().await;
+}

@@ -1,0 +1,153 @@
+//! No key value, pool or caller, appears in logs, metrics or answers: the real binary runs
+//! at debug level against the simulator, through success and failure paths, and everything
+//! it printed or answered is scanned.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::*;
+use keyrelay::sim::{SimKey, SimKeyState, Simulator};
+
+const DEAD_KEY: &str = "deaddeaddeaddeaddeaddeaddead0005";
+
+#[tokio::test]
+async fn no_key_appears_in_logs_metrics_or_answers() {
+    let sim = Simulator::new()
+        .key(SimKey::valid(KEY_A))
+        .key(SimKey::valid(KEY_B))
+        .key(SimKey { state: SimKeyState::Unknown, ..SimKey::valid(DEAD_KEY) })
+        .spawn()
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("proxy.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"
+listen = "127.0.0.1:0"
+upstream = "{}"
+refresh_interval = "1h"
+keys_env = "KEYRELAY_TEST_EXTRA_KEYS"
+
+[[keys]]
+name = "alpha"
+key = "{KEY_A}"
+
+[[keys]]
+key = "${{KEYRELAY_TEST_KEY_B}}"
+
+[failover]
+backoff_base = "1ms"
+backoff_max = "2ms"
+"#,
+            sim.url()
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_keyrelay"))
+        .args(["--config", config.to_str().unwrap(), "--log", "debug"])
+        .env("KEYRELAY_TEST_KEY_B", KEY_B)
+        .env("KEYRELAY_TEST_EXTRA_KEYS", DEAD_KEY)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("keyrelay starts");
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut logs = String::new();
+    let addr = loop {
+        let mut line = String::new();
+        if stderr.read_line(&mut line).unwrap() == 0 {
+            panic!("keyrelay exited early:\n{logs}");
+        }
+        logs.push_str(&line);
+        if let Some(rest) = line.split("addr=").nth(1) {
+            break rest.split_whitespace().next().unwrap().to_owned();
+        }
+    };
+    let base = format!("http://{addr}");
+    let client = reqwest_like::Client::new();
+    let mut answers = String::new();
+    // Wait for the startup refresh to bench the dead key, so its rejection is in the logs.
+    for _ in 0..500 {
+        let metrics = client.get(&format!("{base}/metrics")).await;
+        if metrics.contains("keyrelay_key_up{key=\"deaddead\"} 0") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    for path in [
+        format!("/in.php?key={CALLER_KEY}&method=userrecaptcha&googlekey=g&pageurl=p&json=1"),
+        format!("/in.php?key={CALLER_KEY}&method=userrecaptcha&googlekey=g&pageurl=p"),
+        format!("/in.php?key={CALLER_KEY}&method=userrecaptcha&pageurl=p&json=1"),
+        format!("/res.php?key={CALLER_KEY}&action=get&id=1&json=1"),
+        format!("/res.php?key={CALLER_KEY}&action=getbalance"),
+        format!("/res.php?key={CALLER_KEY}&action=threadsinfo"),
+        format!("/res.php?key={CALLER_KEY}&action=bogus"),
+        format!("/res.php?key={CALLER_KEY}"),
+        "/metrics".to_owned(),
+        "/nope".to_owned(),
+    ] {
+        answers.push_str(&client.get(&format!("{base}{path}")).await);
+    }
+    let submitted = client
+        .get(&format!("{base}/in.php?key={CALLER_KEY}&method=userrecaptcha&googlekey=g&pageurl=p&json=1"))
+        .await;
+    let id: serde_json::Value = serde_json::from_str(&submitted).unwrap();
+    answers.push_str(&client.get(&format!("{base}/res.php?action=get&id={}&json=1", id["request"])).await);
+    answers.push_str(&client.post(&format!("{base}/in.php?json=1"), "application/json", format!(r#"{{"key":"{CALLER_KEY}","method":"base64""#)).await);
+    sim.set_state(KEY_A, SimKeyState::IpNotAllowed);
+    sim.set_state(KEY_B, SimKeyState::Unknown);
+    answers.push_str(&client.get(&format!("{base}/in.php?key={CALLER_KEY}&method=base64&body=QQ")).await);
+    let metrics = client.get(&format!("{base}/metrics")).await;
+
+    child.kill().unwrap();
+    child.wait().unwrap();
+    stderr.read_to_string(&mut logs).unwrap();
+
+    assert!(logs.contains("key benched"), "the failure paths ran:\n{logs}");
+    assert!(metrics.contains("keyrelay_key_up{key=\"alpha\"}"));
+    for secret in [KEY_A, KEY_B, DEAD_KEY, CALLER_KEY] {
+        for (what, text) in [("logs", &logs), ("metrics", &metrics), ("answers", &answers)] {
+            assert!(!text.contains(secret), "a key appears in {what}:\n{text}");
+            // Not even most of it.
+            assert!(!text.contains(&secret[..16]), "a key prefix appears in {what}:\n{text}");
+        }
+    }
+}
+
+/// Just enough of an HTTP client for this test, on hyper-util.
+mod reqwest_like {
+    use bytes::Bytes;
+    use http_body_util::{BodyExt, Full};
+    use hyper::Request;
+    use hyper_util::client::legacy::{connect::HttpConnector, Client as Inner};
+    use hyper_util::rt::TokioExecutor;
+
+    pub struct Client(Inner<HttpConnector, Full<Bytes>>);
+
+    impl Client {
+        pub fn new() -> Client {
+            Client(Inner::builder(TokioExecutor::new()).build_http())
+        }
+
+        pub async fn get(&self, url: &str) -> String {
+            let response = self.0.get(url.parse().unwrap()).await.unwrap();
+            let body = response.into_body().collect().await.unwrap().to_bytes();
+            String::from_utf8_lossy(&body).into_owned()
+        }
+
+        pub async fn post(&self, url: &str, content_type: &str, body: String) -> String {
+            let request = Request::post(url)
+                .header("content-type", content_type)
+                .body(Full::new(Bytes::from(body)))
+                .unwrap();
+            let response = self.0.request(request).await.unwrap();
+            let body = response.into_body().collect().await.unwrap().to_bytes();
+            String::from_utf8_lossy(&body).into_owned()
+        }
+    }
+}
