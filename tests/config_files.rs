@@ -113,6 +113,17 @@ fn shipped_proxy_toml_shows_the_defaults() {
 }
 
 #[test]
+fn shipped_proxy_toml_summary_is_the_one_the_docs_show() {
+    let config = Config::from_toml_str(&shipped(), &no_env).expect("valid");
+    let summary = config.summary();
+    let docs = read(&manifest_dir().join("docs/configuration.md"));
+    assert!(
+        docs.contains(&summary),
+        "docs/configuration.md must show this summary:\n{summary}"
+    );
+}
+
+#[test]
 fn shipped_proxy_toml_loads_from_disk() {
     let config = Config::load(&manifest_dir().join("proxy.toml"))
         .unwrap_or_else(|e| panic!("proxy.toml: {e}"));
