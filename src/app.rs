@@ -129,9 +129,7 @@ impl App {
     /// A random generator for one request.
     pub(crate) fn rng(&self) -> SmallRng {
         match &self.0.seeded {
-            Some(seeded) => {
-                SmallRng::from_rng(&mut *seeded.lock().expect("rng lock poisoned"))
-            }
+            Some(seeded) => SmallRng::from_rng(&mut *seeded.lock().expect("rng lock poisoned")),
             None => SmallRng::from_rng(&mut rand::rng()),
         }
     }

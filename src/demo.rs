@@ -150,7 +150,12 @@ async fn wait_for_first_refresh(app: &App) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while Instant::now() < deadline {
         let snapshot = app.snapshot();
-        if snapshot.pool.keys().iter().all(|k| k.stats.balance().is_some()) {
+        if snapshot
+            .pool
+            .keys()
+            .iter()
+            .all(|k| k.stats.balance().is_some())
+        {
             return;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -210,9 +215,13 @@ fn drain_events(
     loop {
         match events.try_recv() {
             Ok(Event::Failover { key, reason }) => {
-                lines.push(format!("   ↪ failover: '{key}' answered {reason}; the task moved to another key"));
+                lines.push(format!(
+                    "   ↪ failover: '{key}' answered {reason}; the task moved to another key"
+                ));
             }
-            Ok(Event::KeyState { key, to, reason, .. }) => {
+            Ok(Event::KeyState {
+                key, to, reason, ..
+            }) => {
                 let reason = reason.unwrap_or("-");
                 let what = match to {
                     StateKind::Benched => "benched until a refresh shows it usable",

@@ -187,7 +187,10 @@ mod tests {
         assert_eq!(d.next, Next::Failover);
 
         let d = on_submit(Outcome::CallerError, "other", &p);
-        assert_eq!((d.next, d.health), (Next::Answer, Some(HealthEvent::Success)));
+        assert_eq!(
+            (d.next, d.health),
+            (Next::Answer, Some(HealthEvent::Success))
+        );
 
         let d = on_submit(Outcome::IpBanned, "IP_BANNED", &p);
         assert_eq!((d.next, d.health), (Next::Answer, None));

@@ -65,7 +65,10 @@ pub enum HealthEvent {
     /// `cooldown`; a single one never takes a key out.
     Transient { threshold: u32, cooldown: Duration },
     /// Take the key out for a while.
-    Cool { reason: &'static str, duration: Duration },
+    Cool {
+        reason: &'static str,
+        duration: Duration,
+    },
     /// Take the key out until a refresh restores it.
     Bench { reason: &'static str },
     /// Put the key back in rotation.
@@ -161,7 +164,10 @@ impl HealthStore for MemoryHealth {
     }
 
     fn record(&self, key: KeyId, event: HealthEvent, now: Instant) -> Option<Transition> {
-        let mut entry = self.entries.entry(key).or_insert_with(|| Entry::active(now));
+        let mut entry = self
+            .entries
+            .entry(key)
+            .or_insert_with(|| Entry::active(now));
         entry.settle(now);
         let before = entry.state;
         match event {
@@ -272,7 +278,9 @@ mod tests {
         };
         assert_eq!(health.record(K, cool, Instant::now()), None);
         assert_eq!(health.view(K, Instant::now()).state, StateKind::Benched);
-        let t = health.record(K, HealthEvent::Restore, Instant::now()).unwrap();
+        let t = health
+            .record(K, HealthEvent::Restore, Instant::now())
+            .unwrap();
         assert_eq!(t.to, StateKind::Active);
         assert_eq!(health.record(K, HealthEvent::Restore, Instant::now()), None);
     }
@@ -305,8 +313,13 @@ mod tests {
         health.record(K, HealthEvent::Success, now);
         assert_eq!(health.record(K, TRANSIENT, now), None);
         assert_eq!(health.record(K, TRANSIENT, now), None);
-        let t = health.record(K, TRANSIENT, now).expect("third in a row cools");
-        assert_eq!((t.to, t.reason), (StateKind::Cooling, Some(TRANSIENT_REASON)));
+        let t = health
+            .record(K, TRANSIENT, now)
+            .expect("third in a row cools");
+        assert_eq!(
+            (t.to, t.reason),
+            (StateKind::Cooling, Some(TRANSIENT_REASON))
+        );
         assert_eq!(
             health.view(K, now).until,
             Some(now + Duration::from_secs(30))

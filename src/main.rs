@@ -1,6 +1,7 @@
 //! The `keyrelay` command: parses the command line, sets up logging, and hands over to the
 //! library. Everything testable lives in the library.
 
+use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -21,7 +22,13 @@ use tracing_subscriber::EnvFilter;
 #[command(version, about, long_about)]
 struct Cli {
     /// The configuration file.
-    #[arg(long, short, global = true, default_value = "proxy.toml", value_name = "PATH")]
+    #[arg(
+        long,
+        short,
+        global = true,
+        default_value = "proxy.toml",
+        value_name = "PATH"
+    )]
     config: PathBuf,
     /// Log format.
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
@@ -118,7 +125,11 @@ async fn serve(path: &std::path::Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn simulate(listen: SocketAddr, keys: Vec<SimKey>, polls_to_ready: u32) -> anyhow::Result<()> {
+async fn simulate(
+    listen: SocketAddr,
+    keys: Vec<SimKey>,
+    polls_to_ready: u32,
+) -> anyhow::Result<()> {
     let keys = if keys.is_empty() {
         DEFAULT_KEYS.iter().map(|k| SimKey::valid(k)).collect()
     } else {
@@ -136,7 +147,8 @@ async fn simulate(listen: SocketAddr, keys: Vec<SimKey>, polls_to_ready: u32) ->
     let listener = TcpListener::bind(listen)
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
-    sim.serve(listener, keyrelay::server::shutdown_signal()).await?;
+    sim.serve(listener, keyrelay::server::shutdown_signal())
+        .await?;
     Ok(())
 }
 
@@ -147,6 +159,7 @@ fn init_logging(flag: Option<&str>, default_level: &str, format: LogFormat) {
     };
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),

@@ -70,8 +70,10 @@ impl KeyStats {
 
     pub fn set_threads(&self, info: Option<(u32, u32)>) {
         let (threads, working) = info.unwrap_or((UNKNOWN, UNKNOWN));
-        self.threads.store(threads.min(UNKNOWN - 1), Ordering::Relaxed);
-        self.working.store(working.min(UNKNOWN - 1), Ordering::Relaxed);
+        self.threads
+            .store(threads.min(UNKNOWN - 1), Ordering::Relaxed);
+        self.working
+            .store(working.min(UNKNOWN - 1), Ordering::Relaxed);
     }
 }
 
@@ -140,7 +142,10 @@ impl KeyPool {
     }
 
     pub fn active_count(&self, now: Instant) -> usize {
-        self.keys.iter().filter(|k| self.in_rotation(k, now)).count()
+        self.keys
+            .iter()
+            .filter(|k| self.in_rotation(k, now))
+            .count()
     }
 
     /// Keys in try-order for a new task: each pick is random with probability proportional
@@ -246,7 +251,11 @@ mod tests {
     }
 
     fn pool(weights: &[f64]) -> KeyPool {
-        let keys = weights.iter().enumerate().map(|(i, w)| entry(i, *w)).collect();
+        let keys = weights
+            .iter()
+            .enumerate()
+            .map(|(i, w)| entry(i, *w))
+            .collect();
         KeyPool::new(keys, Arc::new(MemoryHealth::new()), 0.01)
     }
 
@@ -292,7 +301,9 @@ mod tests {
         pool.keys()[0].stats.set_balance(Some(0.01));
         pool.record(
             &pool.keys()[1],
-            HealthEvent::Bench { reason: "ERROR_KEY_DOES_NOT_EXIST" },
+            HealthEvent::Bench {
+                reason: "ERROR_KEY_DOES_NOT_EXIST",
+            },
             Instant::now(),
         );
         let counts = first_pick_counts(&pool, 1_000);
@@ -329,7 +340,9 @@ mod tests {
         let other = &pool.keys()[1 - first.0 as usize];
         pool.record(
             other,
-            HealthEvent::Bench { reason: "ERROR_IP_NOT_ALLOWED" },
+            HealthEvent::Bench {
+                reason: "ERROR_IP_NOT_ALLOWED",
+            },
             Instant::now(),
         );
         candidates.at(Instant::now());
@@ -340,6 +353,9 @@ mod tests {
     async fn an_empty_rotation_yields_nothing() {
         let pool = pool(&[1.0]);
         pool.keys()[0].stats.set_balance(Some(0.0));
-        assert!(pool.candidates(rand::rng(), Instant::now()).next().is_none());
+        assert!(pool
+            .candidates(rand::rng(), Instant::now())
+            .next()
+            .is_none());
     }
 }

@@ -110,7 +110,8 @@ async fn api(app: App, endpoint: Endpoint, req: Request<Incoming>) -> Response<B
     let handled = match body::read(body, declared, limit).await {
         Err(body::BodyError::TooLarge { prefix }) => {
             let json = json_hint(query, content_type, &prefix);
-            let text = format!("the request body exceeds keyrelay's limits.max_body of {limit} bytes");
+            let text =
+                format!("the request body exceeds keyrelay's limits.max_body of {limit} bytes");
             Handled::local(
                 captcha::error_answer("ERROR_TOO_BIG_CAPTCHA_FILESIZE", &text, json),
                 "bad_request",
@@ -120,7 +121,11 @@ async fn api(app: App, endpoint: Endpoint, req: Request<Incoming>) -> Response<B
             tracing::debug!(error = %e, "caller body unreadable");
             let json = json_hint(query, content_type, &[]);
             Handled::local(
-                captcha::error_answer("ERROR_BAD_PARAMETERS", "the request body could not be read", json),
+                captcha::error_answer(
+                    "ERROR_BAD_PARAMETERS",
+                    "the request body could not be read",
+                    json,
+                ),
                 "bad_request",
             )
         }
@@ -218,7 +223,9 @@ impl Ctx {
             .client()
             .send(Outgoing {
                 method: self.method.clone(),
-                uri: key.upstream.endpoint(self.endpoint.path(), &rewritten.query),
+                uri: key
+                    .upstream
+                    .endpoint(self.endpoint.path(), &rewritten.query),
                 headers: &self.headers,
                 body: rewritten.body,
                 timeout,
@@ -322,8 +329,16 @@ mod tests {
     fn json_hint_reads_query_content_type_and_form_prefix() {
         assert!(json_hint(Some("a=1&json=1"), None, b""));
         assert!(!json_hint(Some("json=0"), None, b""));
-        assert!(json_hint(None, Some("application/json; charset=utf-8"), b""));
-        assert!(json_hint(None, Some("application/x-www-form-urlencoded"), b"method=base64&json=1&body=AAAA"));
+        assert!(json_hint(
+            None,
+            Some("application/json; charset=utf-8"),
+            b""
+        ));
+        assert!(json_hint(
+            None,
+            Some("application/x-www-form-urlencoded"),
+            b"method=base64&json=1&body=AAAA"
+        ));
         assert!(!json_hint(None, None, b""));
     }
 }

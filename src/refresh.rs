@@ -47,7 +47,11 @@ pub async fn refresh_all(app: &App) {
     )
     .await;
     let active = snapshot.pool.active_count(Instant::now());
-    tracing::debug!(active, configured = snapshot.pool.keys().len(), "refresh done");
+    tracing::debug!(
+        active,
+        configured = snapshot.pool.keys().len(),
+        "refresh done"
+    );
 }
 
 async fn refresh_key(app: &App, key: &KeyEntry, timeout: Duration) {
@@ -102,12 +106,9 @@ async fn account_request(
     action: &str,
     timeout: Duration,
 ) -> Result<UpstreamAnswer, ReadError> {
-    let query = serde_urlencoded::to_string([
-        ("key", key.key.expose()),
-        ("action", action),
-        ("json", "1"),
-    ])
-    .expect("string pairs always encode");
+    let query =
+        serde_urlencoded::to_string([("key", key.key.expose()), ("action", action), ("json", "1")])
+            .expect("string pairs always encode");
     let headers = HeaderMap::new();
     let result = app
         .client()

@@ -176,7 +176,9 @@ fn copy_request_headers(from: &HeaderMap, to: &mut HeaderMap) {
 }
 
 /// Headers of an upstream answer to pass back to the caller.
-pub fn answer_headers(from: &HeaderMap) -> impl Iterator<Item = (&header::HeaderName, &HeaderValue)> {
+pub fn answer_headers(
+    from: &HeaderMap,
+) -> impl Iterator<Item = (&header::HeaderName, &HeaderValue)> {
     from.iter()
         .filter(|(name, _)| is_forwardable(name) && *name != header::CONTENT_ENCODING)
 }

@@ -12,42 +12,82 @@ use tokio::time::Instant;
 
 fn state_of(h: &Harness, name: &str) -> StateKind {
     let snapshot = h.app.snapshot();
-    let key = snapshot.pool.keys().iter().find(|k| k.name == name).unwrap();
+    let key = snapshot
+        .pool
+        .keys()
+        .iter()
+        .find(|k| k.name == name)
+        .unwrap();
     h.app.health().view(key.id, Instant::now()).state
 }
 
 #[tokio::test]
 async fn getbalance_answers_the_total_of_keys_in_rotation() {
     let sim = Simulator::new()
-        .key(SimKey { balance: 2.5, ..SimKey::valid(KEY_A) })
-        .key(SimKey { balance: 4.25, ..SimKey::valid(KEY_B) })
-        .key(SimKey { balance: 100.0, state: SimKeyState::Unknown, ..SimKey::valid(KEY_C) })
+        .key(SimKey {
+            balance: 2.5,
+            ..SimKey::valid(KEY_A)
+        })
+        .key(SimKey {
+            balance: 4.25,
+            ..SimKey::valid(KEY_B)
+        })
+        .key(SimKey {
+            balance: 100.0,
+            state: SimKeyState::Unknown,
+            ..SimKey::valid(KEY_C)
+        })
         .spawn()
         .await
         .unwrap();
-    let config = config_for(&sim, &[("a", KEY_A, 1.0), ("b", KEY_B, 1.0), ("c", KEY_C, 1.0)]);
+    let config = config_for(
+        &sim,
+        &[("a", KEY_A, 1.0), ("b", KEY_B, 1.0), ("c", KEY_C, 1.0)],
+    );
     let h = Harness::start(sim, config).await;
-    assert_eq!(h.get(&format!("/res.php?key={CALLER_KEY}&action=getbalance")).await.text(), "6.75");
+    assert_eq!(
+        h.get(&format!("/res.php?key={CALLER_KEY}&action=getbalance"))
+            .await
+            .text(),
+        "6.75"
+    );
     let json = h.get("/res.php?action=getbalance&json=1").await.json();
     assert_eq!(json, serde_json::json!({"status": 1, "request": "6.75"}));
     let metrics = h.metrics().await;
-    assert_eq!(metric(&metrics, "keyrelay_key_balance{key=\"a\"}"), Some(2.5));
-    assert_eq!(metric(&metrics, "keyrelay_key_balance{key=\"c\"}"), None, "unknown, not zero");
+    assert_eq!(
+        metric(&metrics, "keyrelay_key_balance{key=\"a\"}"),
+        Some(2.5)
+    );
+    assert_eq!(
+        metric(&metrics, "keyrelay_key_balance{key=\"c\"}"),
+        None,
+        "unknown, not zero"
+    );
     h.stop().await;
 }
 
 #[tokio::test]
 async fn threadsinfo_answers_pool_totals() {
     let sim = Simulator::new()
-        .key(SimKey { threads: 5, ..SimKey::valid(KEY_A) })
-        .key(SimKey { threads: 15, ..SimKey::valid(KEY_B) })
+        .key(SimKey {
+            threads: 5,
+            ..SimKey::valid(KEY_A)
+        })
+        .key(SimKey {
+            threads: 15,
+            ..SimKey::valid(KEY_B)
+        })
         .spawn()
         .await
         .unwrap();
     let config = config_for(&sim, &[("a", KEY_A, 1.0), ("b", KEY_B, 1.0)]);
     let h = Harness::start(sim, config).await;
     let json = h
-        .post("/res.php", "application/x-www-form-urlencoded", format!("key={CALLER_KEY}&action=threadsinfo&json=1"))
+        .post(
+            "/res.php",
+            "application/x-www-form-urlencoded",
+            format!("key={CALLER_KEY}&action=threadsinfo&json=1"),
+        )
         .await
         .json();
     assert_eq!(json["threads"], 20);
@@ -60,7 +100,9 @@ async fn threadsinfo_answers_pool_totals() {
 async fn pingback_actions_go_to_every_key() {
     let h = Harness::three_keys().await;
     let answer = h
-        .get(&format!("/res.php?key={CALLER_KEY}&action=add_pingback&addr=http://hook.test/cb"))
+        .get(&format!(
+            "/res.php?key={CALLER_KEY}&action=add_pingback&addr=http://hook.test/cb"
+        ))
         .await;
     assert_eq!(answer.text(), "OK");
     let listed = h.get("/res.php?action=get_pingback").await;
@@ -81,7 +123,10 @@ async fn pingback_actions_go_to_every_key() {
 #[tokio::test]
 async fn the_refresh_brings_a_benched_key_back_once_it_is_usable() {
     let sim = Simulator::new()
-        .key(SimKey { state: SimKeyState::Unknown, ..SimKey::valid(KEY_A) })
+        .key(SimKey {
+            state: SimKeyState::Unknown,
+            ..SimKey::valid(KEY_A)
+        })
         .key(SimKey::valid(KEY_B))
         .spawn()
         .await
@@ -91,8 +136,14 @@ async fn the_refresh_brings_a_benched_key_back_once_it_is_usable() {
     let h = Harness::start(sim, config).await;
     assert_eq!(state_of(&h, "a"), StateKind::Benched);
     h.sim.set_state(KEY_A, SimKeyState::Valid);
-    eventually("a restored by the refresh", || state_of(&h, "a") == StateKind::Active).await;
-    assert_eq!(metric(&h.metrics().await, "keyrelay_keys_active"), Some(2.0));
+    eventually("a restored by the refresh", || {
+        state_of(&h, "a") == StateKind::Active
+    })
+    .await;
+    assert_eq!(
+        metric(&h.metrics().await, "keyrelay_keys_active"),
+        Some(2.0)
+    );
     h.stop().await;
 }
 
@@ -106,19 +157,30 @@ async fn a_failed_refresh_makes_the_balance_unknown_not_zero() {
     assert_eq!(key_a.stats.balance(), Some(10.0));
     h.sim.add_fault(
         KEY_A,
-        Fault { target: FaultTarget::Poll, kind: FaultKind::Status(500), times: None },
+        Fault {
+            target: FaultTarget::Poll,
+            kind: FaultKind::Status(500),
+            times: None,
+        },
     );
     eventually("balance unknown", || key_a.stats.balance().is_none()).await;
     // Unknown balance keeps the key in rotation: a refresh failure is not a key failure.
     assert_eq!(state_of(&h, "a"), StateKind::Active);
-    assert_eq!(metric(&h.metrics().await, "keyrelay_keys_active"), Some(2.0));
+    assert_eq!(
+        metric(&h.metrics().await, "keyrelay_keys_active"),
+        Some(2.0)
+    );
     h.stop().await;
 }
 
 #[tokio::test]
 async fn a_key_that_runs_out_of_balance_leaves_rotation() {
     let sim = Simulator::new()
-        .key(SimKey { balance: 2.0, cost: 1.0, ..SimKey::valid(KEY_A) })
+        .key(SimKey {
+            balance: 2.0,
+            cost: 1.0,
+            ..SimKey::valid(KEY_A)
+        })
         .key(SimKey::valid(KEY_B))
         .spawn()
         .await

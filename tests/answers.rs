@@ -16,10 +16,15 @@ async fn upstream_answers_pass_through_verbatim_with_extra_fields_and_integer_id
         ))
         .await;
     assert_eq!(submit.content_type(), Some("application/json"));
-    let id = submit.json()["request"].as_u64().expect("integer id passes through as an integer");
+    let id = submit.json()["request"]
+        .as_u64()
+        .expect("integer id passes through as an integer");
     assert_eq!(submit.text(), format!(r#"{{"status":1,"request":{id}}}"#));
     h.get(&format!("/res.php?action=get&id={id}&json=1")).await;
-    let solved = h.get(&format!("/res.php?action=get&id={id}&json=1")).await.json();
+    let solved = h
+        .get(&format!("/res.php?action=get&id={id}&json=1"))
+        .await
+        .json();
     assert_eq!(solved["request"], format!("tok-{id}"));
     assert_eq!(solved["result"], format!("tok-{id}"));
     assert_eq!(solved["user_agent"], "Mozilla/5.0 (keyrelay-sim)");
@@ -30,7 +35,9 @@ async fn upstream_answers_pass_through_verbatim_with_extra_fields_and_integer_id
 async fn upstream_http_status_and_content_type_are_kept_on_final_answers() {
     let h = Harness::three_keys().await;
     let plain = h
-        .get(&format!("/in.php?key={CALLER_KEY}&method=userrecaptcha&googlekey=g&pageurl=p"))
+        .get(&format!(
+            "/in.php?key={CALLER_KEY}&method=userrecaptcha&googlekey=g&pageurl=p"
+        ))
         .await;
     assert_eq!(plain.status, 200);
     assert_eq!(plain.content_type(), Some("text/plain; charset=utf-8"));
@@ -64,11 +71,23 @@ async fn a_missing_action_is_answered_locally() {
 async fn malformed_bodies_get_bad_parameters_in_the_callers_format() {
     let h = Harness::three_keys().await;
     let cases: [(&str, &str, &[u8]); 5] = [
-        ("/in.php?json=1", "application/json", b"{\"method\":\"base64\",\"body\":"),
+        (
+            "/in.php?json=1",
+            "application/json",
+            b"{\"method\":\"base64\",\"body\":",
+        ),
         ("/in.php?json=1", "application/json", b"[1,2,3]"),
-        ("/in.php?json=1", "application/xml", b"<method>base64</method>"),
+        (
+            "/in.php?json=1",
+            "application/xml",
+            b"<method>base64</method>",
+        ),
         ("/in.php?json=1", "multipart/form-data", b"--x\r\n"),
-        ("/in.php?json=1", "multipart/form-data; boundary=x", b"--x\r\nContent-Disposition: form-data; name=\"a\"\r\n\r\nno end"),
+        (
+            "/in.php?json=1",
+            "multipart/form-data; boundary=x",
+            b"--x\r\nContent-Disposition: form-data; name=\"a\"\r\n\r\nno end",
+        ),
     ];
     for (path, content_type, body) in cases {
         let answer = h.post(path, content_type, Bytes::from_static(body)).await;
@@ -78,7 +97,9 @@ async fn malformed_bodies_get_bad_parameters_in_the_callers_format() {
         assert_eq!(json["request"], "ERROR_BAD_PARAMETERS", "{content_type}");
         assert!(!json["error_text"].as_str().unwrap().is_empty());
     }
-    let plain = h.post("/in.php", "application/json", Bytes::from_static(b"{oops")).await;
+    let plain = h
+        .post("/in.php", "text/plain", Bytes::from_static(b"{oops"))
+        .await;
     assert_eq!(plain.text(), "ERROR_BAD_PARAMETERS");
     assert!(
         h.sim.received().iter().all(|r| r.path != "/in.php"),
@@ -103,7 +124,11 @@ async fn oversized_bodies_are_refused_and_the_connection_still_answers() {
     assert!(json["error_text"].as_str().unwrap().contains("1024"));
     // The same client (and pooled connection) keeps working.
     let ok = h
-        .post("/in.php?json=1", "application/x-www-form-urlencoded", "method=base64&body=QUJD")
+        .post(
+            "/in.php?json=1",
+            "application/x-www-form-urlencoded",
+            "method=base64&body=QUJD",
+        )
         .await;
     assert_eq!(ok.json()["status"], 1);
     h.stop().await;
@@ -116,14 +141,24 @@ async fn the_default_body_limit_fits_nine_base64_images() {
     let image = "A".repeat(1024 * 1024 * 4 / 3);
     let mut body = String::from("method=bls&instructions=cats&json=1");
     for i in 1..=9 {
-        body.push_str(&format!("&image_base64_{i}=data%3Aimage%2Fpng%3Bbase64%2C{image}"));
+        body.push_str(&format!(
+            "&image_base64_{i}=data%3Aimage%2Fpng%3Bbase64%2C{image}"
+        ));
     }
     let answer = h
         .post("/in.php", "application/x-www-form-urlencoded", body.clone())
         .await;
     assert_eq!(answer.json()["status"], 1, "{}", answer.text());
-    let received = h.sim.received().into_iter().rfind(|r| r.path == "/in.php").unwrap();
+    let received = h
+        .sim
+        .received()
+        .into_iter()
+        .rfind(|r| r.path == "/in.php")
+        .unwrap();
     assert_eq!(received.body, Bytes::from(body));
-    assert_eq!(received.query, format!("key={}", received.key.as_deref().unwrap()));
+    assert_eq!(
+        received.query,
+        format!("key={}", received.key.as_deref().unwrap())
+    );
     h.stop().await;
 }

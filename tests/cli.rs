@@ -34,7 +34,10 @@ fn help_lists_the_commands() {
 fn version_prints_the_crate_version() {
     let out = keyrelay(&["--version"]);
     assert!(out.status.success());
-    assert_eq!(stdout(&out).trim(), format!("keyrelay {}", env!("CARGO_PKG_VERSION")));
+    assert_eq!(
+        stdout(&out).trim(),
+        format!("keyrelay {}", env!("CARGO_PKG_VERSION"))
+    );
 }
 
 #[test]
@@ -45,7 +48,10 @@ fn check_accepts_the_shipped_config_and_prints_the_pool_without_keys() {
     assert!(text.contains("sim-a") && text.contains("sim-b"), "{text}");
     for key in keyrelay::sim::DEFAULT_KEYS {
         assert!(!text.contains(key), "check printed a key:\n{text}");
-        assert!(text.contains(&keyrelay::ApiKey::new(key).fingerprint()), "{text}");
+        assert!(
+            text.contains(&keyrelay::ApiKey::new(key).fingerprint()),
+            "{text}"
+        );
     }
 }
 
@@ -69,7 +75,11 @@ fn check_rejects_a_broken_config_with_a_precise_message() {
 fn check_reports_a_missing_file() {
     let out = keyrelay(&["check", "--config", "/nonexistent/proxy.toml"]);
     assert!(!out.status.success());
-    assert!(stderr(&out).contains("/nonexistent/proxy.toml"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("/nonexistent/proxy.toml"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]
@@ -85,7 +95,13 @@ fn demo_shows_rotation_failover_and_metrics() {
         "keyrelay_keys_active 2",
         "keyrelay_key_up{key=\"heavy\"} 1",
     ] {
-        assert!(text.contains(expected), "{expected:?} missing from the demo:\n{text}");
+        assert!(
+            text.contains(expected),
+            "{expected:?} missing from the demo:\n{text}"
+        );
     }
-    assert!(!text.contains("demo-steady-0000"), "the demo printed a key:\n{text}");
+    assert!(
+        !text.contains("demo-steady-0000"),
+        "the demo printed a key:\n{text}"
+    );
 }

@@ -42,7 +42,11 @@ fn state_of(h: &Harness, name: &str) -> (StateKind, Option<&'static str>) {
 }
 
 fn fault(target: FaultTarget, kind: FaultKind, times: Option<u32>) -> Fault {
-    Fault { target, kind, times }
+    Fault {
+        target,
+        kind,
+        times,
+    }
 }
 
 #[tokio::test]
@@ -60,7 +64,10 @@ async fn an_unusable_key_is_benched_at_once_and_the_task_moves_on() {
         assert_eq!(state_of(&h, "a"), (StateKind::Benched, Some(expected)));
         let metrics = h.metrics().await;
         assert_eq!(
-            metric(&metrics, &format!("keyrelay_failovers_total{{reason=\"{expected}\"}}")),
+            metric(
+                &metrics,
+                &format!("keyrelay_failovers_total{{reason=\"{expected}\"}}")
+            ),
             Some(1.0)
         );
         assert_eq!(metric(&metrics, "keyrelay_key_up{key=\"a\"}"), Some(0.0));
@@ -81,7 +88,10 @@ async fn zero_balance_without_a_plan_benches_after_threadsinfo() {
     assert_eq!(h.sim.task_owner(id).as_deref(), Some(KEY_B));
     // The key is out of rotation at once, and benched once threadsinfo shows free threads.
     assert_ne!(state_of(&h, "a").0, StateKind::Active);
-    eventually("a benched", || state_of(&h, "a") == (StateKind::Benched, Some("ERROR_ZERO_BALANCE"))).await;
+    eventually("a benched", || {
+        state_of(&h, "a") == (StateKind::Benched, Some("ERROR_ZERO_BALANCE"))
+    })
+    .await;
     assert!(h
         .sim
         .received()
@@ -108,9 +118,12 @@ async fn zero_balance_with_every_thread_busy_only_cools_the_key() {
     let direct = h
         .client
         .get(
-            format!("{}/in.php?key={KEY_A}&method=userrecaptcha&googlekey=g&pageurl=p", h.sim.url())
-                .parse()
-                .unwrap(),
+            format!(
+                "{}/in.php?key={KEY_A}&method=userrecaptcha&googlekey=g&pageurl=p",
+                h.sim.url()
+            )
+            .parse()
+            .unwrap(),
         )
         .await
         .unwrap();
@@ -123,7 +136,10 @@ async fn zero_balance_with_every_thread_busy_only_cools_the_key() {
         h.app.snapshot().pool.keys()[0].stats.threads() == Some((1, 1))
     })
     .await;
-    assert_eq!(state_of(&h, "a"), (StateKind::Cooling, Some("ERROR_ZERO_BALANCE")));
+    assert_eq!(
+        state_of(&h, "a"),
+        (StateKind::Cooling, Some("ERROR_ZERO_BALANCE"))
+    );
     h.stop().await;
 }
 
@@ -142,7 +158,10 @@ async fn a_full_key_cools_down_briefly_and_comes_back() {
         assert_eq!(h.sim.task_owner(id).as_deref(), Some(KEY_B));
         assert_eq!(state_of(&h, "a").0, StateKind::Cooling);
         assert_eq!(state_of(&h, "a").1, Some(code));
-        eventually("a back in rotation", || state_of(&h, "a").0 == StateKind::Active).await;
+        eventually("a back in rotation", || {
+            state_of(&h, "a").0 == StateKind::Active
+        })
+        .await;
         let id = h.submit().await;
         assert_eq!(h.sim.task_owner(id).as_deref(), Some(KEY_A));
         h.stop().await;
@@ -152,8 +171,10 @@ async fn a_full_key_cools_down_briefly_and_comes_back() {
 #[tokio::test]
 async fn http_429_counts_as_full() {
     let h = heavy_a_light_b().await;
-    h.sim
-        .add_fault(KEY_A, fault(FaultTarget::Submit, FaultKind::Status(429), Some(1)));
+    h.sim.add_fault(
+        KEY_A,
+        fault(FaultTarget::Submit, FaultKind::Status(429), Some(1)),
+    );
     let id = h.submit().await;
     assert_eq!(h.sim.task_owner(id).as_deref(), Some(KEY_B));
     assert_eq!(state_of(&h, "a").0, StateKind::Cooling);
@@ -165,15 +186,23 @@ async fn caller_errors_pass_through_verbatim_without_retry_or_penalty() {
     let h = heavy_a_light_b().await;
     // No googlekey: the service answers ERROR_GOOGLEKEY; any key would.
     let answer = h
-        .get(&format!("/in.php?key={CALLER_KEY}&method=userrecaptcha&pageurl=p&json=1"))
+        .get(&format!(
+            "/in.php?key={CALLER_KEY}&method=userrecaptcha&pageurl=p&json=1"
+        ))
         .await;
     assert_eq!(answer.status, 200);
     assert_eq!(answer.json()["request"], "ERROR_GOOGLEKEY");
     let plain = h
-        .get(&format!("/in.php?key={CALLER_KEY}&method=userrecaptcha&pageurl=p"))
+        .get(&format!(
+            "/in.php?key={CALLER_KEY}&method=userrecaptcha&pageurl=p"
+        ))
         .await;
     assert_eq!(plain.text(), "ERROR_GOOGLEKEY");
-    assert_eq!(submits_by(&h).len(), 2, "one upstream request per caller request");
+    assert_eq!(
+        submits_by(&h).len(),
+        2,
+        "one upstream request per caller request"
+    );
     assert_eq!(state_of(&h, "a").0, StateKind::Active);
     assert_eq!(state_of(&h, "b").0, StateKind::Active);
     let metrics = h.metrics().await;
@@ -186,13 +215,23 @@ async fn ip_banned_is_answered_without_touching_keys_or_rotating() {
     let h = heavy_a_light_b().await;
     h.sim.add_fault(
         "*",
-        fault(FaultTarget::Submit, FaultKind::Code("IP_BANNED".into()), None),
+        fault(
+            FaultTarget::Submit,
+            FaultKind::Code("IP_BANNED".into()),
+            None,
+        ),
     );
     let answer = h
-        .get(&format!("/in.php?key={CALLER_KEY}&method=userrecaptcha&googlekey=g&pageurl=p&json=1"))
+        .get(&format!(
+            "/in.php?key={CALLER_KEY}&method=userrecaptcha&googlekey=g&pageurl=p&json=1"
+        ))
         .await;
     assert_eq!(answer.json()["request"], "IP_BANNED");
-    assert_eq!(submits_by(&h).len(), 1, "rotating keys would deepen the ban");
+    assert_eq!(
+        submits_by(&h).len(),
+        1,
+        "rotating keys would deepen the ban"
+    );
     assert_eq!(state_of(&h, "a").0, StateKind::Active);
     h.stop().await;
 }
@@ -200,15 +239,21 @@ async fn ip_banned_is_answered_without_touching_keys_or_rotating() {
 #[tokio::test]
 async fn transient_errors_retry_on_another_key_and_never_bench() {
     let h = heavy_a_light_b().await;
-    h.sim
-        .add_fault(KEY_A, fault(FaultTarget::Submit, FaultKind::Status(502), Some(1)));
+    h.sim.add_fault(
+        KEY_A,
+        fault(FaultTarget::Submit, FaultKind::Status(502), Some(1)),
+    );
     let id = h.submit().await;
     assert_eq!(h.sim.task_owner(id).as_deref(), Some(KEY_B));
     // One transient failure does not take a key out.
     assert_eq!(state_of(&h, "a").0, StateKind::Active);
     h.sim.add_fault(
         KEY_A,
-        fault(FaultTarget::Submit, FaultKind::Code("ERROR_SERVER_ERROR".into()), Some(1)),
+        fault(
+            FaultTarget::Submit,
+            FaultKind::Code("ERROR_SERVER_ERROR".into()),
+            Some(1),
+        ),
     );
     let id = h.submit().await;
     assert_eq!(h.sim.task_owner(id).as_deref(), Some(KEY_B));
@@ -220,8 +265,10 @@ async fn a_lone_key_gets_its_transient_retries() {
     let sim = sim_with(&[KEY_A]).await;
     let config = config_for(&sim, &[("a", KEY_A, 1.0)]);
     let h = Harness::start(sim, config).await;
-    h.sim
-        .add_fault(KEY_A, fault(FaultTarget::Submit, FaultKind::Status(500), Some(2)));
+    h.sim.add_fault(
+        KEY_A,
+        fault(FaultTarget::Submit, FaultKind::Status(500), Some(2)),
+    );
     let id = h.submit().await;
     assert_eq!(h.sim.task_owner(id).as_deref(), Some(KEY_A));
     assert_eq!(submits_by(&h).len(), 3);
@@ -234,22 +281,36 @@ async fn attempts_are_bounded_and_the_caller_gets_a_well_formed_error() {
     let sim = sim_with(&[KEY_A, KEY_B, KEY_C, KEY_D]).await;
     let config = config_for(
         &sim,
-        &[("a", KEY_A, 1.0), ("b", KEY_B, 1.0), ("c", KEY_C, 1.0), ("d", KEY_D, 1.0)],
+        &[
+            ("a", KEY_A, 1.0),
+            ("b", KEY_B, 1.0),
+            ("c", KEY_C, 1.0),
+            ("d", KEY_D, 1.0),
+        ],
     );
     let h = Harness::start(sim, config).await;
-    h.sim
-        .add_fault("*", fault(FaultTarget::Submit, FaultKind::Status(503), None));
+    h.sim.add_fault(
+        "*",
+        fault(FaultTarget::Submit, FaultKind::Status(503), None),
+    );
     let answer = h
-        .get(&format!("/in.php?key={CALLER_KEY}&method=userrecaptcha&googlekey=g&pageurl=p&json=1"))
+        .get(&format!(
+            "/in.php?key={CALLER_KEY}&method=userrecaptcha&googlekey=g&pageurl=p&json=1"
+        ))
         .await;
     assert_eq!(answer.status, 200);
     let json = answer.json();
     assert_eq!(json["status"], 0);
     assert_eq!(json["request"], "ERROR_SERVER_ERROR");
-    assert!(json["error_text"].as_str().unwrap().contains("3 attempts"), "{json}");
+    assert!(
+        json["error_text"].as_str().unwrap().contains("3 attempts"),
+        "{json}"
+    );
     assert_eq!(submits_by(&h).len(), 3, "max_attempts defaults to 3");
     let plain = h
-        .get(&format!("/in.php?key={CALLER_KEY}&method=userrecaptcha&googlekey=g&pageurl=p"))
+        .get(&format!(
+            "/in.php?key={CALLER_KEY}&method=userrecaptcha&googlekey=g&pageurl=p"
+        ))
         .await;
     assert_eq!(plain.text(), "ERROR_SERVER_ERROR");
     assert_eq!(plain.content_type(), Some("text/plain; charset=utf-8"));
@@ -265,10 +326,14 @@ async fn consecutive_transient_failures_cool_a_key() {
     let mut config = config_for(&sim, &[("a", KEY_A, 1.0)]);
     config.failover.transient_cooldown = Duration::from_secs(3600);
     let h = Harness::start(sim, config).await;
-    h.sim
-        .add_fault(KEY_A, fault(FaultTarget::Submit, FaultKind::Status(500), None));
+    h.sim.add_fault(
+        KEY_A,
+        fault(FaultTarget::Submit, FaultKind::Status(500), None),
+    );
     let answer = h
-        .get(&format!("/in.php?key={CALLER_KEY}&method=userrecaptcha&googlekey=g&pageurl=p&json=1"))
+        .get(&format!(
+            "/in.php?key={CALLER_KEY}&method=userrecaptcha&googlekey=g&pageurl=p&json=1"
+        ))
         .await;
     assert_eq!(answer.json()["status"], 0);
     assert_eq!(state_of(&h, "a"), (StateKind::Cooling, Some("transient")));
@@ -281,11 +346,16 @@ async fn a_submit_that_may_have_arrived_is_not_resent_by_default() {
     h.sim
         .add_fault(KEY_A, fault(FaultTarget::Submit, FaultKind::Reset, Some(1)));
     let answer = h
-        .get(&format!("/in.php?key={CALLER_KEY}&method=userrecaptcha&googlekey=g&pageurl=p&json=1"))
+        .get(&format!(
+            "/in.php?key={CALLER_KEY}&method=userrecaptcha&googlekey=g&pageurl=p&json=1"
+        ))
         .await;
     let json = answer.json();
     assert_eq!(json["request"], "ERROR_SERVER_ERROR");
-    assert!(json["error_text"].as_str().unwrap().contains("may have been created"));
+    assert!(json["error_text"]
+        .as_str()
+        .unwrap()
+        .contains("may have been created"));
     assert_eq!(submits_by(&h), vec![KEY_A.to_owned()]);
     h.stop().await;
 }
@@ -320,18 +390,33 @@ async fn a_pool_whose_keys_are_all_down_answers_in_the_callers_format() {
     let config = config_for(&sim, &[("a", KEY_A, 1.0), ("b", KEY_B, 1.0)]);
     let h = Harness::start(sim, config).await;
     // The startup refresh already benched both.
-    assert_eq!(state_of(&h, "a"), (StateKind::Benched, Some("ERROR_KEY_DOES_NOT_EXIST")));
-    assert_eq!(state_of(&h, "b"), (StateKind::Benched, Some("ERROR_IP_NOT_ALLOWED")));
+    assert_eq!(
+        state_of(&h, "a"),
+        (StateKind::Benched, Some("ERROR_KEY_DOES_NOT_EXIST"))
+    );
+    assert_eq!(
+        state_of(&h, "b"),
+        (StateKind::Benched, Some("ERROR_IP_NOT_ALLOWED"))
+    );
     let json = h
-        .get(&format!("/in.php?key={CALLER_KEY}&method=userrecaptcha&googlekey=g&pageurl=p&json=1"))
+        .get(&format!(
+            "/in.php?key={CALLER_KEY}&method=userrecaptcha&googlekey=g&pageurl=p&json=1"
+        ))
         .await;
     assert_eq!(json.status, 200);
     let body = json.json();
     assert_eq!(body["status"], 0);
     assert_eq!(body["request"], "ERROR_ZERO_BALANCE");
-    assert!(body["error_text"].as_str().unwrap().contains("no key in rotation"));
+    assert!(body["error_text"]
+        .as_str()
+        .unwrap()
+        .contains("no key in rotation"));
     let plain = h
-        .post("/in.php", "application/x-www-form-urlencoded", "method=base64&body=QQ")
+        .post(
+            "/in.php",
+            "application/x-www-form-urlencoded",
+            "method=base64&body=QQ",
+        )
         .await;
     assert_eq!(plain.text(), "ERROR_ZERO_BALANCE");
     assert!(submits_by(&h).is_empty(), "benched keys get no traffic");
@@ -350,7 +435,9 @@ async fn solve_php_fails_over_too() {
     let h = heavy_a_light_b().await;
     h.sim.set_state(KEY_A, SimKeyState::Unknown);
     let answer = h
-        .get(&format!("/solve.php?key={CALLER_KEY}&method=base64&body=QUJD&json=1"))
+        .get(&format!(
+            "/solve.php?key={CALLER_KEY}&method=base64&body=QUJD&json=1"
+        ))
         .await;
     let json = answer.json();
     assert_eq!(json["status"], 1, "{json}");

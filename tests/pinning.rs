@@ -11,7 +11,11 @@ fn polls_by(h: &Harness) -> Vec<(String, String)> {
     h.sim
         .received()
         .into_iter()
-        .filter(|r| r.path == "/res.php" && r.action.as_deref() != Some("getbalance") && r.action.as_deref() != Some("threadsinfo"))
+        .filter(|r| {
+            r.path == "/res.php"
+                && r.action.as_deref() != Some("getbalance")
+                && r.action.as_deref() != Some("threadsinfo")
+        })
         .map(|r| (r.action.unwrap_or_default(), r.key.unwrap_or_default()))
         .collect()
 }
@@ -40,11 +44,16 @@ async fn every_poll_and_report_uses_the_creating_key() {
     for (id, owner) in &tasks {
         for action in ["get", "get2", "reportgood", "reportbad"] {
             let answer = h
-                .get(&format!("/res.php?key={CALLER_KEY}&action={action}&id={id}&json=1"))
+                .get(&format!(
+                    "/res.php?key={CALLER_KEY}&action={action}&id={id}&json=1"
+                ))
                 .await;
             assert_eq!(answer.status, 200);
             let json = answer.json();
-            assert_ne!(json["request"], "ERROR_WRONG_CAPTCHA_ID", "{action} {id}: {json}");
+            assert_ne!(
+                json["request"], "ERROR_WRONG_CAPTCHA_ID",
+                "{action} {id}: {json}"
+            );
             let (seen_action, seen_key) = polls_by(&h).pop().unwrap();
             assert_eq!((seen_action.as_str(), &seen_key), (action, owner));
         }
@@ -56,12 +65,18 @@ async fn every_poll_and_report_uses_the_creating_key() {
 async fn a_task_is_polled_to_its_answer_in_both_formats() {
     let h = Harness::three_keys().await;
     let id = h.submit().await;
-    let first = h.get(&format!("/res.php?key={CALLER_KEY}&action=get&id={id}")).await;
+    let first = h
+        .get(&format!("/res.php?key={CALLER_KEY}&action=get&id={id}"))
+        .await;
     assert_eq!(first.text(), "CAPCHA_NOT_READY");
-    let second = h.get(&format!("/res.php?key={CALLER_KEY}&action=get&id={id}")).await;
+    let second = h
+        .get(&format!("/res.php?key={CALLER_KEY}&action=get&id={id}"))
+        .await;
     assert_eq!(second.text(), format!("OK|tok-{id}"));
     let json = h
-        .get(&format!("/res.php?key={CALLER_KEY}&action=get&id={id}&json=1"))
+        .get(&format!(
+            "/res.php?key={CALLER_KEY}&action=get&id={id}&json=1"
+        ))
         .await
         .json();
     assert_eq!(json["status"], 1);
@@ -83,13 +98,24 @@ async fn a_benched_key_still_serves_its_pinned_tasks() {
         .find(|k| k.key.expose() == owner)
         .cloned()
         .unwrap();
-    h.app.record_health(&name, keyrelay::health::HealthEvent::Bench { reason: "ERROR_KEY_DOES_NOT_EXIST" });
+    h.app.record_health(
+        &name,
+        keyrelay::health::HealthEvent::Bench {
+            reason: "ERROR_KEY_DOES_NOT_EXIST",
+        },
+    );
     assert_eq!(
-        h.app.health().view(name.id, tokio::time::Instant::now()).state,
+        h.app
+            .health()
+            .view(name.id, tokio::time::Instant::now())
+            .state,
         StateKind::Benched
     );
-    h.get(&format!("/res.php?key={CALLER_KEY}&action=get&id={id}")).await;
-    let answer = h.get(&format!("/res.php?key={CALLER_KEY}&action=get&id={id}")).await;
+    h.get(&format!("/res.php?key={CALLER_KEY}&action=get&id={id}"))
+        .await;
+    let answer = h
+        .get(&format!("/res.php?key={CALLER_KEY}&action=get&id={id}"))
+        .await;
     assert_eq!(answer.text(), format!("OK|tok-{id}"));
     assert_eq!(polls_by(&h).last().unwrap().1, owner);
     h.stop().await;
@@ -122,19 +148,30 @@ async fn ids_lists_are_split_per_key_and_rejoined_in_the_callers_order() {
             }
         })
         .collect();
-    let plain = h.get(&format!("/res.php?key={CALLER_KEY}&action=get&ids={list}")).await;
+    let plain = h
+        .get(&format!("/res.php?key={CALLER_KEY}&action=get&ids={list}"))
+        .await;
     assert_eq!(plain.text(), expected.join("|"));
 
     let json = h
-        .get(&format!("/res.php?key={CALLER_KEY}&action=get&ids={list}&json=1"))
+        .get(&format!(
+            "/res.php?key={CALLER_KEY}&action=get&ids={list}&json=1"
+        ))
         .await
         .json();
     assert_eq!(json["status"], 1);
     let items: Vec<&str> = json["request"].as_str().unwrap().split('|').collect();
     assert_eq!(items.len(), ids.len());
-    assert_eq!(items[ids.iter().position(|i| *i == unknown).unwrap()], "ERROR_WRONG_CAPTCHA_ID");
+    assert_eq!(
+        items[ids.iter().position(|i| *i == unknown).unwrap()],
+        "ERROR_WRONG_CAPTCHA_ID"
+    );
     // Each key received only its own ids.
-    for r in h.sim.received().iter().filter(|r| r.action.as_deref() == Some("get") && r.params.iter().any(|(k, _)| k == "ids")) {
+    for r in
+        h.sim.received().iter().filter(|r| {
+            r.action.as_deref() == Some("get") && r.params.iter().any(|(k, _)| k == "ids")
+        })
+    {
         let key = r.key.clone().unwrap();
         let sent = &r.params.iter().rev().find(|(k, _)| k == "ids").unwrap().1;
         for id in sent.split(',') {
@@ -162,11 +199,15 @@ async fn ids_of_one_key_pass_through_verbatim() {
 #[tokio::test]
 async fn unknown_ids_get_wrong_captcha_id_in_the_callers_format() {
     let h = Harness::three_keys().await;
-    let plain = h.get(&format!("/res.php?key={CALLER_KEY}&action=get&id=123456")).await;
+    let plain = h
+        .get(&format!("/res.php?key={CALLER_KEY}&action=get&id=123456"))
+        .await;
     assert_eq!(plain.status, 200);
     assert_eq!(plain.text(), "ERROR_WRONG_CAPTCHA_ID");
     let json = h
-        .get(&format!("/res.php?key={CALLER_KEY}&action=get&id=123456&json=1"))
+        .get(&format!(
+            "/res.php?key={CALLER_KEY}&action=get&id=123456&json=1"
+        ))
         .await
         .json();
     assert_eq!(json["status"], 0);
@@ -199,7 +240,11 @@ async fn a_poll_the_upstream_cannot_answer_reads_as_not_ready() {
     assert_eq!(json["request"], "CAPCHA_NOT_READY");
     // Polls never move to another key.
     assert!(polls_by(&h).iter().all(|(_, k)| *k == owner));
-    assert_eq!(polls_by(&h).len(), 3, "retried up to max_attempts on the same key");
+    assert_eq!(
+        polls_by(&h).len(),
+        3,
+        "retried up to max_attempts on the same key"
+    );
     h.sim.clear_faults();
     let json = h
         .get(&format!("/res.php?action=get&id={id}&json=1"))
@@ -219,7 +264,13 @@ async fn pins_expire_after_their_ttl() {
     let before = h.get(&format!("/res.php?action=get&id={id}")).await;
     assert_eq!(before.text(), "CAPCHA_NOT_READY");
     eventually("pin expired", || {
-        h.app.pins().owner(&keyrelay::pins::TaskId::Num(id), tokio::time::Instant::now()).is_none()
+        h.app
+            .pins()
+            .owner(
+                &keyrelay::pins::TaskId::Num(id),
+                tokio::time::Instant::now(),
+            )
+            .is_none()
     })
     .await;
     let after = h.get(&format!("/res.php?action=get&id={id}")).await;

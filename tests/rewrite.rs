@@ -24,7 +24,11 @@ fn last_submit(h: &Harness) -> Received {
 }
 
 fn assert_no_caller_key(r: &Received) {
-    assert!(!r.query.contains(CALLER_KEY), "caller key in query: {}", r.query);
+    assert!(
+        !r.query.contains(CALLER_KEY),
+        "caller key in query: {}",
+        r.query
+    );
     let body = String::from_utf8_lossy(&r.body);
     assert!(!body.contains(CALLER_KEY), "caller key in body");
 }
@@ -51,7 +55,8 @@ async fn query_string_key_is_replaced_in_place() {
 #[tokio::test]
 async fn urlencoded_body_key_is_replaced_and_the_rest_is_byte_identical() {
     let h = one_key().await;
-    let body = format!("method=base64&key={CALLER_KEY}&body=iVBOR%2Bw0K%2F%3D%3D&soft_id=4580&json=1");
+    let body =
+        format!("method=base64&key={CALLER_KEY}&body=iVBOR%2Bw0K%2F%3D%3D&soft_id=4580&json=1");
     let answer = h
         .post("/in.php", "application/x-www-form-urlencoded", body)
         .await;
@@ -60,9 +65,14 @@ async fn urlencoded_body_key_is_replaced_and_the_rest_is_byte_identical() {
     assert_eq!(r.query, "");
     assert_eq!(
         r.body,
-        Bytes::from(format!("method=base64&key={KEY_A}&body=iVBOR%2Bw0K%2F%3D%3D&soft_id=4580&json=1"))
+        Bytes::from(format!(
+            "method=base64&key={KEY_A}&body=iVBOR%2Bw0K%2F%3D%3D&soft_id=4580&json=1"
+        ))
     );
-    assert_eq!(r.content_type.as_deref(), Some("application/x-www-form-urlencoded"));
+    assert_eq!(
+        r.content_type.as_deref(),
+        Some("application/x-www-form-urlencoded")
+    );
     h.stop().await;
 }
 
@@ -79,7 +89,10 @@ async fn key_in_query_and_body_is_replaced_in_both() {
     assert_eq!(answer.json()["status"], 1, "{}", answer.text());
     let r = last_submit(&h);
     assert_eq!(r.query, format!("key={KEY_A}&json=1"));
-    assert_eq!(r.body, Bytes::from(format!("key={KEY_A}&method=base64&body=QUJD")));
+    assert_eq!(
+        r.body,
+        Bytes::from(format!("key={KEY_A}&method=base64&body=QUJD"))
+    );
     assert_no_caller_key(&r);
     h.stop().await;
 }
@@ -88,7 +101,11 @@ async fn key_in_query_and_body_is_replaced_in_both() {
 async fn a_request_without_key_gets_one_appended_to_the_query() {
     let h = one_key().await;
     let answer = h
-        .post("/in.php?json=1", "application/x-www-form-urlencoded", "method=base64&body=QUJD")
+        .post(
+            "/in.php?json=1",
+            "application/x-www-form-urlencoded",
+            "method=base64&body=QUJD",
+        )
         .await;
     assert_eq!(answer.json()["status"], 1, "{}", answer.text());
     let r = last_submit(&h);
@@ -97,11 +114,11 @@ async fn a_request_without_key_gets_one_appended_to_the_query() {
     h.stop().await;
 }
 
-/// Every byte value, and the boundary's own prefix inside the file, to catch any splicer
-/// that searches too loosely or re-encodes.
+/// Every byte value, a delimiter-like line, and the boundary itself where it is not a
+/// delimiter (no CRLF before it), to catch a splicer that searches too loosely or re-encodes.
 fn nasty_file() -> Vec<u8> {
     let mut file: Vec<u8> = (0..=255u8).collect();
-    file.extend_from_slice(b"\r\n--not-the-boundary\r\n--XyZ\r\n\r\n");
+    file.extend_from_slice(b"\r\n--not-the-boundary\r\nx--XyZ\r\n\r\n");
     file.extend((0..=255u8).rev());
     file
 }
@@ -159,16 +176,30 @@ async fn multipart_polls_like_python_rucaptcha_use_the_pinned_key() {
     let id = h.submit().await;
     let boundary = "----rucaptcha";
     let mut body = Vec::new();
-    for (name, value) in [("key", CALLER_KEY), ("action", "get"), ("id", &id.to_string()), ("json", "1")] {
+    for (name, value) in [
+        ("key", CALLER_KEY),
+        ("action", "get"),
+        ("id", &id.to_string()),
+        ("json", "1"),
+    ] {
         body.extend_from_slice(
             format!("--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"\r\n\r\n{value}\r\n").as_bytes(),
         );
     }
     body.extend_from_slice(format!("--{boundary}--\r\n").as_bytes());
     let answer = h
-        .post("/res.php", &format!("multipart/form-data; boundary={boundary}"), body)
+        .post(
+            "/res.php",
+            &format!("multipart/form-data; boundary={boundary}"),
+            body,
+        )
         .await;
-    assert_eq!(answer.json()["request"], "CAPCHA_NOT_READY", "{}", answer.text());
+    assert_eq!(
+        answer.json()["request"],
+        "CAPCHA_NOT_READY",
+        "{}",
+        answer.text()
+    );
     let r = h.sim.received().into_iter().next_back().unwrap();
     assert_eq!(r.key.as_deref(), Some(KEY_A));
     assert_no_caller_key(&r);
@@ -206,7 +237,10 @@ async fn json_as_text_plain_with_key_in_query_like_npm_2captcha() {
         .await;
     assert_eq!(answer.json()["status"], 1, "{}", answer.text());
     let r = last_submit(&h);
-    assert_eq!(r.query, format!("key={KEY_A}&json=1&header_acao=1&soft_id=3316&method=base64"));
+    assert_eq!(
+        r.query,
+        format!("key={KEY_A}&json=1&header_acao=1&soft_id=3316&method=base64")
+    );
     assert_eq!(r.body, Bytes::from_static(body.as_bytes()));
     assert_eq!(r.content_type.as_deref(), Some("text/plain;charset=UTF-8"));
     h.stop().await;
@@ -215,9 +249,22 @@ async fn json_as_text_plain_with_key_in_query_like_npm_2captcha() {
 #[tokio::test]
 async fn no_request_in_any_encoding_lets_the_caller_key_through() {
     let h = one_key().await;
-    h.get(&format!("/in.php?key={CALLER_KEY}&method=userrecaptcha&googlekey=g&pageurl=p")).await;
-    h.post("/in.php", "application/x-www-form-urlencoded", format!("key={CALLER_KEY}&key={CALLER_KEY}&method=base64&body=QQ")).await;
-    h.post("/in.php", "application/json", format!(r#"{{"key":"{CALLER_KEY}","key":"{CALLER_KEY}","method":"base64","body":"QQ"}}"#)).await;
+    h.get(&format!(
+        "/in.php?key={CALLER_KEY}&method=userrecaptcha&googlekey=g&pageurl=p"
+    ))
+    .await;
+    h.post(
+        "/in.php",
+        "application/x-www-form-urlencoded",
+        format!("key={CALLER_KEY}&key={CALLER_KEY}&method=base64&body=QQ"),
+    )
+    .await;
+    h.post(
+        "/in.php",
+        "application/json",
+        format!(r#"{{"key":"{CALLER_KEY}","key":"{CALLER_KEY}","method":"base64","body":"QQ"}}"#),
+    )
+    .await;
     h.post(
         "/in.php",
         "multipart/form-data; boundary=b",

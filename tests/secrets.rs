@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -18,7 +18,10 @@ async fn no_key_appears_in_logs_metrics_or_answers() {
     let sim = Simulator::new()
         .key(SimKey::valid(KEY_A))
         .key(SimKey::valid(KEY_B))
-        .key(SimKey { state: SimKeyState::Unknown, ..SimKey::valid(DEAD_KEY) })
+        .key(SimKey {
+            state: SimKeyState::Unknown,
+            ..SimKey::valid(DEAD_KEY)
+        })
         .spawn()
         .await
         .unwrap();
@@ -56,14 +59,24 @@ backoff_max = "2ms"
         .stderr(Stdio::piped())
         .spawn()
         .expect("keyrelay starts");
-    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    // Lines arrive on a channel so the wait for startup is bounded.
+    let stderr = child.stderr.take().unwrap();
+    let (lines_tx, lines) = std::sync::mpsc::channel::<String>();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if lines_tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
     let mut logs = String::new();
     let addr = loop {
-        let mut line = String::new();
-        if stderr.read_line(&mut line).unwrap() == 0 {
-            panic!("keyrelay exited early:\n{logs}");
-        }
+        let line = lines
+            .recv_timeout(Duration::from_secs(20))
+            .unwrap_or_else(|_| panic!("keyrelay did not report its address:\n{logs}"));
         logs.push_str(&line);
+        logs.push('\n');
         if let Some(rest) = line.split("addr=").nth(1) {
             break rest.split_whitespace().next().unwrap().to_owned();
         }
@@ -94,27 +107,64 @@ backoff_max = "2ms"
         answers.push_str(&client.get(&format!("{base}{path}")).await);
     }
     let submitted = client
-        .get(&format!("{base}/in.php?key={CALLER_KEY}&method=userrecaptcha&googlekey=g&pageurl=p&json=1"))
+        .get(&format!(
+            "{base}/in.php?key={CALLER_KEY}&method=userrecaptcha&googlekey=g&pageurl=p&json=1"
+        ))
         .await;
     let id: serde_json::Value = serde_json::from_str(&submitted).unwrap();
-    answers.push_str(&client.get(&format!("{base}/res.php?action=get&id={}&json=1", id["request"])).await);
-    answers.push_str(&client.post(&format!("{base}/in.php?json=1"), "application/json", format!(r#"{{"key":"{CALLER_KEY}","method":"base64""#)).await);
+    answers.push_str(
+        &client
+            .get(&format!(
+                "{base}/res.php?action=get&id={}&json=1",
+                id["request"]
+            ))
+            .await,
+    );
+    answers.push_str(
+        &client
+            .post(
+                &format!("{base}/in.php?json=1"),
+                "application/json",
+                format!(r#"{{"key":"{CALLER_KEY}","method":"base64""#),
+            )
+            .await,
+    );
     sim.set_state(KEY_A, SimKeyState::IpNotAllowed);
     sim.set_state(KEY_B, SimKeyState::Unknown);
-    answers.push_str(&client.get(&format!("{base}/in.php?key={CALLER_KEY}&method=base64&body=QQ")).await);
+    answers.push_str(
+        &client
+            .get(&format!(
+                "{base}/in.php?key={CALLER_KEY}&method=base64&body=QQ"
+            ))
+            .await,
+    );
     let metrics = client.get(&format!("{base}/metrics")).await;
 
     child.kill().unwrap();
     child.wait().unwrap();
-    stderr.read_to_string(&mut logs).unwrap();
+    reader.join().unwrap();
+    for line in lines.try_iter() {
+        logs.push_str(&line);
+        logs.push('\n');
+    }
 
-    assert!(logs.contains("key benched"), "the failure paths ran:\n{logs}");
+    assert!(
+        logs.contains("key benched"),
+        "the failure paths ran:\n{logs}"
+    );
     assert!(metrics.contains("keyrelay_key_up{key=\"alpha\"}"));
     for secret in [KEY_A, KEY_B, DEAD_KEY, CALLER_KEY] {
-        for (what, text) in [("logs", &logs), ("metrics", &metrics), ("answers", &answers)] {
+        for (what, text) in [
+            ("logs", &logs),
+            ("metrics", &metrics),
+            ("answers", &answers),
+        ] {
             assert!(!text.contains(secret), "a key appears in {what}:\n{text}");
             // Not even most of it.
-            assert!(!text.contains(&secret[..16]), "a key prefix appears in {what}:\n{text}");
+            assert!(
+                !text.contains(&secret[..16]),
+                "a key prefix appears in {what}:\n{text}"
+            );
         }
     }
 }

@@ -25,20 +25,26 @@ pub enum BodyError {
 }
 
 /// Reads the whole body if it fits within `limit` bytes.
-pub async fn read(mut body: Incoming, declared: Option<u64>, limit: usize) -> Result<Bytes, BodyError> {
-    if declared.is_some_and(|len| len > limit as u64) {
-        if declared.is_some_and(|len| len <= (limit + DRAIN_BYTES) as u64) {
-            drain(&mut body).await;
-        }
+pub async fn read(
+    mut body: Incoming,
+    declared: Option<u64>,
+    limit: usize,
+) -> Result<Bytes, BodyError> {
+    if declared.is_some_and(|len| len > (limit + DRAIN_BYTES) as u64) {
+        // Too absurd to read even in order to discard it; the connection closes after the answer.
         return Err(BodyError::TooLarge {
             prefix: Bytes::new(),
         });
     }
-    let mut buf = BytesMut::with_capacity(declared.map_or(0, |l| l as usize));
+    // The first `limit` bytes are kept even when the body will not fit: they may say
+    // whether the caller wants its answer in JSON.
+    let mut buf = BytesMut::with_capacity(declared.map_or(0, |l| l.min(limit as u64) as usize));
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(BodyError::Io)?;
         if let Ok(data) = frame.into_data() {
             if buf.len() + data.len() > limit {
+                let room = limit - buf.len();
+                buf.extend_from_slice(&data[..room]);
                 let prefix = buf.freeze();
                 drain(&mut body).await;
                 return Err(BodyError::TooLarge { prefix });

@@ -17,7 +17,10 @@ const NOT_READY: &str = "CAPCHA_NOT_READY";
 
 pub(super) async fn poll(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
     let is_get = parsed.action() == Some("get");
-    match parsed.param("ids").filter(|ids| is_get && !ids.trim().is_empty()) {
+    match parsed
+        .param("ids")
+        .filter(|ids| is_get && !ids.trim().is_empty())
+    {
         Some(ids) => poll_many(ctx, parsed, ids).await,
         None => poll_one(ctx, parsed).await,
     }
@@ -26,10 +29,18 @@ pub(super) async fn poll(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
 async fn poll_one(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
     let started = Instant::now();
     let Some(raw) = parsed.param("id").filter(|id| !id.trim().is_empty()) else {
-        return ctx.local_error(WRONG_ID, "no task id given: pass id=<task id>", "unknown_task");
+        return ctx.local_error(
+            WRONG_ID,
+            "no task id given: pass id=<task id>",
+            "unknown_task",
+        );
     };
     let Some(task) = TaskId::parse(raw) else {
-        return ctx.local_error(WRONG_ID, "no task id given: pass id=<task id>", "unknown_task");
+        return ctx.local_error(
+            WRONG_ID,
+            "no task id given: pass id=<task id>",
+            "unknown_task",
+        );
     };
     let Some(key) = owner(ctx, &task) else {
         let text = format!("keyrelay has no record of task {task}");

@@ -94,13 +94,7 @@ pub(super) async fn submit(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
     exhausted(ctx, worst, attempts, started)
 }
 
-fn answer(
-    ctx: &Ctx,
-    key: &KeyEntry,
-    attempt: Attempt,
-    attempts: u32,
-    started: Instant,
-) -> Handled {
+fn answer(ctx: &Ctx, key: &KeyEntry, attempt: Attempt, attempts: u32, started: Instant) -> Handled {
     let task_id = match (&attempt.reply, attempt.outcome, ctx.endpoint) {
         // solve.php answers the solution itself: there is no task to pin.
         (Reply::Ok(id), Outcome::Success, Endpoint::In) => TaskId::parse(id),

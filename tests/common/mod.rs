@@ -96,7 +96,10 @@ impl Harness {
     /// Simulator with keys A, B, C; proxy with them as a, b, c at weight 1.
     pub async fn three_keys() -> Harness {
         let sim = sim_with(&[KEY_A, KEY_B, KEY_C]).await;
-        let config = config_for(&sim, &[("a", KEY_A, 1.0), ("b", KEY_B, 1.0), ("c", KEY_C, 1.0)]);
+        let config = config_for(
+            &sim,
+            &[("a", KEY_A, 1.0), ("b", KEY_B, 1.0), ("c", KEY_C, 1.0)],
+        );
         Harness::start(sim, config).await
     }
 
@@ -144,12 +147,23 @@ impl Harness {
     }
 
     pub async fn get(&self, path_and_query: &str) -> Answer {
-        self.send(Method::GET, path_and_query, None, Bytes::new()).await
+        self.send(Method::GET, path_and_query, None, Bytes::new())
+            .await
     }
 
-    pub async fn post(&self, path_and_query: &str, content_type: &str, body: impl Into<Bytes>) -> Answer {
-        self.send(Method::POST, path_and_query, Some(content_type), body.into())
-            .await
+    pub async fn post(
+        &self,
+        path_and_query: &str,
+        content_type: &str,
+        body: impl Into<Bytes>,
+    ) -> Answer {
+        self.send(
+            Method::POST,
+            path_and_query,
+            Some(content_type),
+            body.into(),
+        )
+        .await
     }
 
     pub async fn send(
@@ -159,7 +173,9 @@ impl Harness {
         content_type: Option<&str>,
         body: Bytes,
     ) -> Answer {
-        let mut request = Request::builder().method(method).uri(self.url(path_and_query));
+        let mut request = Request::builder()
+            .method(method)
+            .uri(self.url(path_and_query));
         if let Some(ct) = content_type {
             request = request.header(CONTENT_TYPE, ct);
         }
