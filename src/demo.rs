@@ -101,9 +101,6 @@ pub async fn run() -> Result<(), DemoError> {
             break;
         }
         let outcome = solve_one(&client, &base, n).await;
-        for line in drain_events(&mut events, &mut saw_revoked, &mut saw_drained) {
-            println!("{line}");
-        }
         match outcome {
             Ok((task_id, token)) => {
                 let owner = sim
@@ -114,6 +111,9 @@ pub async fn run() -> Result<(), DemoError> {
                 println!("task {n:>2}  id {task_id}  served by {owner:<8}  token {token}");
             }
             Err(e) => println!("task {n:>2}  failed: {e}"),
+        }
+        for line in drain_events(&mut events, &mut saw_revoked, &mut saw_drained) {
+            println!("{line}");
         }
     }
 
@@ -205,7 +205,7 @@ async fn get_json(
     Ok(serde_json::from_slice(&body)?)
 }
 
-/// Turns pending events into narration lines.
+/// Turns pending events into narration lines, printed under the task they concern.
 fn drain_events(
     events: &mut tokio::sync::broadcast::Receiver<Event>,
     saw_revoked: &mut bool,
@@ -214,19 +214,25 @@ fn drain_events(
     let mut lines = Vec::new();
     loop {
         match events.try_recv() {
-            Ok(Event::Failover { key, reason }) => {
-                lines.push(format!(
-                    "   ↪ failover: '{key}' answered {reason}; the task moved to another key"
-                ));
-            }
+            Ok(Event::Failover { key, reason }) => lines.push(format!(
+                "          failover: '{key}' answered {reason}; the task moved to another key"
+            )),
             Ok(Event::KeyState {
-                key, to, reason, ..
+                key,
+                from,
+                to,
+                reason,
             }) => {
-                let reason = reason.unwrap_or("-");
-                let what = match to {
-                    StateKind::Benched => "benched until a refresh shows it usable",
-                    StateKind::Cooling => "cooling down",
-                    StateKind::Active => "back in rotation",
+                let what = match (from, to, reason) {
+                    (StateKind::Active, StateKind::Cooling, Some("ERROR_ZERO_BALANCE")) => {
+                        "is out of rotation while keyrelay reads its threadsinfo"
+                    }
+                    (_, StateKind::Benched, Some("ERROR_ZERO_BALANCE")) => {
+                        "benched: threadsinfo shows free threads, so the account is empty, not busy"
+                    }
+                    (_, StateKind::Benched, _) => "benched until a refresh shows it usable",
+                    (_, StateKind::Cooling, _) => "cooling down",
+                    (_, StateKind::Active, _) => "back in rotation",
                 };
                 if key == KEYS[2].0 && to == StateKind::Benched {
                     *saw_revoked = true;
@@ -234,7 +240,8 @@ fn drain_events(
                 if key == KEYS[3].0 && to == StateKind::Benched {
                     *saw_drained = true;
                 }
-                lines.push(format!("   ✖ key '{key}' {what} (reason {reason})"));
+                let reason = reason.unwrap_or("-");
+                lines.push(format!("          key '{key}' {what} ({reason})"));
             }
             Ok(Event::Pinned { .. }) => {}
             Err(TryRecvError::Lagged(_)) => continue,

@@ -90,7 +90,7 @@ fn demo_shows_rotation_failover_and_metrics() {
     for expected in [
         "served by",
         "failover: 'revoked' answered ERROR_KEY_DOES_NOT_EXIST",
-        "key 'drained' benched",
+        "key 'drained' benched: threadsinfo shows free threads",
         "final pool state",
         "keyrelay_keys_active 2",
         "keyrelay_key_up{key=\"heavy\"} 1",

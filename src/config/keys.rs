@@ -13,6 +13,9 @@ use crate::ApiKey;
 /// Longest accepted key name; names become metric label values and log fields.
 const MAX_NAME_LEN: usize = 64;
 
+/// Far above any real pool; selection walks every key per pick, and key ids are 16-bit.
+pub const MAX_KEYS: usize = 1000;
+
 /// One pool entry on its way to a [`KeyConfig`]. `key` is `None` when it could not be
 /// resolved; a problem has been recorded then, so no `Config` is built.
 struct Entry {
@@ -59,6 +62,15 @@ pub(super) fn pool(
             }
         }
         p.add("keys", message);
+    }
+    if entries.len() > MAX_KEYS {
+        p.add(
+            "keys",
+            format!(
+                "the pool has {} keys; at most {MAX_KEYS} are supported",
+                entries.len()
+            ),
+        );
     }
     let names = names(p, &entries);
     duplicate_keys(p, &entries, &names);

@@ -371,6 +371,16 @@ fn an_empty_pool_is_refused() {
 }
 
 #[test]
+fn a_pool_larger_than_the_cap_is_refused() {
+    let many: Vec<String> = (0..=super::keys::MAX_KEYS)
+        .map(|i| format!("k{i:031}"))
+        .collect();
+    let env = env_of(&[("MANY_KEYS", &many.join(","))]);
+    assert!(problems_with("keys_env = \"MANY_KEYS\"", &env)
+        .contains(&"keys: the pool has 1001 keys; at most 1000 are supported".to_owned()));
+}
+
+#[test]
 fn an_empty_pool_names_the_keys_env_variable() {
     assert_problem(
         "keys_env = \"CAPTCHAAI_KEYS\"",
