@@ -82,14 +82,18 @@ async fn threadsinfo_answers_pool_totals() {
         .unwrap();
     let config = config_for(&sim, &[("a", KEY_A, 1.0), ("b", KEY_B, 1.0)]);
     let h = Harness::start(sim, config).await;
-    let json = h
+    let answer = h
         .post(
             "/res.php",
             "application/x-www-form-urlencoded",
             format!("key={CALLER_KEY}&action=threadsinfo&json=1"),
         )
-        .await
-        .json();
+        .await;
+    assert_eq!(
+        answer.text(),
+        r#"{"status":1,"threads":20,"working_threads":0,"free_threads":20}"#
+    );
+    let json = answer.json();
     assert_eq!(json["threads"], 20);
     assert_eq!(json["working_threads"], 0);
     assert_eq!(json["free_threads"], 20);

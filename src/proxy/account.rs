@@ -59,19 +59,30 @@ pub(super) fn threads(ctx: &Ctx) -> Handled {
         working += u64::from(key.stats.threads().map_or(0, |(_, w)| w));
     }
     let working = working.min(threads);
-    let body = serde_json::json!({
-        "status": 1,
-        "threads": threads,
-        "working_threads": working,
-        "free_threads": threads - working,
-    });
+    let body = ThreadsAnswer {
+        status: 1,
+        threads,
+        working_threads: working,
+        free_threads: threads - working,
+    };
     Handled::local(
         captcha::Answer {
             content_type: "application/json",
-            body: body.to_string().into(),
+            body: serde_json::to_vec(&body)
+                .expect("a struct of integers always serialises")
+                .into(),
         },
         "success",
     )
+}
+
+/// The `threadsinfo` answer, fields in the order the service's clients expect to read them.
+#[derive(serde::Serialize)]
+struct ThreadsAnswer {
+    status: u8,
+    threads: u64,
+    working_threads: u64,
+    free_threads: u64,
 }
 
 /// Pingback addresses apply to every key, because a task can land on any of them. The answer

@@ -115,6 +115,7 @@ fn owner(ctx: &Ctx, task: &TaskId) -> Option<Arc<KeyEntry>> {
 /// `get` with `ids=a,b,c`: ids of one key go out together; the answers are re-joined in the
 /// caller's order. Unknown ids answer `ERROR_WRONG_CAPTCHA_ID` in their slot.
 async fn poll_many(ctx: &Ctx, parsed: &ParsedRequest, ids: &str) -> Handled {
+    let started = Instant::now();
     let ids: Vec<&str> = ids
         .split(',')
         .map(str::trim)
@@ -171,5 +172,13 @@ async fn poll_many(ctx: &Ctx, parsed: &ParsedRequest, ids: &str) -> Handled {
             items[*slot] = part;
         }
     }
+    tracing::info!(
+        action = "get",
+        ids = ids.len(),
+        keys = groups.len(),
+        unknown = owners.iter().filter(|o| o.is_none()).count(),
+        latency_ms = started.elapsed().as_millis() as u64,
+        "poll"
+    );
     Handled::local(captcha::ids_answer(&items, ctx.json), "success")
 }
