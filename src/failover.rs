@@ -77,8 +77,14 @@ pub fn on_poll(outcome: Outcome, code: &'static str, policy: &Failover) -> Decis
         Next::Backoff => Next::Backoff,
         Next::Answer | Next::Failover => Next::Answer,
     };
+    // "No free thread" is a submit answer; on a poll it says nothing reliable about the key,
+    // and without the threadsinfo check a cooldown would only keep a healthy key out.
+    let health = match outcome {
+        Outcome::ZeroBalance => None,
+        _ => decision.health,
+    };
     Decision {
-        health: decision.health,
+        health,
         next,
         // A poll never answers ZERO_BALANCE for a missing thread; nothing to check.
         check_threads: false,
@@ -212,7 +218,9 @@ mod tests {
             assert_eq!(on_poll(outcome, "other", &p).next, Next::Answer);
         }
         assert_eq!(on_poll(Outcome::Transient, "other", &p).next, Next::Backoff);
-        assert!(!on_poll(Outcome::ZeroBalance, "other", &p).check_threads);
+        let zero = on_poll(Outcome::ZeroBalance, "ERROR_ZERO_BALANCE", &p);
+        assert!(!zero.check_threads);
+        assert_eq!(zero.health, None);
     }
 
     #[test]

@@ -11,8 +11,10 @@ use std::time::Duration;
 use dashmap::DashMap;
 use tokio::time::Instant;
 
-/// Stable identity of a key for the life of the process. Pins and health refer to keys by id,
-/// so a key that leaves the config can still be found for the tasks it created.
+/// Identity of a key within the process; pins and health refer to keys by id. Today it is
+/// the key's position in the config, which is fixed for the life of the process. Hot reload
+/// must assign ids by key name instead, so pins and health stay with their key when the
+/// file is reordered, and keep removed keys resolvable for the tasks they created.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct KeyId(pub u16);
 

@@ -8,7 +8,7 @@ use rand::Rng;
 use tokio::time::Instant;
 
 use crate::config::{KeyConfig, Upstream};
-use crate::health::{HealthEvent, HealthStore, HealthView, KeyId, StateKind, Transition};
+use crate::health::{HealthStore, HealthView, KeyId, StateKind};
 use crate::ApiKey;
 
 /// One key of the pool and what keyrelay has learned about it.
@@ -127,7 +127,15 @@ impl KeyPool {
         self.health.view(key.id, now)
     }
 
-    pub fn record(&self, key: &KeyEntry, event: HealthEvent, now: Instant) -> Option<Transition> {
+    /// Raw access for unit tests; the proxy goes through `App::record_health`, which also
+    /// logs, counts and announces the change.
+    #[cfg(test)]
+    pub(crate) fn record(
+        &self,
+        key: &KeyEntry,
+        event: crate::health::HealthEvent,
+        now: Instant,
+    ) -> Option<crate::health::Transition> {
         self.health.record(key.id, event, now)
     }
 
@@ -238,7 +246,7 @@ impl<'a, R: Rng> Iterator for Candidates<'a, R> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::health::MemoryHealth;
+    use crate::health::{HealthEvent, MemoryHealth};
     use rand::rngs::StdRng;
     use rand::SeedableRng;
     use std::time::Duration;

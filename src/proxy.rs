@@ -4,9 +4,10 @@
 //! Flow: `server` → [`handle`] → `captcha::ParsedRequest` → `submit` / `poll` / `account` →
 //! `pool::candidates` → `upstream` → `captcha::classify` → `failover` → `App::record_health`.
 //!
-//! On the API paths every answer is an HTTP 200 in the caller's format (plain, or JSON with
-//! `json=1`), as the real service answers its own errors: clients treat any other status as
-//! a network failure and crash or retry blindly.
+//! On the API paths every answer keyrelay gives is an upstream 2xx answer passed through
+//! verbatim, or an HTTP 200 of its own in the caller's format (plain, or JSON with `json=1`),
+//! as the real service answers its own errors: clients treat any other status as a network
+//! failure and crash or retry blindly.
 
 mod account;
 mod body;
@@ -196,6 +197,18 @@ pub(crate) struct Attempt {
     pub code: &'static str,
     pub reply: Reply,
     pub result: Result<UpstreamAnswer, UpstreamError>,
+}
+
+impl Attempt {
+    /// The upstream answer, if it may go to the caller as is: a complete 2xx answer that is
+    /// not a transient failure. Anything else is replaced by an answer of keyrelay's own,
+    /// because clients read a non-200 status as a network failure.
+    pub fn deliverable(self) -> Option<UpstreamAnswer> {
+        let transient = self.outcome == Outcome::Transient;
+        self.result
+            .ok()
+            .filter(|answer| !transient && answer.status.is_success())
+    }
 }
 
 impl Ctx {

@@ -79,7 +79,7 @@ pub async fn run(
     tokio::select! {
         () = graceful.shutdown() => tracing::info!("drained"),
         () = tokio::time::sleep(DRAIN_TIMEOUT) => {
-            tracing::warn!(timeout = ?DRAIN_TIMEOUT, "drain timed out; closing remaining connections");
+            tracing::warn!(timeout = ?DRAIN_TIMEOUT, "drain timed out; abandoning the requests still in flight");
         }
     }
     background.shutdown().await;

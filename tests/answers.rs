@@ -162,3 +162,31 @@ async fn the_default_body_limit_fits_nine_base64_images() {
     );
     h.stop().await;
 }
+
+#[tokio::test]
+async fn unknown_actions_are_forwarded_and_failures_answered_in_format() {
+    let h = Harness::three_keys().await;
+    let answer = h.get("/res.php?action=getstats&json=1").await;
+    assert_eq!(
+        answer.json()["request"],
+        "ERROR_BAD_PARAMETERS",
+        "the simulator's own answer"
+    );
+    assert!(h
+        .sim
+        .received()
+        .iter()
+        .any(|r| r.action.as_deref() == Some("getstats")));
+    h.sim.add_fault(
+        "*",
+        keyrelay::sim::Fault {
+            target: keyrelay::sim::FaultTarget::Poll,
+            kind: keyrelay::sim::FaultKind::Status(500),
+            times: None,
+        },
+    );
+    let failed = h.get("/res.php?action=getstats&json=1").await;
+    assert_eq!(failed.status, 200);
+    assert_eq!(failed.json()["request"], "ERROR_SERVER_ERROR");
+    h.stop().await;
+}

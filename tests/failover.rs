@@ -2,7 +2,8 @@
 //! what happened to the failing key.
 //!
 //! Tests steer the first pick with extreme weights (10_000 : 1 puts the heavy key first with
-//! probability 0.9999), so the key under test is the one that fails.
+//! probability 0.9999), and the harness seeds the proxy's generator, so the key under test
+//! is the one that fails, on every run.
 
 mod common;
 
@@ -443,5 +444,45 @@ async fn solve_php_fails_over_too() {
     assert_eq!(json["status"], 1, "{json}");
     assert!(json["request"].as_str().unwrap().starts_with("tok-"));
     assert_eq!(submits_by(&h), vec![KEY_A.to_owned(), KEY_B.to_owned()]);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn busy_everywhere_is_answered_busy_with_http_200() {
+    let h = heavy_a_light_b().await;
+    h.sim.add_fault(
+        "*",
+        fault(FaultTarget::Submit, FaultKind::Status(429), None),
+    );
+    let answer = h
+        .get(&format!(
+            "/in.php?key={CALLER_KEY}&method=userrecaptcha&googlekey=g&pageurl=p&json=1"
+        ))
+        .await;
+    assert_eq!(answer.status, 200, "a 429 must not reach the caller");
+    let json = answer.json();
+    assert_eq!(json["request"], "ERROR_NO_SLOT_AVAILABLE");
+    assert!(json["error_text"].as_str().unwrap().contains("busy"));
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn busy_answers_from_the_service_pass_through_when_every_key_is_busy() {
+    let h = heavy_a_light_b().await;
+    h.sim.add_fault(
+        "*",
+        fault(
+            FaultTarget::Submit,
+            FaultKind::Code("ERROR_NO_SLOT_AVAILABLE".into()),
+            None,
+        ),
+    );
+    let answer = h
+        .get(&format!(
+            "/in.php?key={CALLER_KEY}&method=userrecaptcha&googlekey=g&pageurl=p"
+        ))
+        .await;
+    assert_eq!(answer.text(), "ERROR_NO_SLOT_AVAILABLE");
+    assert_eq!(submits_by(&h).len(), 2, "each key tried once");
     h.stop().await;
 }

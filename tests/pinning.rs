@@ -287,3 +287,22 @@ async fn unsolvable_answers_pass_through() {
     assert_eq!(answer.text(), "ERROR_CAPTCHA_UNSOLVABLE");
     h.stop().await;
 }
+
+#[tokio::test]
+async fn a_rate_limited_poll_reads_as_not_ready_not_as_http_429() {
+    let h = Harness::three_keys().await;
+    let id = h.submit().await;
+    let owner = h.sim.task_owner(id).unwrap();
+    h.sim.add_fault(
+        &owner,
+        Fault {
+            target: FaultTarget::Poll,
+            kind: FaultKind::Status(429),
+            times: Some(1),
+        },
+    );
+    let answer = h.get(&format!("/res.php?action=get&id={id}")).await;
+    assert_eq!(answer.status, 200);
+    assert_eq!(answer.text(), "CAPCHA_NOT_READY");
+    h.stop().await;
+}

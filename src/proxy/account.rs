@@ -92,14 +92,15 @@ pub(super) async fn pingback(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
     let attempts = join_all(keys.iter().map(|key| ctx.attempt(key, parsed, &[]))).await;
     let mut first_answer = None;
     for (key, attempt) in keys.iter().zip(attempts) {
-        if attempt.outcome != Outcome::Success {
+        let (succeeded, outcome) = (attempt.outcome == Outcome::Success, attempt.outcome.label());
+        if !succeeded {
             tracing::warn!(key = %key.name, code = attempt.code, "pingback action failed on a key");
         }
-        if let Ok(answer) = attempt.result {
-            if attempt.outcome == Outcome::Success {
-                return Handled::upstream(answer, "success");
+        if let Some(answer) = attempt.deliverable() {
+            if succeeded {
+                return Handled::upstream(answer, outcome);
             }
-            first_answer.get_or_insert((answer, attempt.outcome.label()));
+            first_answer.get_or_insert((answer, outcome));
         }
     }
     match first_answer {
@@ -124,9 +125,10 @@ pub(super) async fn other(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
         );
     };
     let attempt = ctx.attempt(key, parsed, &[]).await;
-    match attempt.result {
-        Ok(answer) => Handled::upstream(answer, attempt.outcome.label()),
-        Err(_) => ctx.local_error(
+    let outcome = attempt.outcome.label();
+    match attempt.deliverable() {
+        Some(answer) => Handled::upstream(answer, outcome),
+        None => ctx.local_error(
             "ERROR_SERVER_ERROR",
             "the upstream did not answer; retry later",
             "upstream_failed",

@@ -28,14 +28,7 @@ pub(super) async fn poll(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
 
 async fn poll_one(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
     let started = Instant::now();
-    let Some(raw) = parsed.param("id").filter(|id| !id.trim().is_empty()) else {
-        return ctx.local_error(
-            WRONG_ID,
-            "no task id given: pass id=<task id>",
-            "unknown_task",
-        );
-    };
-    let Some(task) = TaskId::parse(raw) else {
+    let Some(task) = parsed.param("id").and_then(TaskId::parse) else {
         return ctx.local_error(
             WRONG_ID,
             "no task id given: pass id=<task id>",
@@ -56,11 +49,9 @@ async fn poll_one(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
         latency_ms = started.elapsed().as_millis() as u64,
         "poll"
     );
-    match attempt.result {
-        Ok(answer) if attempt.outcome != captcha::Outcome::Transient => {
-            Handled::upstream(answer, outcome)
-        }
-        _ => unanswered(ctx, parsed),
+    match attempt.deliverable() {
+        Some(answer) => Handled::upstream(answer, outcome),
+        None => unanswered(ctx, parsed),
     }
 }
 
@@ -141,11 +132,9 @@ async fn poll_many(ctx: &Ctx, parsed: &ParsedRequest, ids: &str) -> Handled {
         let key = groups[0].0.clone();
         let attempt = with_retries(ctx, &key, parsed, &[]).await;
         let outcome = attempt.outcome.label();
-        return match attempt.result {
-            Ok(answer) if attempt.outcome != captcha::Outcome::Transient => {
-                Handled::upstream(answer, outcome)
-            }
-            _ => unanswered(ctx, parsed),
+        return match attempt.deliverable() {
+            Some(answer) => Handled::upstream(answer, outcome),
+            None => unanswered(ctx, parsed),
         };
     }
 
@@ -154,12 +143,9 @@ async fn poll_many(ctx: &Ctx, parsed: &ParsedRequest, ids: &str) -> Handled {
         let joined = slots.iter().map(|s| ids[*s]).collect::<Vec<_>>().join(",");
         async move {
             let attempt = with_retries(ctx, key, parsed, &[("ids", &joined)]).await;
-            match &attempt.result {
-                Ok(answer) if attempt.outcome != captcha::Outcome::Transient => {
-                    captcha::split_ids_reply(&answer.body, slots.len())
-                }
-                _ => None,
-            }
+            attempt
+                .deliverable()
+                .and_then(|answer| captcha::split_ids_reply(&answer.body, slots.len()))
         }
     }))
     .await;
@@ -180,5 +166,10 @@ async fn poll_many(ctx: &Ctx, parsed: &ParsedRequest, ids: &str) -> Handled {
         latency_ms = started.elapsed().as_millis() as u64,
         "poll"
     );
-    Handled::local(captcha::ids_answer(&items, ctx.json), "success")
+    let outcome = if groups.is_empty() {
+        "unknown_task"
+    } else {
+        "success"
+    };
+    Handled::local(captcha::ids_answer(&items, ctx.json), outcome)
 }

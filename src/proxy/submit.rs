@@ -139,9 +139,15 @@ fn exhausted(ctx: &Ctx, worst: Option<Failure>, attempts: u32, started: Instant)
         "submit failed on every key tried"
     );
     if let Some(Failure { rank: 3, attempt }) = worst {
-        if let Ok(answer) = attempt.result {
-            return Handled::upstream(answer, "pool_busy");
-        }
+        let code = attempt.code;
+        return match attempt.result {
+            Ok(answer) if answer.status.is_success() => Handled::upstream(answer, "pool_busy"),
+            // A busy HTTP status (429) is turned into the service's own busy code.
+            _ => {
+                let text = format!("every key tried is busy ({code}); retry later");
+                ctx.local_error("ERROR_NO_SLOT_AVAILABLE", &text, "pool_busy")
+            }
+        };
     }
     if in_rotation == 0 {
         // With threadsinfo then reporting no free thread, the official SDK waits and resubmits.

@@ -111,7 +111,8 @@ impl Harness {
     }
 
     pub async fn start_without_refresh_wait(sim: SimHandle, config: Config) -> Harness {
-        let app = App::new(config).expect("app builds");
+        // Seeded: key picks are the same on every run, so no test depends on luck.
+        let app = App::with_seed(config, 7).expect("app builds");
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("local addr");
         let (stop, stopped) = oneshot::channel::<()>();
