@@ -7,19 +7,7 @@ use std::time::Duration;
 
 use common::*;
 use keyrelay::health::StateKind;
-use keyrelay::sim::{Fault, FaultKind, FaultTarget, SimKey, SimKeyState, Simulator};
-use tokio::time::Instant;
-
-fn state_of(h: &Harness, name: &str) -> StateKind {
-    let snapshot = h.app.snapshot();
-    let key = snapshot
-        .pool
-        .keys()
-        .iter()
-        .find(|k| k.name == name)
-        .unwrap();
-    h.app.health().view(key.id, Instant::now()).state
-}
+use keyrelay::sim::{FaultKind, FaultTarget, SimKey, SimKeyState, Simulator};
 
 #[tokio::test]
 async fn getbalance_answers_the_total_of_keys_in_rotation() {
@@ -138,10 +126,10 @@ async fn the_refresh_brings_a_benched_key_back_once_it_is_usable() {
     let mut config = config_for(&sim, &[("a", KEY_A, 1.0), ("b", KEY_B, 1.0)]);
     config.refresh_interval = Duration::from_millis(100);
     let h = Harness::start(sim, config).await;
-    assert_eq!(state_of(&h, "a"), StateKind::Benched);
+    assert_eq!(h.state_of("a").0, StateKind::Benched);
     h.sim.set_state(KEY_A, SimKeyState::Valid);
     eventually("a restored by the refresh", || {
-        state_of(&h, "a") == StateKind::Active
+        h.state_of("a").0 == StateKind::Active
     })
     .await;
     assert_eq!(
@@ -161,15 +149,11 @@ async fn a_failed_refresh_makes_the_balance_unknown_not_zero() {
     assert_eq!(key_a.stats.balance(), Some(10.0));
     h.sim.add_fault(
         KEY_A,
-        Fault {
-            target: FaultTarget::Poll,
-            kind: FaultKind::Status(500),
-            times: None,
-        },
+        fault(FaultTarget::Poll, FaultKind::Status(500), None),
     );
     eventually("balance unknown", || key_a.stats.balance().is_none()).await;
     // Unknown balance keeps the key in rotation: a refresh failure is not a key failure.
-    assert_eq!(state_of(&h, "a"), StateKind::Active);
+    assert_eq!(h.state_of("a").0, StateKind::Active);
     assert_eq!(
         metric(&h.metrics().await, "keyrelay_keys_active"),
         Some(2.0)
@@ -198,6 +182,6 @@ async fn a_key_that_runs_out_of_balance_leaves_rotation() {
     // The third finds the account empty and moves on.
     let third = h.submit().await;
     assert_eq!(h.sim.task_owner(third).as_deref(), Some(KEY_B));
-    eventually("a benched", || state_of(&h, "a") == StateKind::Benched).await;
+    eventually("a benched", || h.state_of("a").0 == StateKind::Benched).await;
     h.stop().await;
 }

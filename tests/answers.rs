@@ -179,11 +179,11 @@ async fn unknown_actions_are_forwarded_and_failures_answered_in_format() {
         .any(|r| r.action.as_deref() == Some("getstats")));
     h.sim.add_fault(
         "*",
-        keyrelay::sim::Fault {
-            target: keyrelay::sim::FaultTarget::Poll,
-            kind: keyrelay::sim::FaultKind::Status(500),
-            times: None,
-        },
+        fault(
+            keyrelay::sim::FaultTarget::Poll,
+            keyrelay::sim::FaultKind::Status(500),
+            None,
+        ),
     );
     let failed = h.get("/res.php?action=getstats&json=1").await;
     assert_eq!(failed.status, 200);

@@ -11,8 +11,7 @@ use std::time::Duration;
 
 use common::*;
 use keyrelay::health::StateKind;
-use keyrelay::sim::{Fault, FaultKind, FaultTarget, SimKey, SimKeyState, Simulator};
-use tokio::time::Instant;
+use keyrelay::sim::{FaultKind, FaultTarget, SimKey, SimKeyState, Simulator};
 
 /// Pool: "a" (heavy, the one that fails) and "b" (light, the fallback).
 async fn heavy_a_light_b() -> Harness {
@@ -30,26 +29,6 @@ fn submits_by(h: &Harness) -> Vec<String> {
         .collect()
 }
 
-fn state_of(h: &Harness, name: &str) -> (StateKind, Option<&'static str>) {
-    let snapshot = h.app.snapshot();
-    let key = snapshot
-        .pool
-        .keys()
-        .iter()
-        .find(|k| k.name == name)
-        .expect("key exists");
-    let view = h.app.health().view(key.id, Instant::now());
-    (view.state, view.reason)
-}
-
-fn fault(target: FaultTarget, kind: FaultKind, times: Option<u32>) -> Fault {
-    Fault {
-        target,
-        kind,
-        times,
-    }
-}
-
 #[tokio::test]
 async fn an_unusable_key_is_benched_at_once_and_the_task_moves_on() {
     for code_state in [SimKeyState::Unknown, SimKeyState::IpNotAllowed] {
@@ -62,7 +41,7 @@ async fn an_unusable_key_is_benched_at_once_and_the_task_moves_on() {
             SimKeyState::Unknown => "ERROR_KEY_DOES_NOT_EXIST",
             _ => "ERROR_IP_NOT_ALLOWED",
         };
-        assert_eq!(state_of(&h, "a"), (StateKind::Benched, Some(expected)));
+        assert_eq!(h.state_of("a"), (StateKind::Benched, Some(expected)));
         let metrics = h.metrics().await;
         assert_eq!(
             metric(
@@ -88,9 +67,9 @@ async fn zero_balance_without_a_plan_benches_after_threadsinfo() {
     let id = h.submit().await;
     assert_eq!(h.sim.task_owner(id).as_deref(), Some(KEY_B));
     // The key is out of rotation at once, and benched once threadsinfo shows free threads.
-    assert_ne!(state_of(&h, "a").0, StateKind::Active);
+    assert_ne!(h.state_of("a").0, StateKind::Active);
     eventually("a benched", || {
-        state_of(&h, "a") == (StateKind::Benched, Some("ERROR_ZERO_BALANCE"))
+        h.state_of("a") == (StateKind::Benched, Some("ERROR_ZERO_BALANCE"))
     })
     .await;
     assert!(h
@@ -138,7 +117,7 @@ async fn zero_balance_with_every_thread_busy_only_cools_the_key() {
     })
     .await;
     assert_eq!(
-        state_of(&h, "a"),
+        h.state_of("a"),
         (StateKind::Cooling, Some("ERROR_ZERO_BALANCE"))
     );
     h.stop().await;
@@ -157,10 +136,10 @@ async fn a_full_key_cools_down_briefly_and_comes_back() {
         );
         let id = h.submit().await;
         assert_eq!(h.sim.task_owner(id).as_deref(), Some(KEY_B));
-        assert_eq!(state_of(&h, "a").0, StateKind::Cooling);
-        assert_eq!(state_of(&h, "a").1, Some(code));
+        assert_eq!(h.state_of("a").0, StateKind::Cooling);
+        assert_eq!(h.state_of("a").1, Some(code));
         eventually("a back in rotation", || {
-            state_of(&h, "a").0 == StateKind::Active
+            h.state_of("a").0 == StateKind::Active
         })
         .await;
         let id = h.submit().await;
@@ -178,7 +157,7 @@ async fn http_429_counts_as_full() {
     );
     let id = h.submit().await;
     assert_eq!(h.sim.task_owner(id).as_deref(), Some(KEY_B));
-    assert_eq!(state_of(&h, "a").0, StateKind::Cooling);
+    assert_eq!(h.state_of("a").0, StateKind::Cooling);
     h.stop().await;
 }
 
@@ -204,8 +183,8 @@ async fn caller_errors_pass_through_verbatim_without_retry_or_penalty() {
         2,
         "one upstream request per caller request"
     );
-    assert_eq!(state_of(&h, "a").0, StateKind::Active);
-    assert_eq!(state_of(&h, "b").0, StateKind::Active);
+    assert_eq!(h.state_of("a").0, StateKind::Active);
+    assert_eq!(h.state_of("b").0, StateKind::Active);
     let metrics = h.metrics().await;
     assert!(!metrics.contains("keyrelay_failovers_total{"), "{metrics}");
     h.stop().await;
@@ -233,7 +212,7 @@ async fn ip_banned_is_answered_without_touching_keys_or_rotating() {
         1,
         "rotating keys would deepen the ban"
     );
-    assert_eq!(state_of(&h, "a").0, StateKind::Active);
+    assert_eq!(h.state_of("a").0, StateKind::Active);
     h.stop().await;
 }
 
@@ -247,7 +226,7 @@ async fn transient_errors_retry_on_another_key_and_never_bench() {
     let id = h.submit().await;
     assert_eq!(h.sim.task_owner(id).as_deref(), Some(KEY_B));
     // One transient failure does not take a key out.
-    assert_eq!(state_of(&h, "a").0, StateKind::Active);
+    assert_eq!(h.state_of("a").0, StateKind::Active);
     h.sim.add_fault(
         KEY_A,
         fault(
@@ -273,7 +252,7 @@ async fn a_lone_key_gets_its_transient_retries() {
     let id = h.submit().await;
     assert_eq!(h.sim.task_owner(id).as_deref(), Some(KEY_A));
     assert_eq!(submits_by(&h).len(), 3);
-    assert_ne!(state_of(&h, "a").0, StateKind::Benched);
+    assert_ne!(h.state_of("a").0, StateKind::Benched);
     h.stop().await;
 }
 
@@ -316,7 +295,7 @@ async fn attempts_are_bounded_and_the_caller_gets_a_well_formed_error() {
     assert_eq!(plain.text(), "ERROR_SERVER_ERROR");
     assert_eq!(plain.content_type(), Some("text/plain; charset=utf-8"));
     for name in ["a", "b", "c", "d"] {
-        assert_ne!(state_of(&h, name).0, StateKind::Benched, "{name}");
+        assert_ne!(h.state_of(name).0, StateKind::Benched, "{name}");
     }
     h.stop().await;
 }
@@ -337,7 +316,7 @@ async fn consecutive_transient_failures_cool_a_key() {
         ))
         .await;
     assert_eq!(answer.json()["status"], 0);
-    assert_eq!(state_of(&h, "a"), (StateKind::Cooling, Some("transient")));
+    assert_eq!(h.state_of("a"), (StateKind::Cooling, Some("transient")));
     h.stop().await;
 }
 
@@ -392,11 +371,11 @@ async fn a_pool_whose_keys_are_all_down_answers_in_the_callers_format() {
     let h = Harness::start(sim, config).await;
     // The startup refresh already benched both.
     assert_eq!(
-        state_of(&h, "a"),
+        h.state_of("a"),
         (StateKind::Benched, Some("ERROR_KEY_DOES_NOT_EXIST"))
     );
     assert_eq!(
-        state_of(&h, "b"),
+        h.state_of("b"),
         (StateKind::Benched, Some("ERROR_IP_NOT_ALLOWED"))
     );
     let json = h

@@ -5,7 +5,7 @@ mod common;
 
 use common::*;
 use keyrelay::health::StateKind;
-use keyrelay::sim::{Fault, FaultKind, FaultTarget};
+use keyrelay::sim::{FaultKind, FaultTarget};
 
 fn polls_by(h: &Harness) -> Vec<(String, String)> {
     h.sim
@@ -226,11 +226,7 @@ async fn a_poll_the_upstream_cannot_answer_reads_as_not_ready() {
     let owner = h.sim.task_owner(id).unwrap();
     h.sim.add_fault(
         &owner,
-        Fault {
-            target: FaultTarget::Poll,
-            kind: FaultKind::Status(502),
-            times: None,
-        },
+        fault(FaultTarget::Poll, FaultKind::Status(502), None),
     );
     let json = h
         .get(&format!("/res.php?action=get&id={id}&json=1"))
@@ -295,11 +291,7 @@ async fn a_rate_limited_poll_reads_as_not_ready_not_as_http_429() {
     let owner = h.sim.task_owner(id).unwrap();
     h.sim.add_fault(
         &owner,
-        Fault {
-            target: FaultTarget::Poll,
-            kind: FaultKind::Status(429),
-            times: Some(1),
-        },
+        fault(FaultTarget::Poll, FaultKind::Status(429), Some(1)),
     );
     let answer = h.get(&format!("/res.php?action=get&id={id}")).await;
     assert_eq!(answer.status, 200);

@@ -14,7 +14,8 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use keyrelay::config::{Config, KeyConfig, Upstream};
-use keyrelay::sim::{SimHandle, SimKey, Simulator};
+use keyrelay::health::StateKind;
+use keyrelay::sim::{Fault, FaultKind, FaultTarget, SimHandle, SimKey, Simulator};
 use keyrelay::App;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -137,7 +138,7 @@ impl Harness {
             snapshot.pool.keys().iter().all(|k| {
                 k.stats.balance().is_some()
                     || app.health().view(k.id, tokio::time::Instant::now()).state
-                        != keyrelay::health::StateKind::Active
+                        != StateKind::Active
             })
         })
         .await;
@@ -207,6 +208,19 @@ impl Harness {
         }
     }
 
+    /// A key's health state and reason, by name.
+    pub fn state_of(&self, name: &str) -> (StateKind, Option<&'static str>) {
+        let snapshot = self.app.snapshot();
+        let key = snapshot
+            .pool
+            .keys()
+            .iter()
+            .find(|k| k.name == name)
+            .expect("key exists");
+        let view = self.app.health().view(key.id, tokio::time::Instant::now());
+        (view.state, view.reason)
+    }
+
     /// The `/metrics` text.
     pub async fn metrics(&self) -> String {
         self.get("/metrics").await.text()
@@ -219,6 +233,15 @@ impl Harness {
         if let Some(server) = self.server.take() {
             server.await.expect("server task").expect("server ran");
         }
+    }
+}
+
+/// A simulator fault.
+pub fn fault(target: FaultTarget, kind: FaultKind, times: Option<u32>) -> Fault {
+    Fault {
+        target,
+        kind,
+        times,
     }
 }
 
