@@ -27,8 +27,8 @@ mod request;
 
 pub use answer::{error_answer, ids_answer, ok_answer, value_answer, Answer};
 pub use reply::{
-    classify, parse_balance, parse_reply, parse_threads, split_ids_reply, Outcome, Reply,
-    ThreadsInfo,
+    classify, known_code, parse_balance, parse_reply, parse_threads, split_ids_reply, Outcome,
+    Reply, ThreadsInfo,
 };
 pub use request::{BodyKind, ParsedRequest, RequestError, Rewritten};
 

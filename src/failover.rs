@@ -126,34 +126,10 @@ pub fn meaning_rank(outcome: Outcome) -> u8 {
     }
 }
 
-/// Error codes keyrelay knows by name; reasons and metric labels come only from this list so
-/// an upstream cannot grow label sets without bound.
-const KNOWN_CODES: &[&str] = &[
-    "ERROR_WRONG_USER_KEY",
-    "ERROR_KEY_DOES_NOT_EXIST",
-    "ERROR_IP_NOT_ALLOWED",
-    "ERROR_ZERO_BALANCE",
-    "ERROR_NO_SLOT_AVAILABLE",
-    "MAX_USER_TURN",
-    "ERROR_TOO_MUCH_REQUESTS",
-    "ERROR: 1001",
-    "ERROR: 1002",
-    "ERROR: 1003",
-    "ERROR: 1005",
-    "IP_BANNED",
-    "ERROR_IP_BLOCKED",
-    "ERROR: 1004",
-    "ERROR_SERVER_ERROR",
-    "ERROR_INTERNAL_SERVER_ERROR",
-];
-
-/// A static reason for an upstream code: the code itself when known, else `other`.
+/// A static reason for an upstream code: the code itself when the outcome table knows it,
+/// else `other`, so reasons and metric labels stay a closed set.
 pub fn reason_code(code: &str) -> &'static str {
-    KNOWN_CODES
-        .iter()
-        .find(|known| **known == code)
-        .copied()
-        .unwrap_or("other")
+    crate::captcha::known_code(code).unwrap_or("other")
 }
 
 #[cfg(test)]

@@ -157,8 +157,35 @@ impl Outcome {
     }
 }
 
-/// The one table from upstream answers to key health (protocol notes §4). Codes are
-/// compared exactly: the service sends them in upper case.
+// The codes that say something about a key or keyrelay's IP, by class (protocol notes §4).
+// Every other code is the caller's business. Codes are compared exactly: the service sends
+// them in upper case.
+
+/// Wrong format, unknown key or account without a plan, IP not in the key's allow-list.
+const KEY_UNUSABLE: &[&str] = &[
+    "ERROR_WRONG_USER_KEY",
+    "ERROR_KEY_DOES_NOT_EXIST",
+    "ERROR_IP_NOT_ALLOWED",
+];
+/// "No available threads": full now, or no plan at all; only threadsinfo can tell.
+const ZERO_BALANCE: &[&str] = &["ERROR_ZERO_BALANCE"];
+/// All threads busy, per-account queue or request-rate limits, 2captcha's temporary blocks
+/// (1001/1003 no-slot, 1002 zero-balance, 1005 poll rate).
+const KEY_FULL: &[&str] = &[
+    "ERROR_NO_SLOT_AVAILABLE",
+    "MAX_USER_TURN",
+    "ERROR_TOO_MUCH_REQUESTS",
+    "ERROR: 1001",
+    "ERROR: 1002",
+    "ERROR: 1003",
+    "ERROR: 1005",
+];
+/// Too many bad keys from this IP: rotating keys would only extend the ban.
+const IP_BANNED: &[&str] = &["IP_BANNED", "ERROR_IP_BLOCKED", "ERROR: 1004"];
+/// The service's own "retry in ~10 s".
+const SERVER_ERROR: &[&str] = &["ERROR_SERVER_ERROR", "ERROR_INTERNAL_SERVER_ERROR"];
+
+/// The one table from upstream answers to key health.
 pub fn classify(http_status: u16, reply: &Reply) -> Outcome {
     match (http_status, reply) {
         // Rate limiting, as the service's blog describes it: this key must slow down.
@@ -169,31 +196,41 @@ pub fn classify(http_status: u16, reply: &Reply) -> Outcome {
         (_, Reply::Ok(_) | Reply::NotReady | Reply::Value(_)) => Outcome::Success,
         // A 2xx body that no API answer looks like: a proxy or server fault in between.
         (_, Reply::Garbage) => Outcome::Transient,
-        (_, Reply::Error(code)) => match code.as_str() {
-            // Wrong format, unknown key or account without a plan, IP not in allow-list.
-            "ERROR_WRONG_USER_KEY" | "ERROR_KEY_DOES_NOT_EXIST" | "ERROR_IP_NOT_ALLOWED" => {
+        (_, Reply::Error(code)) => {
+            let code = code.as_str();
+            if KEY_UNUSABLE.contains(&code) {
                 Outcome::KeyUnusable
+            } else if ZERO_BALANCE.contains(&code) {
+                Outcome::ZeroBalance
+            } else if KEY_FULL.contains(&code) {
+                Outcome::KeyFull
+            } else if IP_BANNED.contains(&code) {
+                Outcome::IpBanned
+            } else if SERVER_ERROR.contains(&code) {
+                Outcome::Transient
+            } else {
+                // Page/sitekey/image/params problems, unknown task ids, unsolvable captchas
+                // and codes we do not know: the caller's business, not the key's.
+                Outcome::CallerError
             }
-            // "No available threads": full now, or no plan at all; the caller decides.
-            "ERROR_ZERO_BALANCE" => Outcome::ZeroBalance,
-            // All threads busy, per-account queue or request-rate limits, 2captcha's
-            // temporary blocks (1001/1003 no-slot, 1002 zero-balance, 1005 poll rate).
-            "ERROR_NO_SLOT_AVAILABLE"
-            | "MAX_USER_TURN"
-            | "ERROR_TOO_MUCH_REQUESTS"
-            | "ERROR: 1001"
-            | "ERROR: 1002"
-            | "ERROR: 1003"
-            | "ERROR: 1005" => Outcome::KeyFull,
-            // Too many bad keys from this IP: rotating keys would only extend the ban.
-            "IP_BANNED" | "ERROR_IP_BLOCKED" | "ERROR: 1004" => Outcome::IpBanned,
-            // The service's own "retry in ~10 s".
-            "ERROR_SERVER_ERROR" | "ERROR_INTERNAL_SERVER_ERROR" => Outcome::Transient,
-            // Page/sitekey/image/params problems, unknown task ids, unsolvable captchas and
-            // codes we do not know: the caller's business, not the key's.
-            _ => Outcome::CallerError,
-        },
+        }
     }
+}
+
+/// The static spelling of a code the table above knows, for health reasons and metric
+/// labels: a closed set, so an upstream cannot grow label sets without bound.
+pub fn known_code(code: &str) -> Option<&'static str> {
+    [
+        KEY_UNUSABLE,
+        ZERO_BALANCE,
+        KEY_FULL,
+        IP_BANNED,
+        SERVER_ERROR,
+    ]
+    .into_iter()
+    .flatten()
+    .find(|known| **known == code)
+    .copied()
 }
 
 // === account answers ===
@@ -659,6 +696,35 @@ mod tests {
                     assert_eq!(items.len(), expected, "{body:?}");
                 }
             }
+        }
+    }
+
+    #[test]
+    fn known_codes_are_exactly_the_classified_ones() {
+        for code in [
+            "ERROR_KEY_DOES_NOT_EXIST",
+            "MAX_USER_TURN",
+            "ERROR: 1004",
+            "ERROR_SERVER_ERROR",
+            "ERROR_ZERO_BALANCE",
+        ] {
+            assert_eq!(known_code(code), Some(code));
+            assert_ne!(
+                classify(200, &Reply::Error(code.to_owned())),
+                Outcome::CallerError
+            );
+        }
+        for code in [
+            "ERROR_PAGEURL",
+            "ERROR_CAPTCHA_UNSOLVABLE",
+            "error_key_does_not_exist",
+            "ERROR_NEW",
+        ] {
+            assert_eq!(known_code(code), None);
+            assert_eq!(
+                classify(200, &Reply::Error(code.to_owned())),
+                Outcome::CallerError
+            );
         }
     }
 }
