@@ -3,11 +3,12 @@
 
 use std::io::IsTerminal;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand, ValueEnum};
+use keyrelay::config::ConfigError;
 use keyrelay::sim::{SimKey, Simulator, DEFAULT_KEYS};
 use keyrelay::{App, Config};
 use tokio::net::TcpListener;
@@ -95,7 +96,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         None => serve(&cli.config).await,
         Some(Command::Check) => {
-            let config = Config::load(&cli.config)?;
+            let config = load_config(&cli.config)?;
             println!("{} is valid", cli.config.display());
             print!("{}", config.summary());
             Ok(())
@@ -109,8 +110,8 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
-async fn serve(path: &std::path::Path) -> anyhow::Result<()> {
-    let config = Config::load(path)?;
+async fn serve(path: &Path) -> anyhow::Result<()> {
+    let config = load_config(path)?;
     let listen = config.listen;
     let upstream = config.upstream.as_str().to_owned();
     let keys = config.keys.len();
@@ -123,6 +124,16 @@ async fn serve(path: &std::path::Path) -> anyhow::Result<()> {
     tracing::info!(%addr, %upstream, keys, "keyrelay listening");
     keyrelay::server::run(listener, app, keyrelay::server::shutdown_signal()).await?;
     Ok(())
+}
+
+/// Loads the config, with an error that names the file once. `ConfigError`'s messages
+/// already carry their cause, so it is flattened rather than chained, which would print the
+/// cause twice.
+fn load_config(path: &Path) -> anyhow::Result<Config> {
+    Config::load(path).map_err(|e| match e {
+        ConfigError::Io { .. } => anyhow::anyhow!("{e}"),
+        _ => anyhow::anyhow!("{}: {e}", path.display()),
+    })
 }
 
 async fn simulate(

@@ -67,7 +67,15 @@ fn check_rejects_a_broken_config_with_a_precise_message() {
     let out = keyrelay(&["check", "--config", path.to_str().unwrap()]);
     assert!(!out.status.success());
     let text = stderr(&out);
-    assert!(text.contains("keys[0] (\"main\").weight"), "{text}");
+    assert!(
+        text.contains("keys[0] (\"main\").weight: must be > 0"),
+        "{text}"
+    );
+    assert!(
+        text.contains(path.to_str().unwrap()),
+        "names the file: {text}"
+    );
+    assert_eq!(text.matches("must be > 0").count(), 1, "said once: {text}");
     assert!(!text.contains("0123456789abcdef"), "{text}");
 }
 
@@ -75,10 +83,12 @@ fn check_rejects_a_broken_config_with_a_precise_message() {
 fn check_reports_a_missing_file() {
     let out = keyrelay(&["check", "--config", "/nonexistent/proxy.toml"]);
     assert!(!out.status.success());
-    assert!(
-        stderr(&out).contains("/nonexistent/proxy.toml"),
-        "{}",
-        stderr(&out)
+    let text = stderr(&out);
+    assert!(text.contains("/nonexistent/proxy.toml"), "{text}");
+    assert_eq!(
+        text.matches("os error 2").count(),
+        1,
+        "cause printed once: {text}"
     );
 }
 
