@@ -55,6 +55,8 @@ struct Inner {
     metrics: Metrics,
     client: UpstreamClient,
     events: broadcast::Sender<Event>,
+    /// When this instance started, for the status page's uptime.
+    started: Instant,
     /// Set only for reproducible runs (the demo): every request's randomness then derives
     /// from one seeded generator, so a sequential workload picks the same keys every time.
     seeded: Option<Mutex<SmallRng>>,
@@ -102,6 +104,7 @@ impl App {
             client,
             events,
             seeded: seed.map(|s| Mutex::new(SmallRng::seed_from_u64(s))),
+            started: Instant::now(),
         })))
     }
 
@@ -124,6 +127,11 @@ impl App {
 
     pub fn client(&self) -> &UpstreamClient {
         &self.0.client
+    }
+
+    /// Time since this instance was built.
+    pub fn uptime(&self) -> std::time::Duration {
+        self.0.started.elapsed()
     }
 
     /// A random generator for one request.
@@ -149,30 +157,20 @@ impl App {
         let snapshot = self.snapshot();
         self.0
             .metrics
-            .render(&snapshot.pool, self.0.pins.len(), Instant::now())
+            .render(&snapshot.pool, &*self.0.pins, Instant::now())
     }
 
     /// Applies a health event to a key, and logs, counts and announces the change if the
     /// key's state flipped. The one place where key state changes become visible.
     pub fn record_health(&self, key: &KeyEntry, event: HealthEvent) -> Option<Transition> {
         let transition = self.0.health.record(key.id, event, Instant::now())?;
-        let reason = transition.reason.unwrap_or("");
-        match transition.to {
-            StateKind::Active => tracing::info!(
-                key = %key.name,
-                from = %transition.from,
-                "key back in rotation"
-            ),
-            StateKind::Cooling => tracing::warn!(
-                key = %key.name,
-                reason,
-                "key cooling down"
-            ),
-            StateKind::Benched => tracing::warn!(
-                key = %key.name,
-                reason,
-                "key benched until a refresh shows it usable"
-            ),
+        let (from, to) = (transition.from.label(), transition.to.label());
+        let reason = transition.reason.unwrap_or("none");
+        // One line per change, with both states and the reason: out of rotation is a warning.
+        if transition.to == StateKind::Active {
+            tracing::info!(key = %key.name, from, to, reason, "key state changed");
+        } else {
+            tracing::warn!(key = %key.name, from, to, reason, "key state changed");
         }
         self.0
             .metrics

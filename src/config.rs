@@ -66,6 +66,10 @@ pub const DEFAULT_SOLVE_TIMEOUT: Duration = Duration::from_secs(180);
 /// A refresh is background work and must not hang around until the next round.
 pub const DEFAULT_REFRESH_TIMEOUT: Duration = Duration::from_secs(15);
 
+/// Which key served a request is what users ask first when something looks off; the key's
+/// name is not a secret.
+pub const DEFAULT_KEY_HEADERS: bool = true;
+
 /// The validated configuration the proxy runs with.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -85,6 +89,8 @@ pub struct Config {
     pub limits: Limits,
     /// Upstream timeouts.
     pub timeouts: Timeouts,
+    /// What keyrelay tells callers and operators about itself.
+    pub observability: Observability,
 }
 
 /// One key of the pool.
@@ -131,6 +137,13 @@ pub struct Pins {
     pub ttl: Duration,
     /// Size cap; the oldest pins are evicted first (>= 1).
     pub max_pins: usize,
+}
+
+/// `[observability]`: what keyrelay tells callers and operators about itself.
+#[derive(Clone, Debug)]
+pub struct Observability {
+    /// Add `X-Keyrelay-Key` and `X-Keyrelay-Attempts` to proxied answers.
+    pub key_headers: bool,
 }
 
 /// `[limits]`: request size limits.
@@ -234,6 +247,7 @@ impl Config {
             pins: Pins::default(),
             limits: Limits::default(),
             timeouts: Timeouts::default(),
+            observability: Observability::default(),
         }
     }
 
@@ -281,6 +295,14 @@ impl Default for Pins {
         Pins {
             ttl: DEFAULT_PIN_TTL,
             max_pins: DEFAULT_MAX_PINS,
+        }
+    }
+}
+
+impl Default for Observability {
+    fn default() -> Observability {
+        Observability {
+            key_headers: DEFAULT_KEY_HEADERS,
         }
     }
 }

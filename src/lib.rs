@@ -15,7 +15,8 @@
 //! - [`upstream`]: the pooled rustls client.
 //! - [`proxy`]: one request end to end; [`server`]: accept loop and shutdown.
 //! - [`refresh`]: background balance and thread reads, and re-probing benched keys.
-//! - [`metrics`]: Prometheus metrics from an owned registry.
+//! - [`metrics`]: Prometheus metrics from an owned registry; [`status`]: `/status`,
+//!   `/healthz` and `/readyz`.
 //! - [`app`]: the shared handle tying these together.
 //! - [`sim`]: the built-in CaptchaAI simulator used by tests, benchmarks and [`demo`].
 
@@ -33,6 +34,7 @@ pub mod proxy;
 pub mod refresh;
 pub mod server;
 pub mod sim;
+pub mod status;
 pub mod upstream;
 
 pub use api_key::ApiKey;

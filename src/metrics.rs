@@ -1,146 +1,322 @@
 //! Prometheus metrics from an owned registry, so several proxies in one test process keep
 //! separate counts. Labels are key names and closed enums only, never task ids or secrets.
+//! Every metric is listed, with its labels and meaning, in `docs/metrics.md`.
 
 use prometheus::{
-    Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts,
-    Registry, TextEncoder,
+    Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
 };
 use tokio::time::Instant;
 
+use crate::captcha::Outcome;
+use crate::health::StateKind;
+use crate::pins::PinStore;
 use crate::pool::KeyPool;
+
+/// Upstream and proxy latency buckets: loopback answers take a millisecond, real submits
+/// tens of milliseconds, `solve.php` up to minutes.
+const LATENCY_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+    120.0, 180.0,
+];
 
 /// Typed handles to every metric keyrelay exports.
 pub struct Metrics {
     registry: Registry,
+    // Gauges recomputed from the pool at scrape time.
     keys_active: IntGauge,
     keys_configured: IntGauge,
     key_up: IntGaugeVec,
+    key_state: IntGaugeVec,
+    key_state_reason: IntGaugeVec,
     key_balance: GaugeVec,
+    key_threads: IntGaugeVec,
+    key_working_threads: IntGaugeVec,
+    key_tasks_in_flight: IntGaugeVec,
     tasks_pinned: IntGauge,
-    /// Caller requests by endpoint and how they ended.
-    pub requests: IntCounterVec,
-    /// Upstream exchanges by key and classified outcome.
-    pub upstream_outcomes: IntCounterVec,
-    /// Upstream latency by endpoint.
+    /// Submit attempts by key and how the key answered.
+    pub key_submits: IntCounterVec,
+    /// Upstream error codes (and transport failures) by key.
+    pub key_errors: IntCounterVec,
+    /// Upstream latency by key and endpoint.
     pub upstream_duration: HistogramVec,
-    /// Tasks moved to another key, by the reason the first key failed.
+    /// Caller requests by endpoint and how they ended.
+    pub request_duration: HistogramVec,
+    /// Answers keyrelay made itself, by code.
+    pub local_answers: IntCounterVec,
+    /// Tasks moved to another key, by why the previous key failed.
     pub failovers: IntCounterVec,
-    /// Key state changes by key and new state.
+    /// Key state changes by key and the state entered.
     pub key_transitions: IntCounterVec,
+    /// Background refresh rounds.
+    pub refresh_runs: IntCounter,
+    /// Keys whose refresh read failed or was rejected.
+    pub refresh_failures: IntCounterVec,
+}
+
+/// Registers each metric and returns its handle.
+macro_rules! register {
+    ($registry:expr, $metric:expr) => {{
+        let metric = $metric;
+        $registry.register(Box::new(metric.clone()))?;
+        metric
+    }};
 }
 
 impl Metrics {
     /// # Errors
     /// Only if two metrics were given the same name, which is a programming error.
     pub fn new() -> Result<Metrics, prometheus::Error> {
-        let registry = Registry::new();
-        let keys_active = IntGauge::new(
-            "keyrelay_keys_active",
-            "Keys in rotation now: healthy and above min_balance.",
-        )?;
-        let keys_configured =
-            IntGauge::new("keyrelay_keys_configured", "Keys in the configuration.")?;
-        let key_up = IntGaugeVec::new(
-            Opts::new("keyrelay_key_up", "1 while the key is in rotation, else 0."),
-            &["key"],
-        )?;
-        let key_balance = GaugeVec::new(
-            Opts::new(
-                "keyrelay_key_balance",
-                "Balance from the key's last successful getbalance; absent while unknown.",
-            ),
-            &["key"],
-        )?;
-        let tasks_pinned = IntGauge::new(
-            "keyrelay_tasks_pinned",
-            "Task ids currently pinned to the key that created them.",
-        )?;
-        let requests = IntCounterVec::new(
-            Opts::new(
-                "keyrelay_requests_total",
-                "Caller requests by endpoint and outcome.",
-            ),
-            &["endpoint", "outcome"],
-        )?;
-        let upstream_outcomes = IntCounterVec::new(
-            Opts::new(
-                "keyrelay_upstream_outcomes_total",
-                "Upstream exchanges by key and classified outcome.",
-            ),
-            &["key", "outcome"],
-        )?;
-        let upstream_duration = HistogramVec::new(
-            HistogramOpts::new(
-                "keyrelay_upstream_duration_seconds",
-                "Upstream request latency by endpoint.",
+        let r = Registry::new();
+        let build_info = register!(
+            r,
+            IntGaugeVec::new(
+                Opts::new("keyrelay_build_info", "keyrelay's version; always 1."),
+                &["version"],
+            )?
+        );
+        build_info
+            .with_label_values(&[env!("CARGO_PKG_VERSION")])
+            .set(1);
+        let per_key = |name: &str, help: &str| IntGaugeVec::new(Opts::new(name, help), &["key"]);
+        let counter = |name: &str, help: &str, labels: &[&str]| {
+            IntCounterVec::new(Opts::new(name, help), labels)
+        };
+        let histogram = |name: &str, help: &str, labels: &[&str]| {
+            HistogramVec::new(
+                HistogramOpts::new(name, help).buckets(LATENCY_BUCKETS.to_vec()),
+                labels,
             )
-            .buckets(vec![
-                0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
-            ]),
-            &["endpoint"],
-        )?;
-        let failovers = IntCounterVec::new(
-            Opts::new(
-                "keyrelay_failovers_total",
-                "Tasks retried on another key, by why the previous key failed.",
-            ),
-            &["reason"],
-        )?;
-        let key_transitions = IntCounterVec::new(
-            Opts::new(
-                "keyrelay_key_transitions_total",
-                "Key state changes by key and the state entered.",
-            ),
-            &["key", "state"],
-        )?;
-        registry.register(Box::new(keys_active.clone()))?;
-        registry.register(Box::new(keys_configured.clone()))?;
-        registry.register(Box::new(key_up.clone()))?;
-        registry.register(Box::new(key_balance.clone()))?;
-        registry.register(Box::new(tasks_pinned.clone()))?;
-        registry.register(Box::new(requests.clone()))?;
-        registry.register(Box::new(upstream_outcomes.clone()))?;
-        registry.register(Box::new(upstream_duration.clone()))?;
-        registry.register(Box::new(failovers.clone()))?;
-        registry.register(Box::new(key_transitions.clone()))?;
+        };
         Ok(Metrics {
-            registry,
-            keys_active,
-            keys_configured,
-            key_up,
-            key_balance,
-            tasks_pinned,
-            requests,
-            upstream_outcomes,
-            upstream_duration,
-            failovers,
-            key_transitions,
+            keys_active: register!(
+                r,
+                IntGauge::new(
+                    "keyrelay_keys_active",
+                    "Keys in rotation now: healthy and above min_balance."
+                )?
+            ),
+            keys_configured: register!(
+                r,
+                IntGauge::new("keyrelay_keys_configured", "Keys in the configuration.")?
+            ),
+            key_up: register!(
+                r,
+                per_key("keyrelay_key_up", "1 while the key is in rotation, else 0.")?
+            ),
+            key_state: register!(
+                r,
+                IntGaugeVec::new(
+                    Opts::new(
+                        "keyrelay_key_state",
+                        "1 for the key's current health state (active, cooling, benched), 0 for the others."
+                    ),
+                    &["key", "state"],
+                )?
+            ),
+            key_state_reason: register!(
+                r,
+                IntGaugeVec::new(
+                    Opts::new(
+                        "keyrelay_key_state_reason",
+                        "1 for the code that took the key out of rotation; reason=\"none\" while active."
+                    ),
+                    &["key", "reason"],
+                )?
+            ),
+            key_balance: register!(
+                r,
+                GaugeVec::new(
+                    Opts::new(
+                        "keyrelay_key_balance",
+                        "Balance from the key's last successful getbalance; absent while unknown."
+                    ),
+                    &["key"],
+                )?
+            ),
+            key_threads: register!(
+                r,
+                per_key(
+                    "keyrelay_key_threads",
+                    "The key's thread capacity: its threadsinfo figure, else the configured threads."
+                )?
+            ),
+            key_working_threads: register!(
+                r,
+                per_key(
+                    "keyrelay_key_working_threads",
+                    "Working threads from the key's last threadsinfo; absent while unknown."
+                )?
+            ),
+            key_tasks_in_flight: register!(
+                r,
+                per_key(
+                    "keyrelay_key_tasks_in_flight",
+                    "Tasks submitted through keyrelay with this key and not yet finished."
+                )?
+            ),
+            tasks_pinned: register!(
+                r,
+                IntGauge::new(
+                    "keyrelay_tasks_pinned",
+                    "Task ids currently pinned to the key that created them."
+                )?
+            ),
+            key_submits: register!(
+                r,
+                counter(
+                    "keyrelay_key_submits_total",
+                    "Submit attempts by key and outcome: ok, key_unusable, key_full, caller_error, transient.",
+                    &["key", "outcome"],
+                )?
+            ),
+            key_errors: register!(
+                r,
+                counter(
+                    "keyrelay_key_errors_total",
+                    "Upstream error codes and transport failures seen, by key and code.",
+                    &["key", "code"],
+                )?
+            ),
+            upstream_duration: register!(
+                r,
+                histogram(
+                    "keyrelay_upstream_duration_seconds",
+                    "Upstream request latency by key and endpoint.",
+                    &["key", "endpoint"],
+                )?
+            ),
+            request_duration: register!(
+                r,
+                histogram(
+                    "keyrelay_request_duration_seconds",
+                    "Caller request duration through the proxy, by endpoint and outcome.",
+                    &["endpoint", "outcome"],
+                )?
+            ),
+            local_answers: register!(
+                r,
+                counter(
+                    "keyrelay_local_answers_total",
+                    "Answers keyrelay made itself instead of relaying the upstream's, by code.",
+                    &["code"],
+                )?
+            ),
+            failovers: register!(
+                r,
+                counter(
+                    "keyrelay_failovers_total",
+                    "Tasks retried on another key, by why the previous key failed.",
+                    &["reason"],
+                )?
+            ),
+            key_transitions: register!(
+                r,
+                counter(
+                    "keyrelay_key_transitions_total",
+                    "Key state changes by key and the state entered.",
+                    &["key", "state"],
+                )?
+            ),
+            refresh_runs: register!(
+                r,
+                IntCounter::new(
+                    "keyrelay_refresh_runs_total",
+                    "Background refresh rounds over the pool."
+                )?
+            ),
+            refresh_failures: register!(
+                r,
+                counter(
+                    "keyrelay_refresh_failures_total",
+                    "Refresh reads of a key's balance that failed or were rejected.",
+                    &["key"],
+                )?
+            ),
+            registry: r,
         })
+    }
+
+    /// Counts one submit attempt under the five outcomes operators alert on.
+    pub fn count_submit(&self, key: &str, outcome: Outcome) {
+        let label = match outcome {
+            Outcome::Success => "ok",
+            Outcome::KeyUnusable => "key_unusable",
+            // CaptchaAI documents this code as "no free thread".
+            Outcome::KeyFull | Outcome::ZeroBalance => "key_full",
+            Outcome::CallerError => "caller_error",
+            // A ban or a server fault: temporary, and not the key's doing.
+            Outcome::Transient | Outcome::IpBanned => "transient",
+        };
+        self.key_submits.with_label_values(&[key, label]).inc();
     }
 
     /// The text exposition. Pool gauges are computed here, at scrape time, because a cooldown
     /// ends by the clock rather than by an event that could update them.
-    pub fn render(&self, pool: &KeyPool, pins_len: usize, now: Instant) -> String {
+    pub fn render(&self, pool: &KeyPool, pins: &dyn PinStore, now: Instant) -> String {
         self.keys_configured.set(pool.keys().len() as i64);
         self.keys_active.set(pool.active_count(now) as i64);
-        self.tasks_pinned.set(pins_len as i64);
+        self.tasks_pinned.set(pins.len() as i64);
+        // Reasons change with the state; stale series would claim two reasons at once.
+        self.key_state_reason.reset();
         for key in pool.keys() {
             let name = key.name.as_str();
+            let view = pool.health(key, now);
             self.key_up
                 .with_label_values(&[name])
                 .set(i64::from(pool.in_rotation(key, now)));
+            for state in [StateKind::Active, StateKind::Cooling, StateKind::Benched] {
+                self.key_state
+                    .with_label_values(&[name, state.label()])
+                    .set(i64::from(view.state == state));
+            }
+            self.key_state_reason
+                .with_label_values(&[name, view.reason.unwrap_or("none")])
+                .set(1);
+            // Absent, not zero, while unknown: a failed read must not look like an empty
+            // account or an idle key.
             match key.stats.balance() {
                 Some(balance) => self.key_balance.with_label_values(&[name]).set(balance),
                 None => {
-                    // Absent, not zero: a failed read must not look like an empty account.
                     let _ = self.key_balance.remove_label_values(&[name]);
                 }
             }
+            match key.thread_capacity() {
+                Some(threads) => self
+                    .key_threads
+                    .with_label_values(&[name])
+                    .set(i64::from(threads)),
+                None => {
+                    let _ = self.key_threads.remove_label_values(&[name]);
+                }
+            }
+            match key.stats.threads() {
+                Some((_, working)) => self
+                    .key_working_threads
+                    .with_label_values(&[name])
+                    .set(i64::from(working)),
+                None => {
+                    let _ = self.key_working_threads.remove_label_values(&[name]);
+                }
+            }
+            self.key_tasks_in_flight
+                .with_label_values(&[name])
+                .set(i64::from(pins.in_flight(key.id)));
         }
         let mut out = Vec::new();
         TextEncoder::new()
             .encode(&self.registry.gather(), &mut out)
             .expect("the text encoder writes to a Vec, which cannot fail");
         String::from_utf8(out).expect("the text format is UTF-8")
+    }
+
+    /// State changes of a key into `state` since start, for the status page.
+    pub fn transitions(&self, key: &str, state: &str) -> u64 {
+        self.key_transitions.with_label_values(&[key, state]).get()
+    }
+
+    /// Counter value of one submit series, for the status page.
+    pub fn submits(&self, key: &str, outcome: &str) -> u64 {
+        self.key_submits.with_label_values(&[key, outcome]).get()
     }
 }

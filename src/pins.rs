@@ -52,6 +52,11 @@ pub trait PinStore: Send + Sync + 'static {
     fn pin(&self, task: TaskId, key: KeyId, now: Instant);
     /// The key that created `task`, if the pin is known and not expired.
     fn owner(&self, task: &TaskId, now: Instant) -> Option<KeyId>;
+    /// Marks `task` finished (it got its final answer). Returns its key the first time only,
+    /// so repeated polls of a solved task do not count it down twice.
+    fn finish(&self, task: &TaskId) -> Option<KeyId>;
+    /// Tasks of `key` pinned and not yet finished: its threads in use through keyrelay.
+    fn in_flight(&self, key: KeyId) -> u32;
     /// Drops expired pins; returns how many were dropped.
     fn sweep(&self, now: Instant) -> usize;
     /// Pins held now.
@@ -67,6 +72,8 @@ pub trait PinStore: Send + Sync + 'static {
 pub struct MemoryPins {
     /// Lookups on the poll path run concurrently; dashmap shards the lock.
     map: DashMap<TaskId, Pin>,
+    /// Unfinished pins per key, kept in step with `map` by every insert, finish and removal.
+    open: DashMap<KeyId, u32>,
     /// Pins in insertion order, which is also expiry order because the TTL is uniform.
     /// A std `Mutex`, not a tokio one: it is held only to push or pop, never across an await.
     order: Mutex<VecDeque<(TaskId, Instant)>>,
@@ -78,12 +85,15 @@ pub struct MemoryPins {
 struct Pin {
     key: KeyId,
     created: Instant,
+    /// Not yet finished: counts towards its key's tasks in flight.
+    open: bool,
 }
 
 impl MemoryPins {
     pub fn new(ttl: Duration, max_pins: usize) -> MemoryPins {
         MemoryPins {
             map: DashMap::new(),
+            open: DashMap::new(),
             order: Mutex::new(VecDeque::new()),
             ttl,
             max_pins: max_pins.max(1),
@@ -93,7 +103,26 @@ impl MemoryPins {
     /// Removes the oldest queue entry, and its pin unless the id was pinned again since.
     fn pop_oldest(&self, order: &mut VecDeque<(TaskId, Instant)>) {
         if let Some((task, created)) = order.pop_front() {
-            self.map.remove_if(&task, |_, pin| pin.created == created);
+            if let Some((_, pin)) = self.map.remove_if(&task, |_, pin| pin.created == created) {
+                self.closed(pin);
+            }
+        }
+    }
+
+    fn opened(&self, key: KeyId) {
+        *self.open.entry(key).or_insert(0) += 1;
+    }
+
+    /// Accounts for a pin that is gone from the map.
+    fn closed(&self, pin: Pin) {
+        if pin.open {
+            self.count_down(pin.key);
+        }
+    }
+
+    fn count_down(&self, key: KeyId) {
+        if let Some(mut count) = self.open.get_mut(&key) {
+            *count = count.saturating_sub(1);
         }
     }
 }
@@ -101,7 +130,15 @@ impl MemoryPins {
 impl PinStore for MemoryPins {
     fn pin(&self, task: TaskId, key: KeyId, now: Instant) {
         let mut order = self.order.lock().expect("pin queue lock poisoned");
-        self.map.insert(task.clone(), Pin { key, created: now });
+        let pin = Pin {
+            key,
+            created: now,
+            open: true,
+        };
+        if let Some(replaced) = self.map.insert(task.clone(), pin) {
+            self.closed(replaced);
+        }
+        self.opened(key);
         order.push_back((task, now));
         // The queue may hold stale entries for re-pinned ids; its own bound keeps those few.
         while !order.is_empty()
@@ -114,6 +151,23 @@ impl PinStore for MemoryPins {
     fn owner(&self, task: &TaskId, now: Instant) -> Option<KeyId> {
         let pin = *self.map.get(task)?;
         (now.saturating_duration_since(pin.created) < self.ttl).then_some(pin.key)
+    }
+
+    fn finish(&self, task: &TaskId) -> Option<KeyId> {
+        let mut pin = self.map.get_mut(task)?;
+        if !pin.open {
+            return None;
+        }
+        pin.open = false;
+        let key = pin.key;
+        // The map's shard lock is released before the count's is taken.
+        drop(pin);
+        self.count_down(key);
+        Some(key)
+    }
+
+    fn in_flight(&self, key: KeyId) -> u32 {
+        self.open.get(&key).map_or(0, |count| *count)
     }
 
     fn sweep(&self, now: Instant) -> usize {
@@ -200,5 +254,39 @@ mod tests {
         // The stale first entry of id 1 went first, then the newer one as the oldest live pin.
         assert_eq!(pins.len(), 2);
         assert_eq!(pins.owner(&id(3), Instant::now()), Some(KeyId(0)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn in_flight_counts_open_tasks_until_finished_or_dropped() {
+        let pins = MemoryPins::new(Duration::from_secs(60), 3);
+        let now = Instant::now();
+        pins.pin(id(1), KeyId(0), now);
+        pins.pin(id(2), KeyId(0), now);
+        pins.pin(id(3), KeyId(1), now);
+        assert_eq!((pins.in_flight(KeyId(0)), pins.in_flight(KeyId(1))), (2, 1));
+        assert_eq!(pins.finish(&id(1)), Some(KeyId(0)));
+        assert_eq!(
+            pins.finish(&id(1)),
+            None,
+            "a second final answer does not count"
+        );
+        assert_eq!(pins.finish(&id(9)), None);
+        assert_eq!(pins.in_flight(KeyId(0)), 1);
+        // Eviction by the cap drops task 1 (finished) then task 2 (open).
+        pins.pin(id(4), KeyId(1), now);
+        pins.pin(id(5), KeyId(1), now);
+        assert_eq!((pins.in_flight(KeyId(0)), pins.in_flight(KeyId(1))), (0, 3));
+        // Expiry drops the rest.
+        tokio::time::advance(Duration::from_secs(60)).await;
+        pins.sweep(Instant::now());
+        assert_eq!(pins.in_flight(KeyId(1)), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn re_pinning_moves_the_open_task_to_its_new_key() {
+        let pins = MemoryPins::new(Duration::from_secs(60), 10);
+        pins.pin(id(1), KeyId(0), Instant::now());
+        pins.pin(id(1), KeyId(1), Instant::now());
+        assert_eq!((pins.in_flight(KeyId(0)), pins.in_flight(KeyId(1))), (0, 1));
     }
 }

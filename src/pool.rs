@@ -2,7 +2,8 @@
 //! Knows weights, balances and health; does not know HTTP or the 2captcha wire format.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
 
 use rand::Rng;
 use tokio::time::Instant;
@@ -35,6 +36,9 @@ pub struct KeyStats {
     /// Threads and working threads from `threadsinfo`; `u32::MAX` means unknown.
     threads: AtomicU32,
     working: AtomicU32,
+    /// The last error code this key answered (or transport failure), and when, for the
+    /// status page. A std `Mutex`: set and read in a few instructions, never across awaits.
+    last_error: Mutex<Option<(&'static str, SystemTime)>>,
 }
 
 const UNKNOWN: u32 = u32::MAX;
@@ -45,6 +49,7 @@ impl Default for KeyStats {
             balance: AtomicU64::new(f64::NAN.to_bits()),
             threads: AtomicU32::new(UNKNOWN),
             working: AtomicU32::new(UNKNOWN),
+            last_error: Mutex::new(None),
         }
     }
 }
@@ -66,6 +71,16 @@ impl KeyStats {
         let threads = self.threads.load(Ordering::Relaxed);
         let working = self.working.load(Ordering::Relaxed);
         (threads != UNKNOWN && working != UNKNOWN).then_some((threads, working))
+    }
+
+    /// The last error code and its wall-clock time.
+    pub fn last_error(&self) -> Option<(&'static str, SystemTime)> {
+        *self.last_error.lock().expect("last_error lock poisoned")
+    }
+
+    pub fn set_last_error(&self, code: &'static str) {
+        *self.last_error.lock().expect("last_error lock poisoned") =
+            Some((code, SystemTime::now()));
     }
 
     pub fn set_threads(&self, info: Option<(u32, u32)>) {

@@ -28,6 +28,7 @@ use crate::app::{App, Snapshot};
 use crate::captcha::{self, Answer, Endpoint, Outcome, ParsedRequest, Reply};
 use crate::failover;
 use crate::pool::KeyEntry;
+use crate::status;
 use crate::upstream::{self, Outgoing, UpstreamAnswer, UpstreamError};
 
 /// Every response keyrelay sends is fully buffered: answers are small.
@@ -36,18 +37,16 @@ pub type Body = Full<Bytes>;
 /// Serves one request. Never fails: every problem becomes a well-formed answer.
 pub async fn handle(app: App, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
     let path = req.uri().path();
-    if path == "/metrics" && req.method() == Method::GET {
-        return Ok(plain(
-            StatusCode::OK,
-            "text/plain; version=0.0.4; charset=utf-8",
-            app.render_metrics(),
-        ));
+    if req.method() == Method::GET {
+        if let Some(response) = operator_endpoint(&app, path, req.headers()) {
+            return Ok(response);
+        }
     }
     let Some(endpoint) = Endpoint::from_path(path) else {
         return Ok(plain(
             StatusCode::NOT_FOUND,
             "text/plain; charset=utf-8",
-            "not found: keyrelay serves /in.php, /res.php, /solve.php and /metrics\n",
+            "not found: keyrelay serves /in.php, /res.php, /solve.php, /metrics, /status, /healthz and /readyz\n",
         ));
     };
     if req.method() != Method::GET && req.method() != Method::POST {
@@ -64,6 +63,50 @@ pub async fn handle(app: App, req: Request<Incoming>) -> Result<Response<Body>, 
     Ok(api(app, endpoint, req).await)
 }
 
+/// `/metrics`, `/healthz`, `/readyz` and `/status`, on the proxy's own listener.
+fn operator_endpoint(app: &App, path: &str, headers: &HeaderMap) -> Option<Response<Body>> {
+    const TEXT: &str = "text/plain; charset=utf-8";
+    Some(match path {
+        "/metrics" => plain(
+            StatusCode::OK,
+            "text/plain; version=0.0.4; charset=utf-8",
+            app.render_metrics(),
+        ),
+        // Liveness: the process answers; nothing else is checked.
+        "/healthz" => plain(StatusCode::OK, TEXT, "ok\n"),
+        // Readiness: a proxy with an empty pool can only refuse work.
+        "/readyz" => {
+            let snapshot = app.snapshot();
+            let active = snapshot.pool.active_count(Instant::now());
+            let configured = snapshot.pool.keys().len();
+            if active > 0 {
+                let text = format!("ready: {active} of {configured} keys in rotation\n");
+                plain(StatusCode::OK, TEXT, text)
+            } else {
+                let text = format!("not ready: none of {configured} keys in rotation\n");
+                plain(StatusCode::SERVICE_UNAVAILABLE, TEXT, text)
+            }
+        }
+        "/status" => {
+            let status = status::pool_status(app);
+            let wants_html = headers
+                .get(hyper::header::ACCEPT)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|accept| accept.contains("text/html"));
+            if wants_html {
+                plain(
+                    StatusCode::OK,
+                    "text/html; charset=utf-8",
+                    status::to_html(&status),
+                )
+            } else {
+                plain(StatusCode::OK, "application/json", status::to_json(&status))
+            }
+        }
+        _ => return None,
+    })
+}
+
 /// What a handler decided to answer, and a closed-set label for the request metric.
 pub(crate) struct Handled {
     pub reply: Answered,
@@ -73,28 +116,43 @@ pub(crate) struct Handled {
 /// The answer itself.
 pub(crate) enum Answered {
     /// An upstream answer, passed through verbatim: status, headers, body.
-    Upstream(UpstreamAnswer),
-    /// An answer keyrelay made itself, always HTTP 200.
-    Local(Answer),
+    Upstream {
+        answer: UpstreamAnswer,
+        /// Name of the key that served it, and how many upstream attempts it took.
+        key: String,
+        attempts: u32,
+    },
+    /// An answer keyrelay made itself, always HTTP 200, and its code (`OK` for pool figures).
+    Local { answer: Answer, code: &'static str },
 }
 
 impl Handled {
-    fn upstream(answer: UpstreamAnswer, outcome: &'static str) -> Handled {
+    fn upstream(
+        answer: UpstreamAnswer,
+        outcome: &'static str,
+        key: &KeyEntry,
+        attempts: u32,
+    ) -> Handled {
         Handled {
-            reply: Answered::Upstream(answer),
+            reply: Answered::Upstream {
+                answer,
+                key: key.name.clone(),
+                attempts,
+            },
             outcome,
         }
     }
 
-    fn local(answer: Answer, outcome: &'static str) -> Handled {
+    fn local(answer: Answer, code: &'static str, outcome: &'static str) -> Handled {
         Handled {
-            reply: Answered::Local(answer),
+            reply: Answered::Local { answer, code },
             outcome,
         }
     }
 }
 
 async fn api(app: App, endpoint: Endpoint, req: Request<Incoming>) -> Response<Body> {
+    let started = Instant::now();
     let (parts, body) = req.into_parts();
     let snapshot = app.snapshot();
     let query = parts.uri.query();
@@ -113,30 +171,18 @@ async fn api(app: App, endpoint: Endpoint, req: Request<Incoming>) -> Response<B
             let json = json_hint(query, content_type, &prefix);
             let text =
                 format!("the request body exceeds keyrelay's limits.max_body of {limit} bytes");
-            Handled::local(
-                captcha::error_answer("ERROR_TOO_BIG_CAPTCHA_FILESIZE", &text, json),
-                "bad_request",
-            )
+            local_error("ERROR_TOO_BIG_CAPTCHA_FILESIZE", &text, json, "bad_request")
         }
         Err(body::BodyError::Io(e)) => {
             tracing::debug!(error = %e, "caller body unreadable");
             let json = json_hint(query, content_type, &[]);
-            Handled::local(
-                captcha::error_answer(
-                    "ERROR_BAD_PARAMETERS",
-                    "the request body could not be read",
-                    json,
-                ),
-                "bad_request",
-            )
+            let text = "the request body could not be read";
+            local_error("ERROR_BAD_PARAMETERS", text, json, "bad_request")
         }
         Ok(bytes) => match ParsedRequest::parse(query, content_type, bytes) {
             Err(e) => {
                 let json = json_hint(query, content_type, &[]);
-                Handled::local(
-                    captcha::error_answer(e.code(), &e.to_string(), json),
-                    "bad_request",
-                )
+                local_error(e.code(), &e.to_string(), json, "bad_request")
             }
             Ok(parsed) => {
                 let ctx = Ctx {
@@ -154,11 +200,16 @@ async fn api(app: App, endpoint: Endpoint, req: Request<Incoming>) -> Response<B
             }
         },
     };
-    app.metrics()
-        .requests
+    let metrics = app.metrics();
+    metrics
+        .request_duration
         .with_label_values(&[endpoint.label(), handled.outcome])
-        .inc();
-    into_response(handled.reply)
+        .observe(started.elapsed().as_secs_f64());
+    if let Answered::Local { code, .. } = &handled.reply {
+        metrics.local_answers.with_label_values(&[code]).inc();
+    }
+    let key_headers = app.snapshot().config.observability.key_headers;
+    into_response(handled.reply, key_headers)
 }
 
 async fn dispatch_res(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
@@ -244,27 +295,34 @@ impl Ctx {
                 timeout,
             })
             .await;
-        self.app
-            .metrics()
+        let metrics = self.app.metrics();
+        metrics
             .upstream_duration
-            .with_label_values(&[self.endpoint.label()])
+            .with_label_values(&[key.name.as_str(), self.endpoint.label()])
             .observe(started.elapsed().as_secs_f64());
         let attempt = classify(result);
-        self.app
-            .metrics()
-            .upstream_outcomes
-            .with_label_values(&[key.name.as_str(), attempt.outcome.label()])
-            .inc();
+        if attempt.outcome != Outcome::Success {
+            metrics
+                .key_errors
+                .with_label_values(&[key.name.as_str(), attempt.code])
+                .inc();
+            key.stats.set_last_error(attempt.code);
+        }
         attempt
     }
 
-    pub fn local_error(&self, code: &str, text: &str, outcome: &'static str) -> Handled {
-        Handled::local(captcha::error_answer(code, text, self.json), outcome)
+    pub fn local_error(&self, code: &'static str, text: &str, outcome: &'static str) -> Handled {
+        local_error(code, text, self.json, outcome)
     }
 
     pub fn policy(&self) -> &crate::config::Failover {
         &self.snapshot.config.failover
     }
+}
+
+/// An error answer of keyrelay's own, in the caller's format.
+fn local_error(code: &'static str, text: &str, json: bool, outcome: &'static str) -> Handled {
+    Handled::local(captcha::error_answer(code, text, json), code, outcome)
 }
 
 /// Classifies an upstream result with the protocol's one outcome table.
@@ -310,20 +368,36 @@ fn json_hint(query: Option<&str>, content_type: Option<&str>, prefix: &[u8]) -> 
     in_query || json_body || in_form
 }
 
-fn into_response(reply: Answered) -> Response<Body> {
+fn into_response(reply: Answered, key_headers: bool) -> Response<Body> {
     match reply {
-        Answered::Upstream(answer) => {
+        Answered::Upstream {
+            answer,
+            key,
+            attempts,
+        } => {
             let mut response = Response::new(Full::new(answer.body));
             *response.status_mut() = answer.status;
             let headers = response.headers_mut();
             for (name, value) in upstream::answer_headers(&answer.headers) {
                 headers.append(name.clone(), value.clone());
             }
+            if key_headers {
+                // Key names are validated to header-safe characters; a failure is skipped.
+                if let Ok(value) = HeaderValue::from_str(&key) {
+                    headers.insert(KEY_HEADER, value);
+                }
+                headers.insert(ATTEMPTS_HEADER, HeaderValue::from(attempts));
+            }
             response
         }
-        Answered::Local(answer) => plain(StatusCode::OK, answer.content_type, answer.body),
+        Answered::Local { answer, .. } => plain(StatusCode::OK, answer.content_type, answer.body),
     }
 }
+
+/// Which key served a relayed answer.
+pub const KEY_HEADER: &str = "x-keyrelay-key";
+/// How many upstream attempts a relayed answer took.
+pub const ATTEMPTS_HEADER: &str = "x-keyrelay-attempts";
 
 fn plain(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Response<Body> {
     let mut response = Response::new(Full::new(body.into()));

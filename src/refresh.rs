@@ -38,6 +38,7 @@ pub async fn run(app: App) {
 pub async fn refresh_all(app: &App) {
     let snapshot = app.snapshot();
     let timeout = snapshot.config.timeouts.refresh;
+    app.metrics().refresh_runs.inc();
     join_all(
         snapshot
             .pool
@@ -56,6 +57,12 @@ pub async fn refresh_all(app: &App) {
 
 async fn refresh_key(app: &App, key: &KeyEntry, timeout: Duration) {
     let balance = read_balance(app, key, timeout).await;
+    if balance.is_err() {
+        app.metrics()
+            .refresh_failures
+            .with_label_values(&[key.name.as_str()])
+            .inc();
+    }
     if let Err(ReadError::KeyRejected(code)) = balance {
         key.stats.set_balance(None);
         app.record_health(key, HealthEvent::Bench { reason: code });

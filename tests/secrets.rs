@@ -149,7 +149,7 @@ backoff_max = "2ms"
     }
 
     assert!(
-        logs.contains("key benched"),
+        logs.contains("key state changed") && logs.contains("to=\"benched\""),
         "the failure paths ran:\n{logs}"
     );
     assert!(metrics.contains("keyrelay_key_up{key=\"alpha\"}"));

@@ -25,6 +25,8 @@ pub(super) struct RawConfig {
     pub limits: RawLimits,
     #[serde(default)]
     pub timeouts: RawTimeouts,
+    #[serde(default)]
+    pub observability: RawObservability,
 }
 
 /// One `[[keys]]` entry. All fields are raw values so that the only error serde can raise
@@ -76,4 +78,11 @@ pub(super) struct RawTimeouts {
     pub request: Option<Value>,
     pub solve: Option<Value>,
     pub refresh: Option<Value>,
+}
+
+/// `[observability]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawObservability {
+    pub key_headers: Option<bool>,
 }

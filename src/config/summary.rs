@@ -37,10 +37,11 @@ pub(super) fn render(config: &Config) -> String {
     );
     let _ = writeln!(
         out,
-        "pins: ttl {}, max_pins {}; limits: max_body {} bytes",
+        "pins: ttl {}, max_pins {}; limits: max_body {} bytes; key_headers {}",
         format_duration(config.pins.ttl),
         config.pins.max_pins,
-        config.limits.max_body
+        config.limits.max_body,
+        config.observability.key_headers
     );
     let _ = writeln!(
         out,

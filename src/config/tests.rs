@@ -801,7 +801,7 @@ fn debug_and_summary_show_no_key() {
         "listen 127.0.0.1:8080, upstream https://ocr.captchaai.com, refresh every 5m\n\
          failover: max_attempts 3, retry_unsure_submits false, min_balance 0.01, busy_cooldown 10s, \
          transient_failures 3, transient_cooldown 30s, backoff 100ms to 2s\n\
-         pins: ttl 2h, max_pins 1000000; limits: max_body 16777216 bytes\n\
+         pins: ttl 2h, max_pins 1000000; limits: max_body 16777216 bytes; key_headers true\n\
          timeouts: connect 10s, request 1m, solve 3m, refresh 15s\n\
          3 keys:\n\
          \x20 name      weight  threads  fingerprint\n\

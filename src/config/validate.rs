@@ -51,6 +51,9 @@ pub(super) fn validate(
     let pins = pins(p, raw.pins);
     let limits = limits(p, raw.limits);
     let timeouts = timeouts(p, raw.timeouts);
+    let observability = Observability {
+        key_headers: raw.observability.key_headers.unwrap_or(DEFAULT_KEY_HEADERS),
+    };
     let keys = super::keys::pool(p, raw.keys, raw.keys_env, &upstream, env);
     if !problems.0.is_empty() {
         return Err(problems.0);
@@ -64,6 +67,7 @@ pub(super) fn validate(
         pins,
         limits,
         timeouts,
+        observability,
     })
 }
 

@@ -33,7 +33,7 @@ pub(super) async fn balance(ctx: &Ctx) -> Handled {
         .filter_map(|k| k.stats.balance())
         .sum();
     let text = format_balance(total);
-    Handled::local(captcha::value_answer(&text, ctx.json), "success")
+    Handled::local(captcha::value_answer(&text, ctx.json), "OK", "success")
 }
 
 /// Balances are money: six decimals, trailing zeros trimmed, as the service prints them.
@@ -72,6 +72,7 @@ pub(super) fn threads(ctx: &Ctx) -> Handled {
                 .expect("a struct of integers always serialises")
                 .into(),
         },
+        "OK",
         "success",
     )
 }
@@ -98,13 +99,13 @@ pub(super) async fn pingback(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
         }
         if let Some(answer) = attempt.deliverable() {
             if succeeded {
-                return Handled::upstream(answer, outcome);
+                return Handled::upstream(answer, outcome, key, 1);
             }
-            first_answer.get_or_insert((answer, outcome));
+            first_answer.get_or_insert((answer, outcome, key));
         }
     }
     match first_answer {
-        Some((answer, outcome)) => Handled::upstream(answer, outcome),
+        Some((answer, outcome, key)) => Handled::upstream(answer, outcome, key, 1),
         None => ctx.local_error(
             "ERROR_SERVER_ERROR",
             "no key could reach the upstream; retry later",
@@ -127,7 +128,7 @@ pub(super) async fn other(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
     let attempt = ctx.attempt(key, parsed, &[]).await;
     let outcome = attempt.outcome.label();
     match attempt.deliverable() {
-        Some(answer) => Handled::upstream(answer, outcome),
+        Some(answer) => Handled::upstream(answer, outcome, key, 1),
         None => ctx.local_error(
             "ERROR_SERVER_ERROR",
             "the upstream did not answer; retry later",

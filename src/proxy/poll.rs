@@ -7,7 +7,7 @@ use futures_util::future::join_all;
 use tokio::time::Instant;
 
 use super::{Attempt, Ctx, Handled};
-use crate::captcha::{self, ParsedRequest};
+use crate::captcha::{self, Outcome, ParsedRequest, Reply};
 use crate::failover::{self, Next};
 use crate::pins::TaskId;
 use crate::pool::KeyEntry;
@@ -39,7 +39,7 @@ async fn poll_one(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
         let text = format!("keyrelay has no record of task {task}");
         return ctx.local_error(WRONG_ID, &text, "unknown_task");
     };
-    let attempt = with_retries(ctx, &key, parsed, &[]).await;
+    let (attempt, tries) = with_retries(ctx, &key, parsed, &[]).await;
     let outcome = attempt.outcome.label();
     tracing::info!(
         action = parsed.action().unwrap_or(""),
@@ -49,9 +49,34 @@ async fn poll_one(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
         latency_ms = started.elapsed().as_millis() as u64,
         "poll"
     );
+    let is_get = matches!(parsed.action(), Some("get" | "get2"));
+    if is_get && is_final(&attempt) {
+        ctx.app.pins().finish(&task);
+    }
     match attempt.deliverable() {
-        Some(answer) => Handled::upstream(answer, outcome),
+        Some(answer) => Handled::upstream(answer, outcome, &key, tries),
         None => unanswered(ctx, parsed),
+    }
+}
+
+/// Whether a poll's answer ends its task: a solution, or a verdict on the task itself
+/// (unsolvable, unknown id). "Not ready" and failures of the key or the service do not.
+fn is_final(attempt: &Attempt) -> bool {
+    match attempt.outcome {
+        Outcome::Success => attempt.reply != Reply::NotReady,
+        Outcome::CallerError => true,
+        _ => false,
+    }
+}
+
+/// Finishes every task of an `ids=` answer whose item is final.
+fn finish_items(ctx: &Ctx, ids: &[&str], items: &[String]) {
+    for (id, item) in ids.iter().zip(items) {
+        if item != NOT_READY && item != "CAPTCHA_NOT_READY" {
+            if let Some(task) = TaskId::parse(id) {
+                ctx.app.pins().finish(&task);
+            }
+        }
     }
 }
 
@@ -79,7 +104,7 @@ async fn with_retries(
     key: &KeyEntry,
     parsed: &ParsedRequest,
     extra: &[(&str, &str)],
-) -> Attempt {
+) -> (Attempt, u32) {
     let policy = ctx.policy();
     let mut rng = ctx.app.rng();
     let mut tries = 0;
@@ -91,7 +116,7 @@ async fn with_retries(
             ctx.app.record_health(key, event);
         }
         if decision.next != Next::Backoff || tries >= policy.max_attempts {
-            return attempt;
+            return (attempt, tries);
         }
         tokio::time::sleep(failover::backoff(tries, policy, &mut rng)).await;
     }
@@ -130,10 +155,15 @@ async fn poll_many(ctx: &Ctx, parsed: &ParsedRequest, ids: &str) -> Handled {
     if groups.len() == 1 && all_known {
         // One key owns them all: forward as is and pass the answer through verbatim.
         let key = groups[0].0.clone();
-        let attempt = with_retries(ctx, &key, parsed, &[]).await;
+        let (attempt, tries) = with_retries(ctx, &key, parsed, &[]).await;
         let outcome = attempt.outcome.label();
         return match attempt.deliverable() {
-            Some(answer) => Handled::upstream(answer, outcome),
+            Some(answer) => {
+                if let Some(items) = captcha::split_ids_reply(&answer.body, ids.len()) {
+                    finish_items(ctx, &ids, &items);
+                }
+                Handled::upstream(answer, outcome, &key, tries)
+            }
             None => unanswered(ctx, parsed),
         };
     }
@@ -142,7 +172,7 @@ async fn poll_many(ctx: &Ctx, parsed: &ParsedRequest, ids: &str) -> Handled {
     let answers = join_all(groups.iter().map(|(key, slots)| {
         let joined = slots.iter().map(|s| ids[*s]).collect::<Vec<_>>().join(",");
         async move {
-            let attempt = with_retries(ctx, key, parsed, &[("ids", &joined)]).await;
+            let (attempt, _) = with_retries(ctx, key, parsed, &[("ids", &joined)]).await;
             attempt
                 .deliverable()
                 .and_then(|answer| captcha::split_ids_reply(&answer.body, slots.len()))
@@ -150,10 +180,15 @@ async fn poll_many(ctx: &Ctx, parsed: &ParsedRequest, ids: &str) -> Handled {
     }))
     .await;
     for ((key, slots), split) in groups.iter().zip(answers) {
-        let parts = split.unwrap_or_else(|| {
+        let Some(parts) = split else {
             tracing::warn!(key = %key.name, "ids= answer unusable; its slots answered not ready");
-            vec![NOT_READY.to_owned(); slots.len()]
-        });
+            for slot in slots {
+                items[*slot] = NOT_READY.to_owned();
+            }
+            continue;
+        };
+        let group_ids: Vec<&str> = slots.iter().map(|s| ids[*s]).collect();
+        finish_items(ctx, &group_ids, &parts);
         for (slot, part) in slots.iter().zip(parts) {
             items[*slot] = part;
         }
@@ -171,5 +206,5 @@ async fn poll_many(ctx: &Ctx, parsed: &ParsedRequest, ids: &str) -> Handled {
     } else {
         "success"
     };
-    Handled::local(captcha::ids_answer(&items, ctx.json), outcome)
+    Handled::local(captcha::ids_answer(&items, ctx.json), "OK", outcome)
 }

@@ -14,9 +14,10 @@ use crate::pool::KeyEntry;
 use crate::refresh;
 
 /// The most meaningful failure seen so far, kept to answer the caller if every attempt fails.
-struct Failure {
+struct Failure<'a> {
     rank: u8,
     attempt: Attempt,
+    key: &'a KeyEntry,
 }
 
 pub(super) async fn submit(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
@@ -25,7 +26,7 @@ pub(super) async fn submit(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
     let pool = &ctx.snapshot.pool;
     let mut rng = ctx.app.rng();
     let mut candidates = pool.candidates(ctx.app.rng(), started);
-    let mut worst: Option<Failure> = None;
+    let mut worst: Option<Failure<'_>> = None;
     let mut attempts = 0u32;
     let mut previous: Option<(&Arc<KeyEntry>, &'static str)> = None;
     // After a transient failure with no other key left to try, the same key is tried again:
@@ -49,6 +50,7 @@ pub(super) async fn submit(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
         retry_same = None;
         attempts += 1;
         let attempt = ctx.attempt(key, parsed, &[]).await;
+        ctx.app.metrics().count_submit(&key.name, attempt.outcome);
 
         if let Err(error) = &attempt.result {
             ctx.app.record_health(key, failover::transient(policy));
@@ -65,7 +67,7 @@ pub(super) async fn submit(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
             }
             previous = Some((key, attempt.code));
             retry_same = Some(key);
-            keep_worst(&mut worst, attempt);
+            keep_worst(&mut worst, attempt, key);
             tokio::time::sleep(failover::backoff(attempts, policy, &mut rng)).await;
             continue;
         }
@@ -81,12 +83,12 @@ pub(super) async fn submit(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
             Next::Answer => return answer(ctx, key, attempt, attempts, started),
             Next::Failover => {
                 previous = Some((key, attempt.code));
-                keep_worst(&mut worst, attempt);
+                keep_worst(&mut worst, attempt, key);
             }
             Next::Backoff => {
                 previous = Some((key, attempt.code));
                 retry_same = Some(key);
-                keep_worst(&mut worst, attempt);
+                keep_worst(&mut worst, attempt, key);
                 tokio::time::sleep(failover::backoff(attempts, policy, &mut rng)).await;
             }
         }
@@ -117,19 +119,19 @@ fn answer(ctx: &Ctx, key: &KeyEntry, attempt: Attempt, attempts: u32, started: I
     let answer = attempt
         .result
         .expect("only answered attempts reach a decision");
-    Handled::upstream(answer, outcome)
+    Handled::upstream(answer, outcome, key, attempts)
 }
 
-fn keep_worst(worst: &mut Option<Failure>, attempt: Attempt) {
+fn keep_worst<'a>(worst: &mut Option<Failure<'a>>, attempt: Attempt, key: &'a KeyEntry) {
     let rank = failover::meaning_rank(attempt.outcome);
     if worst.as_ref().is_none_or(|w| rank >= w.rank) {
-        *worst = Some(Failure { rank, attempt });
+        *worst = Some(Failure { rank, attempt, key });
     }
 }
 
 /// Every attempt failed, or no key could be tried. Busy answers are passed on as the service
 /// gave them (clients know to wait and resubmit); otherwise keyrelay says whether keys remain.
-fn exhausted(ctx: &Ctx, worst: Option<Failure>, attempts: u32, started: Instant) -> Handled {
+fn exhausted(ctx: &Ctx, worst: Option<Failure<'_>>, attempts: u32, started: Instant) -> Handled {
     let in_rotation = ctx.snapshot.pool.active_count(Instant::now());
     tracing::warn!(
         endpoint = ctx.endpoint.label(),
@@ -138,10 +140,17 @@ fn exhausted(ctx: &Ctx, worst: Option<Failure>, attempts: u32, started: Instant)
         latency_ms = started.elapsed().as_millis() as u64,
         "submit failed on every key tried"
     );
-    if let Some(Failure { rank: 3, attempt }) = worst {
+    if let Some(Failure {
+        rank: 3,
+        attempt,
+        key,
+    }) = worst
+    {
         let code = attempt.code;
         return match attempt.result {
-            Ok(answer) if answer.status.is_success() => Handled::upstream(answer, "pool_busy"),
+            Ok(answer) if answer.status.is_success() => {
+                Handled::upstream(answer, "pool_busy", key, attempts)
+            }
             // A busy HTTP status (429) is turned into the service's own busy code.
             _ => {
                 let text = format!("every key tried is busy ({code}); retry later");

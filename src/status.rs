@@ -1,0 +1,258 @@
+//! Operator endpoints beside `/metrics`: `/healthz` (liveness), `/readyz` (at least one key
+//! in rotation) and `/status` (every key's state, as JSON or a self-contained HTML page).
+//! Keys appear by name and fingerprint only.
+
+use std::fmt::Write as _;
+use std::time::{Duration, SystemTime};
+
+use serde::Serialize;
+use tokio::time::Instant;
+
+use crate::app::App;
+use crate::health::StateKind;
+
+/// The `/status` document.
+#[derive(Debug, Serialize)]
+pub struct PoolStatus {
+    pub version: &'static str,
+    pub uptime_seconds: u64,
+    pub keys_active: usize,
+    pub keys_configured: usize,
+    pub tasks_pinned: usize,
+    pub keys: Vec<KeyStatus>,
+}
+
+/// One key's line in `/status`.
+#[derive(Debug, Serialize)]
+pub struct KeyStatus {
+    pub name: String,
+    /// The key's last four characters, never more.
+    pub fingerprint: String,
+    pub state: &'static str,
+    /// The code that took the key out of rotation; `null` while active.
+    pub reason: Option<&'static str>,
+    /// When the key entered its state (RFC 3339, UTC).
+    pub since: String,
+    /// End of a cooldown.
+    pub until: Option<String>,
+    /// Whether new tasks may go to it: active and above `min_balance`.
+    pub in_rotation: bool,
+    pub weight: f64,
+    /// Last balance read; `null` while unknown.
+    pub balance: Option<f64>,
+    pub threads: Option<u32>,
+    pub working_threads: Option<u32>,
+    pub tasks_in_flight: u32,
+    pub last_error: Option<LastError>,
+    pub counts: Counts,
+}
+
+/// The most recent error a key answered.
+#[derive(Debug, Serialize)]
+pub struct LastError {
+    pub code: &'static str,
+    pub at: String,
+}
+
+/// Submit attempts by outcome, and state changes, since start.
+#[derive(Debug, Serialize)]
+pub struct Counts {
+    pub submits_ok: u64,
+    pub submits_key_unusable: u64,
+    pub submits_key_full: u64,
+    pub submits_caller_error: u64,
+    pub submits_transient: u64,
+    pub transitions: u64,
+}
+
+/// Builds the status document from the current pool.
+pub fn pool_status(app: &App) -> PoolStatus {
+    let snapshot = app.snapshot();
+    let pool = &snapshot.pool;
+    let now = Instant::now();
+    let wall = SystemTime::now();
+    let metrics = app.metrics();
+    let keys = pool
+        .keys()
+        .iter()
+        .map(|key| {
+            let view = pool.health(key, now);
+            let name = key.name.as_str();
+            let transitions = ["active", "cooling", "benched"]
+                .iter()
+                .map(|state| metrics.transitions(name, state))
+                .sum();
+            KeyStatus {
+                name: key.name.clone(),
+                fingerprint: key.key.fingerprint(),
+                state: view.state.label(),
+                reason: view.reason,
+                since: rfc3339(wall_time(view.since, now, wall)),
+                until: view
+                    .until
+                    .filter(|_| view.state == StateKind::Cooling)
+                    .map(|until| rfc3339(wall + until.saturating_duration_since(now))),
+                in_rotation: pool.in_rotation(key, now),
+                weight: key.weight,
+                balance: key.stats.balance(),
+                threads: key.thread_capacity(),
+                working_threads: key.stats.threads().map(|(_, working)| working),
+                tasks_in_flight: app.pins().in_flight(key.id),
+                last_error: key.stats.last_error().map(|(code, at)| LastError {
+                    code,
+                    at: rfc3339(at),
+                }),
+                counts: Counts {
+                    submits_ok: metrics.submits(name, "ok"),
+                    submits_key_unusable: metrics.submits(name, "key_unusable"),
+                    submits_key_full: metrics.submits(name, "key_full"),
+                    submits_caller_error: metrics.submits(name, "caller_error"),
+                    submits_transient: metrics.submits(name, "transient"),
+                    transitions,
+                },
+            }
+        })
+        .collect();
+    PoolStatus {
+        version: env!("CARGO_PKG_VERSION"),
+        uptime_seconds: app.uptime().as_secs(),
+        keys_active: pool.active_count(now),
+        keys_configured: pool.keys().len(),
+        tasks_pinned: app.pins().len(),
+        keys,
+    }
+}
+
+/// A monotonic instant as wall-clock time, for display.
+fn wall_time(at: Instant, now: Instant, wall: SystemTime) -> SystemTime {
+    wall.checked_sub(now.saturating_duration_since(at))
+        .unwrap_or(wall)
+}
+
+fn rfc3339(at: SystemTime) -> String {
+    humantime::format_rfc3339_seconds(at).to_string()
+}
+
+/// The status document as JSON.
+pub fn to_json(status: &PoolStatus) -> String {
+    serde_json::to_string_pretty(status).expect("the status document serialises")
+}
+
+/// How often the HTML page reloads itself.
+const HTML_REFRESH: Duration = Duration::from_secs(5);
+
+/// The status document as a small HTML page: no external assets, reloads itself.
+pub fn to_html(status: &PoolStatus) -> String {
+    let mut rows = String::new();
+    for key in &status.keys {
+        let threads = match (key.working_threads, key.threads) {
+            (Some(w), Some(t)) => format!("{w} / {t}"),
+            (None, Some(t)) => format!("? / {t}"),
+            _ => "-".to_owned(),
+        };
+        let last_error = key
+            .last_error
+            .as_ref()
+            .map_or("-".to_owned(), |e| format!("{} at {}", e.code, e.at));
+        let state_class = if key.in_rotation { "active" } else { key.state };
+        let state_text = if key.state == "active" && !key.in_rotation {
+            "active (low balance)"
+        } else {
+            key.state
+        };
+        let _ = writeln!(
+            rows,
+            "<tr><td>{name}</td><td><code>{fp}</code></td>\
+             <td><span class=\"badge {state_class}\">{state}</span></td>\
+             <td>{reason}</td><td>{since}</td><td class=\"num\">{balance}</td>\
+             <td class=\"num\">{threads}</td><td class=\"num\">{in_flight}</td>\
+             <td class=\"num\">{ok} / {failed}</td><td>{last_error}</td></tr>",
+            name = escape(&key.name),
+            fp = escape(&key.fingerprint),
+            state = escape(state_text),
+            reason = escape(key.reason.unwrap_or("-")),
+            since = escape(&key.since),
+            balance = key.balance.map_or("?".to_owned(), |b| format!("{b:.2}")),
+            in_flight = key.tasks_in_flight,
+            ok = key.counts.submits_ok,
+            failed = key.counts.submits_key_unusable
+                + key.counts.submits_key_full
+                + key.counts.submits_transient,
+            last_error = escape(&last_error),
+        );
+    }
+    let pool_class = match status.keys_active {
+        0 => "benched",
+        1 => "cooling",
+        _ => "active",
+    };
+    format!(
+        r#"<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta http-equiv="refresh" content="{refresh}">
+<title>keyrelay status</title>
+<style>
+body {{ font: 14px/1.4 system-ui, sans-serif; margin: 2em; color: #222; }}
+table {{ border-collapse: collapse; }}
+th, td {{ padding: .35em .8em; border-bottom: 1px solid #ddd; text-align: left; }}
+td.num {{ text-align: right; font-variant-numeric: tabular-nums; }}
+.badge {{ padding: .1em .6em; border-radius: .8em; font-weight: 600; }}
+.active {{ background: #d8f5d8; color: #145214; }}
+.cooling {{ background: #fff1c2; color: #6b4e00; }}
+.benched {{ background: #ffd6d6; color: #7a1010; }}
+</style></head><body>
+<h1>keyrelay {version}</h1>
+<p><span class="badge {pool_class}">{active} of {configured} keys in rotation</span>
+ &middot; {pinned} tasks pinned &middot; up {uptime}s &middot; this page reloads every {refresh}s</p>
+<table>
+<tr><th>Key</th><th>Fingerprint</th><th>State</th><th>Reason</th><th>Since</th><th>Balance</th><th>Threads used</th><th>In flight</th><th>Submits ok / failed</th><th>Last error</th></tr>
+{rows}</table>
+</body></html>
+"#,
+        refresh = HTML_REFRESH.as_secs(),
+        version = status.version,
+        active = status.keys_active,
+        configured = status.keys_configured,
+        pinned = status.tasks_pinned,
+        uptime = status.uptime_seconds,
+    )
+}
+
+fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '&' => out.push_str("&amp;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escape_neutralises_markup() {
+        assert_eq!(
+            escape("<b>\"x\" & 'y'</b>"),
+            "&lt;b&gt;&quot;x&quot; &amp; &#39;y&#39;&lt;/b&gt;"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn wall_time_steps_back_by_the_elapsed_monotonic_time() {
+        let at = Instant::now();
+        tokio::time::advance(Duration::from_secs(90)).await;
+        let wall = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        assert_eq!(
+            wall_time(at, Instant::now(), wall),
+            SystemTime::UNIX_EPOCH + Duration::from_secs(999_910)
+        );
+    }
+}
