@@ -115,3 +115,46 @@ fn demo_shows_rotation_failover_and_metrics() {
         "the demo printed a key:\n{text}"
     );
 }
+
+#[test]
+fn json_logs_are_one_object_per_line() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    use std::time::Duration;
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("proxy.toml");
+    std::fs::write(
+        &path,
+        "listen = \"127.0.0.1:0\"\nupstream = \"http://127.0.0.1:9\"\nrefresh_interval = \"1h\"\n[[keys]]\nname = \"only\"\nkey = \"0123456789abcdef0123456789abcdef\"\n",
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_keyrelay"))
+        .args(["--config", path.to_str().unwrap(), "--log-format", "json"])
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let first = lines.recv_timeout(Duration::from_secs(20));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let first = first.expect("keyrelay logged its start");
+    let line: serde_json::Value = serde_json::from_str(&first).expect("a JSON object");
+    assert_eq!(line["level"], "INFO");
+    assert_eq!(line["fields"]["message"], "keyrelay listening");
+    assert!(line["fields"]["addr"]
+        .as_str()
+        .unwrap()
+        .starts_with("127.0.0.1:"));
+    assert!(!first.contains("0123456789abcdef"));
+}

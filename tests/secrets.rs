@@ -148,10 +148,19 @@ backoff_max = "2ms"
         logs.push('\n');
     }
 
-    assert!(
-        logs.contains("key state changed") && logs.contains("to=\"benched\""),
-        "the failure paths ran:\n{logs}"
-    );
+    // Each key state change is one line with the key, both states and the reason.
+    let change = logs
+        .lines()
+        .find(|l| l.contains("key state changed") && l.contains("key=deaddead"))
+        .unwrap_or_else(|| panic!("no state change logged for the dead key:\n{logs}"));
+    for field in [
+        "WARN",
+        "from=\"active\"",
+        "to=\"benched\"",
+        "reason=\"ERROR_KEY_DOES_NOT_EXIST\"",
+    ] {
+        assert!(change.contains(field), "{field} missing from: {change}");
+    }
     assert!(metrics.contains("keyrelay_key_up{key=\"alpha\"}"));
     for secret in [KEY_A, KEY_B, DEAD_KEY, CALLER_KEY] {
         for (what, text) in [

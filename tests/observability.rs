@@ -1,0 +1,281 @@
+//! What operators see: the metric set after real traffic, liveness and readiness, the status
+//! page in JSON and HTML, and the headers that say which key served an answer.
+
+mod common;
+
+use common::*;
+use keyrelay::sim::{FaultKind, FaultTarget, SimKeyState};
+
+/// Drives one of everything through the pool: a solved task, a failover, a caller error,
+/// a transient failure, an unknown task, a malformed request.
+async fn varied_traffic(h: &Harness) -> u64 {
+    let id = h.submit().await;
+    h.get(&format!("/res.php?action=get&id={id}")).await;
+    h.get(&format!("/res.php?action=get&id={id}")).await;
+    h.get(&format!(
+        "/in.php?key={CALLER_KEY}&method=userrecaptcha&pageurl=p&json=1"
+    ))
+    .await;
+    h.get("/res.php?action=get&id=42&json=1").await;
+    h.post("/in.php", "application/json", "{broken").await;
+    h.sim.add_fault(
+        KEY_A,
+        fault(FaultTarget::Submit, FaultKind::Status(502), Some(1)),
+    );
+    h.sim.set_state(KEY_B, SimKeyState::Unknown);
+    h.submit().await;
+    id
+}
+
+/// Pool a (heavy), b (medium), c (light).
+async fn pool() -> Harness {
+    let sim = sim_with(&[KEY_A, KEY_B, KEY_C]).await;
+    let config = config_for(
+        &sim,
+        &[
+            ("a", KEY_A, 10_000.0),
+            ("b", KEY_B, 100.0),
+            ("c", KEY_C, 1.0),
+        ],
+    );
+    Harness::start(sim, config).await
+}
+
+#[tokio::test]
+async fn the_metric_set_after_real_traffic() {
+    let h = pool().await;
+    varied_traffic(&h).await;
+    let text = h.metrics().await;
+    // Series print with their labels in name order.
+    let expect = |series: &str, value: f64| {
+        assert_eq!(metric(&text, series), Some(value), "{series} in:\n{text}");
+    };
+    expect(
+        &format!(
+            "keyrelay_build_info{{version=\"{}\"}}",
+            env!("CARGO_PKG_VERSION")
+        ),
+        1.0,
+    );
+    expect("keyrelay_keys_configured", 3.0);
+    expect("keyrelay_keys_active", 2.0);
+    expect("keyrelay_key_up{key=\"b\"}", 0.0);
+    expect("keyrelay_key_state{key=\"b\",state=\"benched\"}", 1.0);
+    expect("keyrelay_key_state{key=\"b\",state=\"active\"}", 0.0);
+    expect("keyrelay_key_state{key=\"a\",state=\"active\"}", 1.0);
+    expect(
+        "keyrelay_key_state_reason{key=\"b\",reason=\"ERROR_KEY_DOES_NOT_EXIST\"}",
+        1.0,
+    );
+    expect("keyrelay_key_state_reason{key=\"a\",reason=\"none\"}", 1.0);
+    expect("keyrelay_key_balance{key=\"c\"}", 10.0);
+    expect("keyrelay_key_threads{key=\"a\"}", 5.0);
+    expect("keyrelay_key_working_threads{key=\"c\"}", 0.0);
+    // The first task was polled to its answer; the last one is still open.
+    expect("keyrelay_tasks_pinned", 2.0);
+    let in_flight: f64 = ["a", "b", "c"]
+        .iter()
+        .filter_map(|k| {
+            metric(
+                &text,
+                &format!("keyrelay_key_tasks_in_flight{{key=\"{k}\"}}"),
+            )
+        })
+        .sum();
+    assert_eq!(in_flight, 1.0, "{text}");
+    expect("keyrelay_key_submits_total{key=\"a\",outcome=\"ok\"}", 1.0);
+    expect(
+        "keyrelay_key_submits_total{key=\"a\",outcome=\"caller_error\"}",
+        1.0,
+    );
+    expect(
+        "keyrelay_key_submits_total{key=\"a\",outcome=\"transient\"}",
+        1.0,
+    );
+    expect(
+        "keyrelay_key_submits_total{key=\"b\",outcome=\"key_unusable\"}",
+        1.0,
+    );
+    expect(
+        "keyrelay_key_errors_total{code=\"http_5xx\",key=\"a\"}",
+        1.0,
+    );
+    expect(
+        "keyrelay_key_errors_total{code=\"ERROR_GOOGLEKEY\",key=\"a\"}",
+        1.0,
+    );
+    expect(
+        "keyrelay_key_errors_total{code=\"ERROR_KEY_DOES_NOT_EXIST\",key=\"b\"}",
+        1.0,
+    );
+    expect("keyrelay_failovers_total{reason=\"http_5xx\"}", 1.0);
+    expect(
+        "keyrelay_failovers_total{reason=\"ERROR_KEY_DOES_NOT_EXIST\"}",
+        1.0,
+    );
+    expect(
+        "keyrelay_key_transitions_total{key=\"b\",state=\"benched\"}",
+        1.0,
+    );
+    expect(
+        "keyrelay_local_answers_total{code=\"ERROR_WRONG_CAPTCHA_ID\"}",
+        1.0,
+    );
+    expect(
+        "keyrelay_local_answers_total{code=\"ERROR_BAD_PARAMETERS\"}",
+        1.0,
+    );
+    expect(
+        "keyrelay_request_duration_seconds_count{endpoint=\"in\",outcome=\"success\"}",
+        2.0,
+    );
+    expect(
+        "keyrelay_request_duration_seconds_count{endpoint=\"res\",outcome=\"unknown_task\"}",
+        1.0,
+    );
+    expect(
+        "keyrelay_upstream_duration_seconds_count{endpoint=\"res\",key=\"a\"}",
+        2.0,
+    );
+    assert!(metric(&text, "keyrelay_refresh_runs_total").unwrap() >= 1.0);
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        assert!(!line.contains("73000000"), "no task id in a label: {line}");
+    }
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn healthz_is_liveness_and_readyz_needs_a_key_in_rotation() {
+    let h = pool().await;
+    let live = h.get("/healthz").await;
+    assert_eq!((live.status.as_u16(), live.text().as_str()), (200, "ok\n"));
+    let ready = h.get("/readyz").await;
+    assert_eq!(ready.status, 200);
+    assert_eq!(ready.text(), "ready: 3 of 3 keys in rotation\n");
+    for key in [KEY_A, KEY_B, KEY_C] {
+        h.sim.set_state(key, SimKeyState::Unknown);
+    }
+    // Three submits meet the three dead keys and bench them all.
+    h.get(&format!(
+        "/in.php?key={CALLER_KEY}&method=userrecaptcha&googlekey=g&pageurl=p"
+    ))
+    .await;
+    let not_ready = h.get("/readyz").await;
+    assert_eq!(not_ready.status, 503);
+    assert_eq!(not_ready.text(), "not ready: none of 3 keys in rotation\n");
+    assert_eq!(h.get("/healthz").await.status, 200, "still alive");
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn status_json_describes_every_key_without_its_value() {
+    let h = pool().await;
+    varied_traffic(&h).await;
+    let answer = h.get("/status").await;
+    assert_eq!(answer.content_type(), Some("application/json"));
+    let text = answer.text();
+    for key in [KEY_A, KEY_B, KEY_C, CALLER_KEY] {
+        assert!(!text.contains(key), "a key value in /status:\n{text}");
+    }
+    let status = answer.json();
+    assert_eq!(status["keys_configured"], 3);
+    assert_eq!(status["keys_active"], 2);
+    assert_eq!(status["version"], env!("CARGO_PKG_VERSION"));
+    let keys = status["keys"].as_array().unwrap();
+    let b = keys.iter().find(|k| k["name"] == "b").unwrap();
+    assert_eq!(b["fingerprint"], "…0002");
+    assert_eq!(b["state"], "benched");
+    assert_eq!(b["reason"], "ERROR_KEY_DOES_NOT_EXIST");
+    assert_eq!(b["in_rotation"], false);
+    assert_eq!(b["last_error"]["code"], "ERROR_KEY_DOES_NOT_EXIST");
+    assert!(b["since"].as_str().unwrap().ends_with('Z'));
+    assert_eq!(b["counts"]["submits_key_unusable"], 1);
+    let a = keys.iter().find(|k| k["name"] == "a").unwrap();
+    assert_eq!(a["state"], "active");
+    assert_eq!(a["reason"], serde_json::Value::Null);
+    // As last read by the startup refresh; the next read is minutes away.
+    assert_eq!(a["balance"], 10.0);
+    assert_eq!(a["threads"], 5);
+    assert_eq!(a["counts"]["submits_ok"], 1);
+    assert_eq!(a["last_error"]["code"], "http_5xx");
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn status_html_is_a_self_contained_page() {
+    let h = pool().await;
+    varied_traffic(&h).await;
+    let answer = h
+        .send(hyper::Method::GET, "/status", None, bytes::Bytes::new())
+        .await;
+    assert_eq!(answer.content_type(), Some("application/json"));
+    let request = hyper::Request::get(h.url("/status"))
+        .header("accept", "text/html,application/xhtml+xml;q=0.9")
+        .body(http_body_util::Full::new(bytes::Bytes::new()))
+        .unwrap();
+    let response = h.client.request(request).await.unwrap();
+    assert_eq!(
+        response.headers()["content-type"],
+        "text/html; charset=utf-8"
+    );
+    let body = http_body_util::BodyExt::collect(response.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
+    let html = String::from_utf8(body.to_vec()).unwrap();
+    assert!(html.starts_with("<!doctype html>"));
+    assert!(html.contains("<meta http-equiv=\"refresh\""));
+    assert!(html.contains("2 of 3 keys in rotation"));
+    assert!(html.contains("<span class=\"badge benched\">benched</span>"));
+    assert!(html.contains("ERROR_KEY_DOES_NOT_EXIST"));
+    for external in ["src=", "href=", "http://", "https://"] {
+        assert!(
+            !html.contains(external),
+            "external asset ({external}):\n{html}"
+        );
+    }
+    for key in [KEY_A, KEY_B, KEY_C] {
+        assert!(!html.contains(key));
+    }
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn relayed_answers_say_which_key_served_them() {
+    let h = pool().await;
+    h.sim.set_state(KEY_A, SimKeyState::Unknown);
+    let answer = h
+        .get(&format!(
+            "/in.php?key={CALLER_KEY}&method=userrecaptcha&googlekey=g&pageurl=p"
+        ))
+        .await;
+    assert!(answer.text().starts_with("OK|"));
+    assert_eq!(answer.headers["x-keyrelay-key"], "b");
+    assert_eq!(answer.headers["x-keyrelay-attempts"], "2");
+    let id: u64 = answer.text()[3..].parse().unwrap();
+    let poll = h.get(&format!("/res.php?action=get&id={id}")).await;
+    assert_eq!(poll.headers["x-keyrelay-key"], "b");
+    assert_eq!(poll.headers["x-keyrelay-attempts"], "1");
+    // Answers keyrelay makes itself carry neither.
+    let local = h.get("/res.php?action=get&id=1").await;
+    assert!(local.headers.get("x-keyrelay-key").is_none());
+    assert!(local.headers.get("x-keyrelay-attempts").is_none());
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn the_key_headers_can_be_turned_off() {
+    let sim = sim_with(&[KEY_A]).await;
+    let mut config = config_for(&sim, &[("a", KEY_A, 1.0)]);
+    config.observability.key_headers = false;
+    let h = Harness::start(sim, config).await;
+    let answer = h
+        .get(&format!(
+            "/in.php?key={CALLER_KEY}&method=userrecaptcha&googlekey=g&pageurl=p"
+        ))
+        .await;
+    assert!(answer.text().starts_with("OK|"));
+    assert!(answer.headers.get("x-keyrelay-key").is_none());
+    assert!(answer.headers.get("x-keyrelay-attempts").is_none());
+    h.stop().await;
+}
