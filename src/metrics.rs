@@ -20,6 +20,15 @@ const LATENCY_BUCKETS: &[f64] = &[
     120.0, 180.0,
 ];
 
+/// The `outcome` values of `keyrelay_key_submits_total`.
+const SUBMIT_OUTCOMES: [&str; 5] = [
+    "ok",
+    "key_unusable",
+    "key_full",
+    "caller_error",
+    "transient",
+];
+
 /// Typed handles to every metric keyrelay exports.
 pub struct Metrics {
     registry: Registry,
@@ -239,7 +248,7 @@ impl Metrics {
 
     /// Counts one submit attempt under the five outcomes operators alert on.
     pub fn count_submit(&self, key: &str, outcome: Outcome) {
-        let label = match outcome {
+        let label: &str = match outcome {
             Outcome::Success => "ok",
             Outcome::KeyUnusable => "key_unusable",
             // CaptchaAI documents this code as "no free thread".
@@ -302,6 +311,12 @@ impl Metrics {
             self.key_tasks_in_flight
                 .with_label_values(&[name])
                 .set(i64::from(pins.in_flight(key.id)));
+            // Per-key counters exist from the first scrape at 0, so rate() and ratios over
+            // them work before the first event instead of reading as absent.
+            for outcome in SUBMIT_OUTCOMES {
+                self.key_submits.with_label_values(&[name, outcome]);
+            }
+            self.refresh_failures.with_label_values(&[name]);
         }
         let mut out = Vec::new();
         TextEncoder::new()

@@ -279,3 +279,60 @@ async fn the_key_headers_can_be_turned_off() {
     assert!(answer.headers.get("x-keyrelay-attempts").is_none());
     h.stop().await;
 }
+
+/// Metric names a file mentions: every `keyrelay_…` token.
+fn metric_names(text: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("keyrelay_") {
+        let tail = &rest[at..];
+        let end = tail
+            .find(|c: char| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'))
+            .unwrap_or(tail.len());
+        names.push(tail[..end].to_owned());
+        rest = &tail[end..];
+    }
+    names.sort();
+    names.dedup();
+    names
+}
+
+#[tokio::test]
+async fn every_metric_the_alerts_and_the_dashboard_use_is_exported() {
+    let h = pool().await;
+    varied_traffic(&h).await;
+    let text = h.metrics().await;
+    let exported: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split(' ').next())
+        .collect();
+    let is_exported = |name: &str| {
+        exported.contains(&name)
+            || ["_bucket", "_count", "_sum"].iter().any(|suffix| {
+                name.strip_suffix(suffix)
+                    .is_some_and(|base| exported.contains(&base))
+            })
+    };
+    for file in ["docs/prometheus/alerts.yml", "docs/grafana/keyrelay.json"] {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
+        let content = std::fs::read_to_string(&path).expect("shipped file");
+        let names = metric_names(&content);
+        assert!(!names.is_empty(), "{file} uses no keyrelay metric");
+        for name in names {
+            assert!(
+                is_exported(&name),
+                "{file} uses {name}, which /metrics does not export"
+            );
+        }
+    }
+    h.stop().await;
+}
+
+#[test]
+fn metric_names_are_read_from_text() {
+    assert_eq!(
+        metric_names("sum(rate(keyrelay_key_errors_total{code=~\"x\"}[5m])) / keyrelay_keys_active, job=\"keyrelay\""),
+        vec!["keyrelay_key_errors_total", "keyrelay_keys_active"]
+    );
+}
