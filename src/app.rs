@@ -14,6 +14,7 @@ use crate::health::{HealthEvent, HealthStore, MemoryHealth, StateKind, Transitio
 use crate::metrics::Metrics;
 use crate::pins::{MemoryPins, PinStore};
 use crate::pool::{KeyEntry, KeyPool};
+use crate::registry::{KeyRegistry, RegistryFull};
 use crate::upstream::UpstreamClient;
 
 /// The configuration and the pool built from it, replaced as a whole.
@@ -50,6 +51,8 @@ struct Inner {
     snapshot: ArcSwap<Snapshot>,
     /// Outlives snapshots: tasks must keep polling with their key.
     pins: Arc<dyn PinStore>,
+    /// Every key ever configured, by stable id; outlives snapshots for the same reason.
+    registry: KeyRegistry,
     /// Outlives snapshots, keyed by key id, so health is not reset by a rebuild.
     health: Arc<dyn HealthStore>,
     metrics: Metrics,
@@ -69,6 +72,8 @@ pub enum AppError {
     Tls(#[from] rustls::Error),
     #[error("cannot register metrics: {0}")]
     Metrics(#[from] prometheus::Error),
+    #[error(transparent)]
+    Registry(#[from] RegistryFull),
 }
 
 impl App {
@@ -94,11 +99,13 @@ impl App {
             Arc::new(MemoryPins::new(config.pins.ttl, config.pins.max_pins));
         let client = UpstreamClient::new(config.timeouts.connect)?;
         let metrics = Metrics::new()?;
-        let pool = build_pool(&config, health.clone());
+        let registry = KeyRegistry::new();
+        let pool = build_pool(&config, &registry, health.clone())?;
         let (events, _) = broadcast::channel(EVENT_BUFFER);
         Ok(App(Arc::new(Inner {
             snapshot: ArcSwap::from_pointee(Snapshot { config, pool }),
             pins,
+            registry,
             health,
             metrics,
             client,
@@ -115,6 +122,11 @@ impl App {
 
     pub fn pins(&self) -> &dyn PinStore {
         &*self.0.pins
+    }
+
+    /// Every key this process has served, current or retired, by id.
+    pub fn registry(&self) -> &KeyRegistry {
+        &self.0.registry
     }
 
     pub fn health(&self) -> &dyn HealthStore {
@@ -187,12 +199,11 @@ impl App {
     }
 }
 
-fn build_pool(config: &Config, health: Arc<dyn HealthStore>) -> KeyPool {
-    let keys = config
-        .keys
-        .iter()
-        .enumerate()
-        .map(|(i, k)| Arc::new(KeyEntry::from_config(i, k)))
-        .collect();
-    KeyPool::new(keys, health, config.failover.min_balance)
+fn build_pool(
+    config: &Config,
+    registry: &KeyRegistry,
+    health: Arc<dyn HealthStore>,
+) -> Result<KeyPool, RegistryFull> {
+    let keys = registry.admit(&config.keys)?;
+    Ok(KeyPool::new(keys, health, config.failover.min_balance))
 }

@@ -10,7 +10,8 @@
 //!   the one table that classifies upstream outcomes.
 //! - [`config`]: `proxy.toml` from raw TOML to a validated [`Config`].
 //! - [`health`] and [`pins`]: key health and task pins, each behind a narrow store interface.
-//! - [`pool`]: the keys, what is known about them, and weighted failover selection.
+//! - [`pool`]: the keys, what is known about them, and weighted failover selection;
+//!   [`registry`]: every key ever configured, under an id stable across reloads.
 //! - [`failover`]: the policy: what each outcome does to a key and to the task.
 //! - [`upstream`]: the pooled rustls client.
 //! - [`proxy`]: one request end to end; [`server`]: accept loop and shutdown.
@@ -32,6 +33,7 @@ pub mod pins;
 pub mod pool;
 pub mod proxy;
 pub mod refresh;
+pub mod registry;
 pub mod server;
 pub mod sim;
 pub mod status;

@@ -24,7 +24,8 @@ pub struct KeyEntry {
     pub weight: f64,
     /// The plan's thread count from the config, if given.
     pub threads: Option<u32>,
-    pub stats: KeyStats,
+    /// Shared with the entry this one replaced on reload, so learned figures carry over.
+    pub stats: Arc<KeyStats>,
 }
 
 /// Figures read by the background refresh. Atomics, because the proxy reads them on every
@@ -93,16 +94,26 @@ impl KeyStats {
 }
 
 impl KeyEntry {
-    /// Builds the entry for the `index`-th key of a config.
-    pub fn from_config(index: usize, config: &KeyConfig) -> KeyEntry {
+    /// A new key, as the config describes it.
+    pub fn from_config(id: KeyId, config: &KeyConfig) -> KeyEntry {
         KeyEntry {
-            id: KeyId(u16::try_from(index).expect("config validation caps the pool size")),
+            id,
             name: config.name.clone(),
             key: config.key.clone(),
             upstream: config.upstream.clone(),
             weight: config.weight,
             threads: config.threads,
-            stats: KeyStats::default(),
+            stats: Arc::new(KeyStats::default()),
+        }
+    }
+
+    /// A known key with a reloaded config's settings: same id, same learned figures.
+    pub fn reconfigured(old: &KeyEntry, config: &KeyConfig) -> KeyEntry {
+        KeyEntry {
+            weight: config.weight,
+            threads: config.threads,
+            stats: old.stats.clone(),
+            ..KeyEntry::from_config(old.id, config)
         }
     }
 
@@ -132,10 +143,6 @@ impl KeyPool {
 
     pub fn keys(&self) -> &[Arc<KeyEntry>] {
         &self.keys
-    }
-
-    pub fn get(&self, id: KeyId) -> Option<&Arc<KeyEntry>> {
-        self.keys.iter().find(|k| k.id == id)
     }
 
     pub fn health(&self, key: &KeyEntry, now: Instant) -> HealthView {
@@ -270,7 +277,7 @@ mod tests {
         let upstream = Upstream::parse("http://127.0.0.1:1").unwrap();
         let mut config = KeyConfig::new(&format!("k{i}"), &format!("key-{i:029}"), upstream);
         config.weight = weight;
-        Arc::new(KeyEntry::from_config(i, &config))
+        Arc::new(KeyEntry::from_config(KeyId(i as u16), &config))
     }
 
     fn pool(weights: &[f64]) -> KeyPool {

@@ -122,10 +122,10 @@ async fn with_retries(
     }
 }
 
-/// The key that created `task`. Keys are looked up in the current pool.
+/// The key that created `task`, even if a reload has since taken it out of the pool.
 fn owner(ctx: &Ctx, task: &TaskId) -> Option<Arc<KeyEntry>> {
     let id = ctx.app.pins().owner(task, Instant::now())?;
-    ctx.snapshot.pool.get(id).cloned()
+    ctx.app.registry().get(id)
 }
 
 /// `get` with `ids=a,b,c`: ids of one key go out together; the answers are re-joined in the
