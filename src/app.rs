@@ -15,6 +15,7 @@ use crate::metrics::Metrics;
 use crate::pins::{MemoryPins, PinStore};
 use crate::pool::{KeyEntry, KeyPool};
 use crate::registry::{KeyRegistry, RegistryFull};
+use crate::reload::Applied;
 use crate::upstream::UpstreamClient;
 
 /// The configuration and the pool built from it, replaced as a whole.
@@ -164,6 +165,47 @@ impl App {
         let _ = self.0.events.send(event);
     }
 
+    /// Swaps in a new configuration: the pool is built off to the side, keys that keep their
+    /// name, value and upstream keep their id, health and learned figures, and one atomic
+    /// store makes the change. Requests in flight finish on the snapshot they loaded.
+    /// Settings that only take effect at start keep their running values and are reported.
+    ///
+    /// # Errors
+    /// [`RegistryFull`]; the running configuration is then untouched.
+    pub fn apply_config(&self, mut config: Config) -> Result<Applied, RegistryFull> {
+        let old = self.snapshot();
+        let needs_restart = keep_start_only_settings(&old.config, &mut config);
+        let pool = build_pool(&config, &self.0.registry, self.0.health.clone())?;
+        let names = |pool: &KeyPool| -> Vec<String> {
+            pool.keys().iter().map(|k| k.name.clone()).collect()
+        };
+        let (before, after) = (names(&old.pool), names(&pool));
+        let applied = Applied {
+            added: after
+                .iter()
+                .filter(|n| !before.contains(n))
+                .cloned()
+                .collect(),
+            kept: after
+                .iter()
+                .filter(|n| before.contains(n))
+                .cloned()
+                .collect(),
+            removed: before
+                .iter()
+                .filter(|n| !after.contains(n))
+                .cloned()
+                .collect(),
+            needs_restart,
+        };
+        self.0.snapshot.store(Arc::new(Snapshot { config, pool }));
+        if !applied.added.is_empty() {
+            // New keys have no balance yet; read it now rather than at the next round.
+            tokio::spawn(crate::refresh::refresh_all_owned(self.clone()));
+        }
+        Ok(applied)
+    }
+
     /// The `/metrics` text.
     pub fn render_metrics(&self) -> String {
         let snapshot = self.snapshot();
@@ -197,6 +239,26 @@ impl App {
         });
         Some(transition)
     }
+}
+
+/// Settings fixed at start (the listener, the connection pool, the pin store): the new
+/// config gets the running values back, so what `/status` and the pool report is what runs.
+/// Returns the names of those that the file changed.
+fn keep_start_only_settings(running: &Config, new: &mut Config) -> Vec<&'static str> {
+    let mut changed = Vec::new();
+    if new.listen != running.listen {
+        changed.push("listen");
+        new.listen = running.listen;
+    }
+    if new.timeouts.connect != running.timeouts.connect {
+        changed.push("timeouts.connect");
+        new.timeouts.connect = running.timeouts.connect;
+    }
+    if new.pins.ttl != running.pins.ttl || new.pins.max_pins != running.pins.max_pins {
+        changed.push("pins");
+        new.pins = running.pins.clone();
+    }
+    changed
 }
 
 fn build_pool(

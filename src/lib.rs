@@ -15,7 +15,8 @@
 //! - [`failover`]: the policy: what each outcome does to a key and to the task.
 //! - [`upstream`]: the pooled rustls client.
 //! - [`proxy`]: one request end to end; [`server`]: accept loop and shutdown.
-//! - [`refresh`]: background balance and thread reads, and re-probing benched keys.
+//! - [`refresh`]: background balance and thread reads, and re-probing benched keys;
+//!   [`reload`]: live reload of `proxy.toml` on SIGHUP or when the file changes.
 //! - [`metrics`]: Prometheus metrics from an owned registry; [`status`]: `/status`,
 //!   `/healthz` and `/readyz`.
 //! - [`app`]: the shared handle tying these together.
@@ -34,6 +35,7 @@ pub mod pool;
 pub mod proxy;
 pub mod refresh;
 pub mod registry;
+pub mod reload;
 pub mod server;
 pub mod sim;
 pub mod status;

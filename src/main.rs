@@ -122,7 +122,9 @@ async fn serve(path: &Path) -> anyhow::Result<()> {
     // The bound address, not the configured one: with port 0 only this says where to connect.
     let addr = listener.local_addr()?;
     tracing::info!(%addr, %upstream, keys, "keyrelay listening");
+    let watcher = tokio::spawn(keyrelay::reload::watch(app.clone(), path.to_owned()));
     keyrelay::server::run(listener, app, keyrelay::server::shutdown_signal()).await?;
+    watcher.abort();
     Ok(())
 }
 

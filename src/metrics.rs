@@ -61,6 +61,8 @@ pub struct Metrics {
     pub refresh_runs: IntCounter,
     /// Keys whose refresh read failed or was rejected.
     pub refresh_failures: IntCounterVec,
+    /// Config reloads by result: applied or rejected.
+    pub config_reloads: IntCounterVec,
 }
 
 /// Registers each metric and returns its handle.
@@ -240,6 +242,14 @@ impl Metrics {
                     "keyrelay_refresh_failures_total",
                     "Refresh reads of a key's balance that failed or were rejected.",
                     &["key"],
+                )?
+            ),
+            config_reloads: register!(
+                r,
+                counter(
+                    "keyrelay_config_reloads_total",
+                    "Config reloads by result: applied, or rejected (the running config stays).",
+                    &["result"],
                 )?
             ),
             registry: r,

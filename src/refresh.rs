@@ -34,6 +34,11 @@ pub async fn run(app: App) {
     }
 }
 
+/// [`refresh_all`] for a spawned task.
+pub async fn refresh_all_owned(app: App) {
+    refresh_all(&app).await;
+}
+
 /// Reads every key of the current pool concurrently and applies what was learned.
 pub async fn refresh_all(app: &App) {
     let snapshot = app.snapshot();

@@ -4,8 +4,6 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::*;
@@ -51,36 +49,14 @@ backoff_max = "2ms"
         ),
     )
     .unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_keyrelay"))
-        .args(["--config", config.to_str().unwrap(), "--log", "debug"])
-        .env("KEYRELAY_TEST_KEY_B", KEY_B)
-        .env("KEYRELAY_TEST_EXTRA_KEYS", DEAD_KEY)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("keyrelay starts");
-    // Lines arrive on a channel so the wait for startup is bounded.
-    let stderr = child.stderr.take().unwrap();
-    let (lines_tx, lines) = std::sync::mpsc::channel::<String>();
-    let reader = std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines() {
-            let Ok(line) = line else { break };
-            if lines_tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let mut logs = String::new();
-    let addr = loop {
-        let line = lines
-            .recv_timeout(Duration::from_secs(20))
-            .unwrap_or_else(|_| panic!("keyrelay did not report its address:\n{logs}"));
-        logs.push_str(&line);
-        logs.push('\n');
-        if let Some(rest) = line.split("addr=").nth(1) {
-            break rest.split_whitespace().next().unwrap().to_owned();
-        }
-    };
+    let mut proxy = Binary::spawn(
+        &["--config", config.to_str().unwrap(), "--log", "debug"],
+        &[
+            ("KEYRELAY_TEST_KEY_B", KEY_B),
+            ("KEYRELAY_TEST_EXTRA_KEYS", DEAD_KEY),
+        ],
+    );
+    let addr = proxy.wait_for_addr();
     let base = format!("http://{addr}");
     let client = reqwest_like::Client::new();
     let mut answers = String::new();
@@ -140,13 +116,7 @@ backoff_max = "2ms"
     );
     let metrics = client.get(&format!("{base}/metrics")).await;
 
-    child.kill().unwrap();
-    child.wait().unwrap();
-    reader.join().unwrap();
-    for line in lines.try_iter() {
-        logs.push_str(&line);
-        logs.push('\n');
-    }
+    let logs = proxy.stop();
 
     // Each key state change is one line with the key, both states and the reason.
     let change = logs

@@ -264,3 +264,93 @@ pub fn metric(text: &str, series: &str) -> Option<f64> {
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|v| v.parse().ok())
 }
+
+/// The real `keyrelay` binary running in the background, with its stderr lines on a
+/// channel so waits for a log line are bounded. Killed when dropped.
+pub struct Binary {
+    child: std::process::Child,
+    lines: std::sync::mpsc::Receiver<String>,
+    /// Every line read so far.
+    pub log: String,
+}
+
+impl Binary {
+    pub fn spawn(args: &[&str], env: &[(&str, &str)]) -> Binary {
+        use std::io::{BufRead, BufReader};
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_keyrelay"));
+        command
+            .args(args)
+            .env_remove("RUST_LOG")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped());
+        for (name, value) in env {
+            command.env(name, value);
+        }
+        let mut child = command.spawn().expect("keyrelay starts");
+        let stderr = child.stderr.take().expect("stderr is piped");
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Binary {
+            child,
+            lines,
+            log: String::new(),
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Waits up to 20 s for a stderr line matching `predicate`, and returns it.
+    pub fn wait_for_line(&mut self, what: &str, predicate: impl Fn(&str) -> bool) -> String {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    self.log.push_str(&line);
+                    self.log.push('\n');
+                    if predicate(&line) {
+                        return line;
+                    }
+                }
+                Err(_) => panic!("no log line for {what}; log so far:\n{}", self.log),
+            }
+        }
+    }
+
+    /// The address from the "keyrelay listening" line.
+    pub fn wait_for_addr(&mut self) -> String {
+        let line = self.wait_for_line("the listening address", |l| l.contains("addr="));
+        let rest = line.split("addr=").nth(1).expect("addr field");
+        rest.split_whitespace()
+            .next()
+            .expect("addr value")
+            .to_owned()
+    }
+
+    /// Stops the process and collects the rest of its log.
+    pub fn stop(mut self) -> String {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        // The reader thread ends at EOF; take what it read.
+        while let Ok(line) = self.lines.recv_timeout(Duration::from_secs(5)) {
+            self.log.push_str(&line);
+            self.log.push('\n');
+        }
+        std::mem::take(&mut self.log)
+    }
+}
+
+impl Drop for Binary {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
