@@ -57,6 +57,15 @@ pub const DEFAULT_PIN_TTL: Duration = Duration::from_secs(2 * 60 * 60);
 pub const DEFAULT_MAX_PINS: usize = 1_000_000;
 /// Nine base64 images (a BLS grid) plus fields fit with room; larger bodies are not captchas.
 pub const DEFAULT_MAX_BODY: usize = 16 * 1024 * 1024;
+/// Real clients send a few hundred bytes of headers; hyper's own default is 400 KiB.
+pub const DEFAULT_MAX_HEADER: usize = 64 * 1024;
+/// Long enough for any real client on a slow link, short enough to shed slow-loris.
+pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// Far above what one team's scripts open, well below a default file descriptor limit.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
+/// Polls answer in milliseconds; a solve.php in flight may be cut short, and its caller
+/// retries.
+pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 /// A healthy upstream accepts a connection well within this, even across continents.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// `in.php` and `res.php` answer at once; a minute means the upstream is in trouble.
@@ -151,6 +160,12 @@ pub struct Observability {
 pub struct Limits {
     /// Largest request body accepted, in bytes (> 0).
     pub max_body: usize,
+    /// Largest request head (request line and headers) accepted, in bytes.
+    pub max_header: usize,
+    /// Time a client has to send its request head (slow-loris defence).
+    pub header_timeout: Duration,
+    /// Connections served at once; more are closed at once.
+    pub max_connections: usize,
 }
 
 /// `[timeouts]`: upstream timeouts, all > 0.
@@ -164,6 +179,8 @@ pub struct Timeouts {
     pub solve: Duration,
     /// Each request of the background refresh.
     pub refresh: Duration,
+    /// At shutdown, how long requests in flight may take to finish.
+    pub drain: Duration,
 }
 
 /// Why a configuration could not be loaded. No variant ever shows a key value.
@@ -311,6 +328,9 @@ impl Default for Limits {
     fn default() -> Limits {
         Limits {
             max_body: DEFAULT_MAX_BODY,
+            max_header: DEFAULT_MAX_HEADER,
+            header_timeout: DEFAULT_HEADER_TIMEOUT,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
         }
     }
 }
@@ -322,6 +342,7 @@ impl Default for Timeouts {
             request: DEFAULT_REQUEST_TIMEOUT,
             solve: DEFAULT_SOLVE_TIMEOUT,
             refresh: DEFAULT_REFRESH_TIMEOUT,
+            drain: DEFAULT_DRAIN_TIMEOUT,
         }
     }
 }

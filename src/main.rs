@@ -121,8 +121,10 @@ async fn serve(path: &Path) -> anyhow::Result<()> {
         .with_context(|| format!("cannot listen on {listen}"))?;
     // The bound address, not the configured one: with port 0 only this says where to connect.
     let addr = listener.local_addr()?;
+    // Built before the "listening" line, so SIGHUP is handled once anyone can know we run.
+    let watcher = keyrelay::reload::watch(app.clone(), path.to_owned());
     tracing::info!(%addr, %upstream, keys, "keyrelay listening");
-    let watcher = tokio::spawn(keyrelay::reload::watch(app.clone(), path.to_owned()));
+    let watcher = tokio::spawn(watcher);
     keyrelay::server::run(listener, app, keyrelay::server::shutdown_signal()).await?;
     watcher.abort();
     Ok(())

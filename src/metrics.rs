@@ -63,6 +63,8 @@ pub struct Metrics {
     pub refresh_failures: IntCounterVec,
     /// Config reloads by result: applied or rejected.
     pub config_reloads: IntCounterVec,
+    /// Connections closed at once because `limits.max_connections` were open.
+    pub connections_rejected: IntCounter,
 }
 
 /// Registers each metric and returns its handle.
@@ -250,6 +252,13 @@ impl Metrics {
                     "keyrelay_config_reloads_total",
                     "Config reloads by result: applied, or rejected (the running config stays).",
                     &["result"],
+                )?
+            ),
+            connections_rejected: register!(
+                r,
+                IntCounter::new(
+                    "keyrelay_connections_rejected_total",
+                    "Connections closed at once because limits.max_connections were open."
                 )?
             ),
             registry: r,

@@ -59,6 +59,14 @@ pub trait PinStore: Send + Sync + 'static {
     fn in_flight(&self, key: KeyId) -> u32;
     /// Drops expired pins; returns how many were dropped.
     fn sweep(&self, now: Instant) -> usize;
+    /// Makes every pin recorded so far durable, where the store is durable at all. Called
+    /// at shutdown.
+    ///
+    /// # Errors
+    /// The store's I/O error.
+    fn flush(&self) -> std::io::Result<()> {
+        Ok(())
+    }
     /// Pins held now.
     fn len(&self) -> usize;
     fn is_empty(&self) -> bool {

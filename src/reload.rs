@@ -50,15 +50,17 @@ pub fn reload_file(app: &App, path: &Path) -> Result<Applied, ReloadError> {
 /// Reloads on SIGHUP and whenever the file's content changes, until the task is dropped.
 /// The file's content is taken as the baseline when this is called, not when the returned
 /// future first runs, so a change made right after spawning it is not missed.
+/// SIGHUP is handled from the moment this returns (it must run inside the runtime), so a
+/// signal sent right after start cannot kill the process with the default action.
 pub fn watch(app: App, path: PathBuf) -> impl std::future::Future<Output = ()> + Send {
     let last = fingerprint(&path);
-    watch_from(app, path, last)
+    let hangup = hangup_signal();
+    watch_from(app, path, last, hangup)
 }
 
-async fn watch_from(app: App, path: PathBuf, mut last: Option<u64>) {
+async fn watch_from(app: App, path: PathBuf, mut last: Option<u64>, mut hangup: Hangup) {
     let mut tick = tokio::time::interval(POLL_INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut hangup = hangup_signal();
     loop {
         let cause = tokio::select! {
             _ = tick.tick() => {

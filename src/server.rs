@@ -7,19 +7,15 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
+use std::sync::Arc;
+
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::app::App;
 use crate::{proxy, refresh};
-
-/// A client that has not sent its headers by then is dropped (slow-loris defence).
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// Requests in flight at shutdown get this long to finish; long polls and solve.php can
-/// take a while, but a stop must not hang forever.
-const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How often expired pins are dropped.
 const PIN_SWEEP_INTERVAL: Duration = Duration::from_secs(60);
@@ -45,6 +41,9 @@ pub async fn run(
     background.spawn(sweep_pins(app.clone()));
 
     let graceful = GracefulShutdown::new();
+    // Limits are read at start: the listener is the one thing a reload cannot rebuild.
+    let limits = app.snapshot().config.limits.clone();
+    let connections = Arc::new(Semaphore::new(limits.max_connections));
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -57,32 +56,46 @@ pub async fn run(
                         continue;
                     }
                 };
+                let Ok(permit) = connections.clone().try_acquire_owned() else {
+                    // Over the cap: close at once, so the client fails fast and retries
+                    // instead of waiting in the backlog; everyone already in is unaffected.
+                    app.metrics().connections_rejected.inc();
+                    tracing::debug!(%peer, "connection cap reached; connection closed");
+                    drop(stream);
+                    continue;
+                };
                 let _ = stream.set_nodelay(true);
                 let app = app.clone();
                 let service = service_fn(move |req| proxy::handle(app.clone(), req));
                 let conn = http1::Builder::new()
                     .timer(TokioTimer::new())
-                    .header_read_timeout(HEADER_READ_TIMEOUT)
+                    .header_read_timeout(limits.header_timeout)
+                    .max_header_size(limits.max_header)
                     .serve_connection(TokioIo::new(stream), service);
                 let conn = graceful.watch(conn);
                 tokio::spawn(async move {
                     if let Err(e) = conn.await {
                         tracing::debug!(%peer, error = %e, "connection ended with an error");
                     }
+                    drop(permit);
                 });
             }
             () = &mut shutdown => break,
         }
     }
     drop(listener);
-    tracing::info!("shutting down: draining requests in flight");
+    let drain = app.snapshot().config.timeouts.drain;
+    tracing::info!(timeout = ?drain, "shutting down: draining requests in flight");
     tokio::select! {
         () = graceful.shutdown() => tracing::info!("drained"),
-        () = tokio::time::sleep(DRAIN_TIMEOUT) => {
-            tracing::warn!(timeout = ?DRAIN_TIMEOUT, "drain timed out; abandoning the requests still in flight");
+        () = tokio::time::sleep(drain) => {
+            tracing::warn!(timeout = ?drain, "drain timed out; abandoning the requests still in flight");
         }
     }
     background.shutdown().await;
+    if let Err(e) = app.pins().flush() {
+        tracing::error!(error = %e, "pins could not be flushed to disk at shutdown");
+    }
     Ok(())
 }
 

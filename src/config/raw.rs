@@ -68,6 +68,9 @@ pub(super) struct RawPins {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawLimits {
     pub max_body: Option<Value>,
+    pub max_header: Option<Value>,
+    pub header_timeout: Option<Value>,
+    pub max_connections: Option<usize>,
 }
 
 /// `[timeouts]`.
@@ -78,6 +81,7 @@ pub(super) struct RawTimeouts {
     pub request: Option<Value>,
     pub solve: Option<Value>,
     pub refresh: Option<Value>,
+    pub drain: Option<Value>,
 }
 
 /// `[observability]`.

@@ -192,9 +192,40 @@ fn pins(p: &mut Problems, raw: RawPins) -> Pins {
 }
 
 fn limits(p: &mut Problems, raw: RawLimits) -> Limits {
+    let max_connections = match raw.max_connections {
+        Some(0) => {
+            p.add("limits.max_connections", "must be >= 1, got 0");
+            DEFAULT_MAX_CONNECTIONS
+        }
+        other => other.unwrap_or(DEFAULT_MAX_CONNECTIONS),
+    };
     Limits {
         max_body: size(p, "limits.max_body", raw.max_body, DEFAULT_MAX_BODY),
+        max_header: header_size(p, raw.max_header),
+        header_timeout: duration(
+            p,
+            "limits.header_timeout",
+            raw.header_timeout,
+            DEFAULT_HEADER_TIMEOUT,
+            Zero::Rejected,
+        ),
+        max_connections,
     }
+}
+
+/// Below this, ordinary clients' headers (user agent, cookies) would be refused.
+const MIN_MAX_HEADER: usize = 1024;
+
+fn header_size(p: &mut Problems, raw: Option<Value>) -> usize {
+    let bytes = size(p, "limits.max_header", raw, DEFAULT_MAX_HEADER);
+    if bytes < MIN_MAX_HEADER {
+        p.add(
+            "limits.max_header",
+            format!("must be at least 1KiB ({MIN_MAX_HEADER} bytes), got {bytes}"),
+        );
+        return DEFAULT_MAX_HEADER;
+    }
+    bytes
 }
 
 fn timeouts(p: &mut Problems, raw: RawTimeouts) -> Timeouts {
@@ -204,6 +235,7 @@ fn timeouts(p: &mut Problems, raw: RawTimeouts) -> Timeouts {
         request: timeout("timeouts.request", raw.request, DEFAULT_REQUEST_TIMEOUT),
         solve: timeout("timeouts.solve", raw.solve, DEFAULT_SOLVE_TIMEOUT),
         refresh: timeout("timeouts.refresh", raw.refresh, DEFAULT_REFRESH_TIMEOUT),
+        drain: timeout("timeouts.drain", raw.drain, DEFAULT_DRAIN_TIMEOUT),
     }
 }
 

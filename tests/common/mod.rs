@@ -335,6 +335,22 @@ impl Binary {
             .to_owned()
     }
 
+    /// Waits, boundedly, for the process to exit by itself.
+    pub fn wait_exit(&mut self, limit: Duration) -> std::process::ExitStatus {
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait on the child") {
+                return status;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "keyrelay did not exit; log:\n{}",
+                self.log
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Stops the process and collects the rest of its log.
     pub fn stop(mut self) -> String {
         let _ = self.child.kill();
