@@ -3,9 +3,13 @@
 //! Pins sit behind the narrow [`PinStore`] interface so that a shared store can later let
 //! several keyrelay replicas poll each other's tasks. [`MemoryPins`] bounds its memory two
 //! ways: pins expire after a TTL, and past a size cap the oldest pins are evicted first.
+//! [`JournalPins`] wraps a `MemoryPins` with an append-only journal on disk, so pins survive
+//! a restart and a `kill -9`.
 
+mod journal;
 mod memory;
 
+pub use journal::{JournalPins, Recovery};
 pub use memory::MemoryPins;
 
 use tokio::time::Instant;

@@ -1,6 +1,6 @@
 //! In-memory pins: the lookup tables every pin store answers from, bounded by TTL and a size cap.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -67,6 +67,48 @@ impl MemoryPins {
         if let Some(mut count) = self.open.get_mut(&key) {
             *count = count.saturating_sub(1);
         }
+    }
+}
+
+/// One pin as a snapshot reports it, for the journal's compaction.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct LivePin {
+    pub task: TaskId,
+    pub key: KeyId,
+    pub created: Instant,
+    pub open: bool,
+}
+
+impl MemoryPins {
+    /// Whether `task` is pinned and not yet finished, so `finish` would count it down.
+    pub(super) fn is_open(&self, task: &TaskId) -> bool {
+        self.map.get(task).is_some_and(|pin| pin.open)
+    }
+
+    /// Pins not expired at `now`, oldest first: replaying them in this order into an empty
+    /// store rebuilds the same eviction order.
+    pub(super) fn live(&self, now: Instant) -> Vec<LivePin> {
+        let order = self.order.lock().expect("pin queue lock poisoned");
+        // An id pinned twice at the same instant has two matching queue entries; the first
+        // is the one eviction meets first.
+        let mut seen = HashSet::new();
+        let mut live = Vec::with_capacity(self.map.len());
+        for (task, created) in order.iter() {
+            let Some(pin) = self.map.get(task).map(|pin| *pin) else {
+                continue;
+            };
+            let current = pin.created == *created;
+            if current && now.saturating_duration_since(pin.created) < self.ttl && seen.insert(task)
+            {
+                live.push(LivePin {
+                    task: task.clone(),
+                    key: pin.key,
+                    created: pin.created,
+                    open: pin.open,
+                });
+            }
+        }
+        live
     }
 }
 
@@ -222,5 +264,52 @@ mod tests {
         pins.pin(id(1), KeyId(0), Instant::now());
         pins.pin(id(1), KeyId(1), Instant::now());
         assert_eq!((pins.in_flight(KeyId(0)), pins.in_flight(KeyId(1))), (0, 1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn live_lists_current_unexpired_pins_oldest_first() {
+        let pins = MemoryPins::new(Duration::from_secs(60), 10);
+        let t0 = Instant::now();
+        pins.pin(id(1), KeyId(0), t0);
+        pins.pin(id(2), KeyId(1), t0);
+        tokio::time::advance(Duration::from_secs(30)).await;
+        let t1 = Instant::now();
+        // Re-pinned: its first queue entry is stale and must not be listed.
+        pins.pin(id(1), KeyId(2), t1);
+        pins.pin(id(3), KeyId(0), t1);
+        pins.finish(&id(3));
+        let live = |n, key, created, open| LivePin {
+            task: id(n),
+            key: KeyId(key),
+            created,
+            open,
+        };
+        assert_eq!(
+            pins.live(t1),
+            vec![
+                live(2, 1, t0, true),
+                live(1, 2, t1, true),
+                live(3, 0, t1, false)
+            ]
+        );
+        assert!(pins.is_open(&id(1)));
+        assert!(!pins.is_open(&id(3)));
+        assert!(!pins.is_open(&id(9)));
+        // Task 2 expires at t0 + 60 s even before a sweep removes it.
+        assert_eq!(
+            pins.live(t0 + Duration::from_secs(60)),
+            vec![live(1, 2, t1, true), live(3, 0, t1, false)]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn live_lists_an_id_pinned_twice_at_one_instant_once() {
+        let pins = MemoryPins::new(Duration::from_secs(60), 10);
+        let now = Instant::now();
+        pins.pin(id(1), KeyId(0), now);
+        pins.pin(id(1), KeyId(1), now);
+        let live = pins.live(now);
+        assert_eq!(live.len(), 1);
+        assert_eq!(live[0].key, KeyId(1));
     }
 }
