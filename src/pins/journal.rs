@@ -1,0 +1,1619 @@
+//! Durable pins: [`JournalPins`] answers from a [`MemoryPins`] and appends every pin and
+//! finish to `<dir>/pins.journal`, so pins survive a restart and a `kill -9`.
+//!
+//! # File format
+//!
+//! The file is a sequence of records and nothing else (no header). Integers are little-endian.
+//!
+//! ```text
+//! record  = len: u32 | crc: u32 | payload (len bytes)    crc = CRC-32 (IEEE) of payload
+//! payload = 0x01 PIN    | task | name_len: u8 | key name (UTF-8) | created: u64 (unix millis)
+//!         | 0x02 FINISH | task
+//! task    = 0x00 | id: u64                          TaskId::Num
+//!         | 0x01 | id_len: u16 | id bytes (UTF-8)   TaskId::Text
+//! ```
+//!
+//! Keys are stored by name, not by `KeyId`, because ids are positions in the config and may
+//! change between runs. Replay applies records in order: a PIN (re)pins its id, a FINISH marks
+//! the id's latest pin finished. The first record that is cut short, fails its CRC, claims a
+//! length of 0 or more than the largest possible payload, or does not decode exactly (unknown
+//! type, bad UTF-8, trailing bytes) ends the replay: every record before it is kept, the file
+//! is truncated to that offset, and the bytes cut off are reported as `corrupt_bytes_dropped`.
+//! Pins of keys no longer configured and expired pins are dropped at load, and the file is
+//! then compacted so that they leave the disk too.
+//!
+//! # Durability: fsync policy and crash window
+//!
+//! `pin()` and `finish()` append their record with one `write_all` to an unbuffered file
+//! opened in append mode, before the change is made in memory. When `pin()` returns, the
+//! record is in the kernel's page cache, so a `kill -9`, a panic or an OOM kill of keyrelay
+//! loses no acknowledged pin. fsync is kept off the request path: [`JournalPins::sync`]
+//! (fdatasync) is meant to be called every second and at shutdown, and a compaction fsyncs its
+//! new file before renaming it over the journal and fsyncs the directory after. A power loss
+//! or kernel crash can therefore lose only the records appended since the start of the last
+//! `sync()` that completed: about the last second of pins and finishes. A lost pin makes
+//! polls of its task answer `ERROR_WRONG_CAPTCHA_ID`; a lost finish only counts a thread in
+//! flight for its key until the pin expires. A record torn by the crash is cut off at the next
+//! open. Creation times are stored as wall-clock unix milliseconds, so a wall clock stepped
+//! between two runs makes the pins loaded by the second run expire early or late by the step.
+//!
+//! # Disk bound
+//!
+//! The journal is rewritten with only the live pins (a temp file, fsync, rename, fsync of the
+//! directory) by [`JournalPins::compact`], and automatically once it holds more than twice as
+//! many records as there are pins plus a slack of 10 000 records. That check runs after every
+//! append (so also whenever the size cap evicts) and in `sweep()`, so the file holds at most
+//! `2 × pins + 10 001` records while compactions succeed. Expired pins leave the disk at the
+//! first compaction after their sweep, or at the next open. A failed write never fails a
+//! request: it is logged, the pin is served from memory, and the next compaction (tried at
+//! once, then by every `sweep()`) writes it from memory.
+//!
+//! # Locking
+//!
+//! One `std::sync::Mutex` guards the file. `pin()` and `finish()` hold it across their append
+//! and their change in memory, never across an await, so a pin is never visible before its
+//! record is written, and a compaction's snapshot of memory matches a known journal offset.
+//! A compaction writes and fsyncs the snapshot without that lock, then takes it to copy the
+//! records appended meanwhile, rename and fsync the directory: appends wait only for that
+//! last step. The call that crosses the threshold pays for the compaction's I/O.
+
+use std::collections::HashMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, BufWriter, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::time::Instant;
+
+use super::memory::{LivePin, MemoryPins};
+use super::{PinStore, TaskId};
+use crate::health::KeyId;
+
+/// The journal's file name inside the data directory.
+const FILE_NAME: &str = "pins.journal";
+/// A compaction writes here, then renames over [`FILE_NAME`].
+const TMP_NAME: &str = "pins.journal.tmp";
+/// Records allowed beyond twice the live pins before an automatic compaction.
+const COMPACT_SLACK: u64 = 10_000;
+
+const HEADER: usize = 8;
+const PIN: u8 = 0x01;
+const FINISH: u8 = 0x02;
+const NUM_ID: u8 = 0x00;
+const TEXT_ID: u8 = 0x01;
+/// The largest payload a writer can produce: a PIN with the longest text id and key name.
+const MAX_PAYLOAD: usize = 1 + 1 + 2 + u16::MAX as usize + 1 + u8::MAX as usize + 8;
+
+/// Maps a key id to the name written to the journal.
+type KeyNames = Arc<dyn Fn(KeyId) -> Option<Arc<str>> + Send + Sync>;
+
+/// Pins in memory, backed by an append-only journal file (see the module docs).
+pub struct JournalPins {
+    inner: MemoryPins,
+    journal: Mutex<Journal>,
+    /// Serialises compactions. Held across a compaction's bulk I/O, which the journal lock is
+    /// not, so pins keep being appended meanwhile.
+    compacting: Mutex<()>,
+    key_name: KeyNames,
+    clock: Clock,
+    dir: PathBuf,
+    path: PathBuf,
+    compact_slack: u64,
+}
+
+/// What `open` found on disk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recovery {
+    /// Pins loaded into memory, finished or not.
+    pub loaded: usize,
+    /// Pins dropped because their TTL had passed.
+    pub expired: usize,
+    /// Pins dropped because their key is no longer configured.
+    pub unknown_keys: usize,
+    /// Bytes cut off the end of the file: a torn or corrupt tail.
+    pub corrupt_bytes_dropped: u64,
+    /// Loaded pins whose task had already finished.
+    pub finished: usize,
+}
+
+/// The open journal file and what is known about its contents.
+struct Journal {
+    /// An `Arc` so that `sync` can fsync without holding the lock.
+    file: Arc<File>,
+    /// Bytes of whole records: where the next record starts.
+    len: u64,
+    /// Records in the file, for the compaction threshold.
+    records: u64,
+    /// Changes whose record may be missing from the file (a write or an fsync failed).
+    lost: u64,
+    /// `lost` as of the snapshot of the last compaction, which wrote those changes.
+    lost_covered: u64,
+    /// A partial record could not be cut off. Records appended after it would be invisible to
+    /// replay, so appends stop until a compaction rewrites the file.
+    torn: bool,
+    /// The last automatic compaction failed: only `sweep` retries, not every pin.
+    auto_failed: bool,
+    /// Appends failed in a row; only the first of a run is logged, so a full disk does not
+    /// log once per request.
+    failing: u64,
+}
+
+impl Journal {
+    fn needs_repair(&self) -> bool {
+        self.torn || self.lost != self.lost_covered
+    }
+}
+
+/// The journal's state when a compaction took its snapshot.
+#[derive(Clone, Copy)]
+struct Mark {
+    len: u64,
+    records: u64,
+    lost: u64,
+}
+
+/// A compaction's temp file with the snapshot written to it.
+struct Rewritten {
+    file: File,
+    len: u64,
+    records: u64,
+}
+
+// === impl JournalPins ===
+
+impl JournalPins {
+    /// Opens (creating) `<dir>/pins.journal`, replays it into memory and returns what it kept.
+    /// `key_id` maps a key NAME in the journal to the current pool's KeyId (None = key no longer
+    /// configured: the pin is dropped and counted in `unknown_keys`). `key_name` maps a KeyId to its
+    /// name when writing. Wall-clock time (SystemTime) is stored on disk; in memory pins keep
+    /// tokio Instants computed as `now - (wall_now - created_wall)`.
+    ///
+    /// # Errors
+    /// When `dir` cannot be created or the journal cannot be opened, read or truncated. A
+    /// corrupt or truncated journal is not an error: its good records are kept.
+    pub fn open(
+        dir: &Path,
+        ttl: Duration,
+        max_pins: usize,
+        key_id: &dyn Fn(&str) -> Option<KeyId>,
+        key_name: Arc<dyn Fn(KeyId) -> Option<Arc<str>> + Send + Sync>,
+    ) -> io::Result<(JournalPins, Recovery)> {
+        let options = Options {
+            ttl,
+            max_pins,
+            clock: Clock::now(),
+            compact_slack: COMPACT_SLACK,
+        };
+        JournalPins::open_with(dir, options, key_id, key_name)
+    }
+
+    fn open_with(
+        dir: &Path,
+        options: Options,
+        key_id: &dyn Fn(&str) -> Option<KeyId>,
+        key_name: KeyNames,
+    ) -> io::Result<(JournalPins, Recovery)> {
+        fs::create_dir_all(dir).map_err(at(dir, "cannot create the pin directory"))?;
+        let path = dir.join(FILE_NAME);
+        let mut file = OpenOptions::new()
+            .read(true)
+            .append(true)
+            .create(true)
+            .open(&path)
+            .map_err(at(&path, "cannot open the pin journal"))?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes)
+            .map_err(at(&path, "cannot read the pin journal"))?;
+        let replay = decode(&bytes);
+        let good_len = replay.good_len as u64;
+        let dropped = bytes.len().saturating_sub(replay.good_len) as u64;
+        if dropped > 0 {
+            file.set_len(good_len)
+                .and_then(|()| file.sync_all())
+                .map_err(at(&path, "cannot truncate the pin journal's corrupt tail"))?;
+            tracing::warn!(
+                path = %path.display(),
+                good_bytes = good_len,
+                dropped_bytes = dropped,
+                "pin journal has a torn or corrupt tail; kept every record before it and cut off the rest"
+            );
+        }
+        // A journal created just now must survive a power loss too.
+        sync_dir(dir).map_err(at(dir, "cannot fsync the pin directory"))?;
+
+        let records = replay.records.len();
+        let inner = MemoryPins::new(options.ttl, options.max_pins);
+        let loaded = load(&inner, replay.records, key_id, &options);
+        let recovery = Recovery {
+            loaded: loaded.loaded,
+            expired: loaded.expired,
+            unknown_keys: loaded.unknown_keys,
+            corrupt_bytes_dropped: dropped,
+            finished: loaded.finished,
+        };
+        let store = JournalPins {
+            inner,
+            journal: Mutex::new(Journal {
+                file: Arc::new(file),
+                len: good_len,
+                records: records as u64,
+                lost: 0,
+                lost_covered: 0,
+                torn: false,
+                auto_failed: false,
+                failing: 0,
+            }),
+            compacting: Mutex::new(()),
+            key_name,
+            clock: options.clock,
+            dir: dir.to_path_buf(),
+            path,
+            compact_slack: options.compact_slack,
+        };
+        tracing::info!(
+            path = %store.path.display(),
+            loaded = recovery.loaded,
+            finished = recovery.finished,
+            expired = recovery.expired,
+            unknown_keys = recovery.unknown_keys,
+            evicted_by_cap = loaded.evicted,
+            corrupt_bytes_dropped = dropped,
+            "pin journal replayed"
+        );
+        // Each kept pin is one PIN record, plus a FINISH if finished; anything more is dead.
+        if records != recovery.loaded + recovery.finished {
+            if let Err(e) = store.compact(options.clock.instant) {
+                tracing::error!(error = %e, "cannot compact the pin journal after replay; it stays as it is");
+            }
+        }
+        Ok((store, recovery))
+    }
+
+    /// Forces written records to stable storage (fsync). Called on shutdown and periodically.
+    ///
+    /// # Errors
+    /// When the fsync fails. The next compaction then rewrites every pin from memory, because
+    /// the kernel may have dropped the unwritten pages and would not report it twice.
+    pub fn sync(&self) -> io::Result<()> {
+        let file = Arc::clone(&self.lock().file);
+        file.sync_data().map_err(|e| {
+            self.lock().lost += 1;
+            at(&self.path, "cannot fsync the pin journal")(e)
+        })
+    }
+
+    /// Rewrites the journal with only live pins (write temp file, fsync, rename, fsync dir).
+    ///
+    /// # Errors
+    /// When the temp file cannot be written, synced or renamed (the journal is then unchanged),
+    /// or when the directory cannot be synced after the rename (the new journal is in use).
+    pub fn compact(&self, now: Instant) -> io::Result<()> {
+        let _one = self
+            .compacting
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.rewrite(now)?;
+        self.lock().auto_failed = false;
+        Ok(())
+    }
+
+    /// Bytes the journal takes on disk now.
+    pub fn disk_bytes(&self) -> u64 {
+        let journal = self.lock();
+        journal
+            .file
+            .metadata()
+            .map_or(journal.len, |meta| meta.len())
+    }
+
+    /// The journal lock. A panic while it was held may have left a partial record, so the
+    /// file is then treated as torn until a compaction rewrites it.
+    fn lock(&self) -> MutexGuard<'_, Journal> {
+        match self.journal.lock() {
+            Ok(journal) => journal,
+            Err(poisoned) => {
+                let mut journal = poisoned.into_inner();
+                journal.torn = true;
+                self.journal.clear_poison();
+                journal
+            }
+        }
+    }
+
+    /// Appends one record, or logs why it could not. Never fails the caller.
+    fn append(&self, journal: &mut Journal, record: &[u8]) {
+        if journal.torn {
+            journal.lost += 1;
+            return;
+        }
+        let Err(e) = (&*journal.file).write_all(record) else {
+            journal.len += record.len() as u64;
+            journal.records += 1;
+            if journal.failing > 0 {
+                tracing::info!(
+                    path = %self.path.display(),
+                    failed_appends = journal.failing,
+                    "pin journal appends work again"
+                );
+                journal.failing = 0;
+            }
+            return;
+        };
+        journal.lost += 1;
+        journal.failing += 1;
+        // A partial record would end every later replay there, hiding the records after it.
+        let cut = journal.file.set_len(journal.len);
+        if cut.is_err() {
+            journal.torn = true;
+        }
+        if journal.failing > 1 {
+            return;
+        }
+        match cut {
+            Ok(()) => tracing::error!(
+                path = %self.path.display(),
+                error = %e,
+                "cannot append to the pin journal; the change is served from memory and written by the next compaction"
+            ),
+            Err(cut) => tracing::error!(
+                path = %self.path.display(),
+                error = %e,
+                truncate_error = %cut,
+                "cannot append to the pin journal nor cut off the partial record; journaling pauses until a compaction succeeds"
+            ),
+        }
+    }
+
+    /// The PIN record for `task`, or `None` (logged) if it cannot be written.
+    fn pin_record(&self, task: &TaskId, key: KeyId, now: Instant) -> Option<Vec<u8>> {
+        let Some(name) = (self.key_name)(key) else {
+            tracing::error!(key_id = key.0, task = %task, "pin not journaled: its key has no name; it is kept in memory only");
+            return None;
+        };
+        match encode_pin(task, &name, self.clock.unix_millis(now)) {
+            Ok(record) => Some(record),
+            Err(e) => {
+                tracing::error!(key = %name, task = %task, error = %e, "pin not journaled; it is kept in memory only");
+                None
+            }
+        }
+    }
+
+    /// Whether the journal should be rewritten now. The request path does not retry a
+    /// compaction that failed: only `sweep` does, so a full disk costs one attempt a minute.
+    fn compaction_due(&self, journal: &Journal, from_sweep: bool) -> bool {
+        let limit = (self.inner.len() as u64)
+            .saturating_mul(2)
+            .saturating_add(self.compact_slack);
+        (from_sweep || !journal.auto_failed) && (journal.records > limit || journal.needs_repair())
+    }
+
+    /// Compacts unless another compaction is under way (it covers what this one would).
+    fn auto_compact(&self, now: Instant) {
+        let _one = match self.compacting.try_lock() {
+            Ok(guard) => guard,
+            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(TryLockError::WouldBlock) => return,
+        };
+        let result = self.rewrite(now);
+        let mut journal = self.lock();
+        journal.auto_failed = result.is_err();
+        if let Err(e) = result {
+            tracing::error!(error = %e, "cannot compact the pin journal; it keeps growing until a compaction succeeds");
+        }
+    }
+
+    /// One compaction; the caller holds `compacting`.
+    fn rewrite(&self, now: Instant) -> io::Result<()> {
+        let tmp = self.dir.join(TMP_NAME);
+        match fs::remove_file(&tmp) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                return Err(at(&tmp, "cannot remove a stale compaction file")(e));
+            }
+            _ => {}
+        }
+        // Pins and finishes hold the journal lock across their append and their change in
+        // memory, so this snapshot is exactly what the first `mark.len` bytes replay to.
+        let (live, mark) = {
+            let journal = self.lock();
+            let mark = Mark {
+                len: journal.len,
+                records: journal.records,
+                lost: journal.lost,
+            };
+            (self.inner.live(now), mark)
+        };
+        let result = self
+            .write_snapshot(&tmp, &live)
+            .and_then(|rewritten| self.swap_in(&tmp, rewritten, mark));
+        if result.is_err() {
+            // After a successful rename there is nothing left to remove, which is fine.
+            let _ = fs::remove_file(&tmp);
+        }
+        result
+    }
+
+    /// Writes and fsyncs the snapshot to the temp file, without holding the journal lock.
+    fn write_snapshot(&self, tmp: &Path, live: &[LivePin]) -> io::Result<Rewritten> {
+        let file = OpenOptions::new()
+            .read(true)
+            .append(true)
+            .create_new(true)
+            .open(tmp)
+            .map_err(at(tmp, "cannot create the compaction file"))?;
+        let mut out = BufWriter::new(&file);
+        let (mut len, mut records, mut unwritable) = (0u64, 0u64, 0usize);
+        for pin in live {
+            let Some(record) = (self.key_name)(pin.key).and_then(|name| {
+                encode_pin(&pin.task, &name, self.clock.unix_millis(pin.created)).ok()
+            }) else {
+                unwritable += 1;
+                continue;
+            };
+            let finish = if pin.open {
+                None
+            } else {
+                encode_finish(&pin.task).ok()
+            };
+            for record in std::iter::once(record).chain(finish) {
+                out.write_all(&record)
+                    .map_err(at(tmp, "cannot write the compaction file"))?;
+                len += record.len() as u64;
+                records += 1;
+            }
+        }
+        out.flush()
+            .map_err(at(tmp, "cannot write the compaction file"))?;
+        drop(out);
+        file.sync_data()
+            .map_err(at(tmp, "cannot fsync the compaction file"))?;
+        if unwritable > 0 {
+            tracing::warn!(
+                pins = unwritable,
+                "pins whose key has no name were left out of the compacted journal; they stay in memory"
+            );
+        }
+        Ok(Rewritten { file, len, records })
+    }
+
+    /// Copies the records appended since the snapshot, then renames the temp file over the
+    /// journal. Holds the journal lock, so no record is appended to the old file meanwhile.
+    fn swap_in(&self, tmp: &Path, rewritten: Rewritten, mark: Mark) -> io::Result<()> {
+        let mut journal = self.lock();
+        let tail_len = journal.len.saturating_sub(mark.len);
+        if tail_len > 0 {
+            let tail_size = usize::try_from(tail_len)
+                .map_err(|_| io::Error::other("journal tail larger than memory"))?;
+            let mut tail = vec![0; tail_size];
+            let mut old = &*journal.file;
+            old.seek(SeekFrom::Start(mark.len))
+                .and_then(|_| old.read_exact(&mut tail))
+                .map_err(at(
+                    &self.path,
+                    "cannot read the pin journal's newest records",
+                ))?;
+            (&rewritten.file)
+                .write_all(&tail)
+                .and_then(|()| rewritten.file.sync_data())
+                .map_err(at(tmp, "cannot write the compaction file"))?;
+        }
+        fs::rename(tmp, &self.path).map_err(at(tmp, "cannot rename the compaction file"))?;
+        // The new file is the journal from here on, even if the directory sync below fails.
+        journal.file = Arc::new(rewritten.file);
+        journal.len = rewritten.len + tail_len;
+        journal.records = rewritten.records + journal.records.saturating_sub(mark.records);
+        journal.lost_covered = mark.lost;
+        journal.torn = false;
+        sync_dir(&self.dir).map_err(at(&self.dir, "cannot fsync the pin directory"))
+    }
+}
+
+impl PinStore for JournalPins {
+    fn pin(&self, task: TaskId, key: KeyId, now: Instant) {
+        let record = self.pin_record(&task, key, now);
+        let due = {
+            let mut journal = self.lock();
+            if let Some(record) = &record {
+                self.append(&mut journal, record);
+            }
+            self.inner.pin(task, key, now);
+            self.compaction_due(&journal, false)
+        };
+        if due {
+            self.auto_compact(now);
+        }
+    }
+
+    fn owner(&self, task: &TaskId, now: Instant) -> Option<KeyId> {
+        self.inner.owner(task, now)
+    }
+
+    fn finish(&self, task: &TaskId) -> Option<KeyId> {
+        let (key, due) = {
+            let mut journal = self.lock();
+            // Repeated polls of a solved task must not grow the journal.
+            if !self.inner.is_open(task) {
+                return None;
+            }
+            match encode_finish(task) {
+                Ok(record) => self.append(&mut journal, &record),
+                Err(e) => tracing::error!(task = %task, error = %e, "finish not journaled"),
+            }
+            let key = self.inner.finish(task);
+            (key, self.compaction_due(&journal, false))
+        };
+        if due {
+            self.auto_compact(Instant::now());
+        }
+        key
+    }
+
+    fn in_flight(&self, key: KeyId) -> u32 {
+        self.inner.in_flight(key)
+    }
+
+    fn sweep(&self, now: Instant) -> usize {
+        let dropped = self.inner.sweep(now);
+        let due = self.compaction_due(&self.lock(), true);
+        if due {
+            self.auto_compact(now);
+        }
+        dropped
+    }
+
+    fn len(&self) -> usize {
+        self.inner.len()
+    }
+}
+
+/// Adds the path and what was being done to an I/O error, keeping its kind.
+fn at<'a>(path: &'a Path, doing: &'a str) -> impl FnOnce(io::Error) -> io::Error + 'a {
+    move |e| io::Error::new(e.kind(), format!("{doing} {}: {e}", path.display()))
+}
+
+/// Makes a rename or a file creation in `dir` durable.
+#[cfg(unix)]
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// Directories cannot be opened as files here; the rename is as durable as the OS makes it.
+#[cfg(not(unix))]
+fn sync_dir(_dir: &Path) -> io::Result<()> {
+    Ok(())
+}
+
+// === replay ===
+
+/// How a store is opened; tests set the clock and the slack.
+#[derive(Clone, Copy)]
+struct Options {
+    ttl: Duration,
+    max_pins: usize,
+    clock: Clock,
+    compact_slack: u64,
+}
+
+/// What replay kept and dropped.
+struct Loaded {
+    loaded: usize,
+    expired: usize,
+    unknown_keys: usize,
+    finished: usize,
+    evicted: usize,
+}
+
+/// A task's latest PIN, with the FINISH records after it applied.
+struct Candidate {
+    task: TaskId,
+    key: Option<KeyId>,
+    created_ms: u64,
+    open: bool,
+}
+
+/// Applies decoded records to an empty `inner`.
+fn load(
+    inner: &MemoryPins,
+    records: Vec<Record<'_>>,
+    key_id: &dyn Fn(&str) -> Option<KeyId>,
+    options: &Options,
+) -> Loaded {
+    let mut names: HashMap<&str, Option<KeyId>> = HashMap::new();
+    let mut latest: HashMap<TaskId, usize> = HashMap::new();
+    let mut candidates: Vec<Candidate> = Vec::with_capacity(records.len());
+    for record in records {
+        match record {
+            Record::Pin {
+                task,
+                key,
+                created_ms,
+            } => {
+                let key = *names.entry(key).or_insert_with(|| key_id(key));
+                latest.insert(task.clone(), candidates.len());
+                candidates.push(Candidate {
+                    task,
+                    key,
+                    created_ms,
+                    open: true,
+                });
+            }
+            Record::Finish { task } => {
+                if let Some(&at) = latest.get(&task) {
+                    candidates[at].open = false;
+                }
+            }
+        }
+    }
+
+    let (mut expired, mut unknown_keys) = (0, 0);
+    let mut kept = Vec::with_capacity(latest.len());
+    for (at, candidate) in candidates.into_iter().enumerate() {
+        if latest.get(&candidate.task) != Some(&at) {
+            continue; // re-pinned later
+        }
+        let Some(key) = candidate.key else {
+            unknown_keys += 1;
+            continue;
+        };
+        let age = options.clock.age(candidate.created_ms);
+        if age >= options.ttl {
+            expired += 1;
+            continue;
+        }
+        kept.push((candidate, key, options.clock.instant_aged(age)));
+    }
+    // The newest pins win, as they would have if the cap had evicted while running.
+    let evicted = kept.len().saturating_sub(options.max_pins.max(1));
+    let mut finished = 0;
+    for (candidate, key, created) in kept.into_iter().skip(evicted) {
+        if candidate.open {
+            inner.pin(candidate.task, key, created);
+        } else {
+            inner.pin(candidate.task.clone(), key, created);
+            inner.finish(&candidate.task);
+            finished += 1;
+        }
+    }
+    Loaded {
+        loaded: inner.len(),
+        expired,
+        unknown_keys,
+        finished,
+        evicted,
+    }
+}
+
+/// Maps tokio instants to wall-clock time and back, through one anchor taken at open. Pins
+/// written later are dated by the monotonic clock's distance from the anchor, so a wall-clock
+/// step while running does not reorder them.
+#[derive(Clone, Copy, Debug)]
+struct Clock {
+    instant: Instant,
+    wall: SystemTime,
+}
+
+impl Clock {
+    fn now() -> Clock {
+        Clock {
+            instant: Instant::now(),
+            wall: SystemTime::now(),
+        }
+    }
+
+    /// Unix milliseconds at `at` (0 before 1970, saturating far in the future).
+    fn unix_millis(&self, at: Instant) -> u64 {
+        let wall = if at >= self.instant {
+            self.wall
+                .checked_add(at.saturating_duration_since(self.instant))
+        } else {
+            self.wall
+                .checked_sub(self.instant.saturating_duration_since(at))
+        };
+        wall.and_then(|wall| wall.duration_since(UNIX_EPOCH).ok())
+            .map_or(0, |since| {
+                u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+            })
+    }
+
+    /// Age at the anchor of a pin created at `created_ms`. A pin from the future (the wall
+    /// clock was stepped back) counts as brand new.
+    fn age(&self, created_ms: u64) -> Duration {
+        Duration::from_millis(self.unix_millis(self.instant).saturating_sub(created_ms))
+    }
+
+    /// The instant `age` before the anchor. Should it precede what the monotonic clock can
+    /// express (shortly after boot), the pin counts as new: it lives up to one TTL longer.
+    fn instant_aged(&self, age: Duration) -> Instant {
+        self.instant.checked_sub(age).unwrap_or(self.instant)
+    }
+}
+
+// === record format ===
+
+/// One decoded record; the key name borrows from the file's bytes.
+#[derive(Debug, PartialEq, Eq)]
+enum Record<'a> {
+    Pin {
+        task: TaskId,
+        key: &'a str,
+        created_ms: u64,
+    },
+    Finish {
+        task: TaskId,
+    },
+}
+
+/// The records before the first bad one, and where that one starts.
+struct Replay<'a> {
+    records: Vec<Record<'a>>,
+    good_len: usize,
+}
+
+#[derive(Debug, thiserror::Error)]
+enum EncodeError {
+    #[error("key name is {0} bytes; the journal stores at most 255")]
+    LongName(usize),
+    #[error("task id is {0} bytes; the journal stores at most 65535")]
+    LongId(usize),
+}
+
+fn encode_pin(task: &TaskId, key: &str, created_ms: u64) -> Result<Vec<u8>, EncodeError> {
+    let name_len = u8::try_from(key.len()).map_err(|_| EncodeError::LongName(key.len()))?;
+    let mut record = new_record(PIN);
+    put_task(&mut record, task)?;
+    record.push(name_len);
+    record.extend_from_slice(key.as_bytes());
+    record.extend_from_slice(&created_ms.to_le_bytes());
+    Ok(seal(record))
+}
+
+fn encode_finish(task: &TaskId) -> Result<Vec<u8>, EncodeError> {
+    let mut record = new_record(FINISH);
+    put_task(&mut record, task)?;
+    Ok(seal(record))
+}
+
+/// A record with its header left blank for [`seal`].
+fn new_record(kind: u8) -> Vec<u8> {
+    let mut record = Vec::with_capacity(64);
+    record.extend_from_slice(&[0; HEADER]);
+    record.push(kind);
+    record
+}
+
+fn put_task(record: &mut Vec<u8>, task: &TaskId) -> Result<(), EncodeError> {
+    match task {
+        TaskId::Num(n) => {
+            record.push(NUM_ID);
+            record.extend_from_slice(&n.to_le_bytes());
+        }
+        TaskId::Text(text) => {
+            let len = u16::try_from(text.len()).map_err(|_| EncodeError::LongId(text.len()))?;
+            record.push(TEXT_ID);
+            record.extend_from_slice(&len.to_le_bytes());
+            record.extend_from_slice(text.as_bytes());
+        }
+    }
+    Ok(())
+}
+
+/// Fills in the header: payload length and CRC.
+fn seal(mut record: Vec<u8>) -> Vec<u8> {
+    let payload = &record[HEADER..];
+    let len = u32::try_from(payload.len()).expect("encoders bound the payload by MAX_PAYLOAD");
+    let crc = crc32fast::hash(payload);
+    record[..4].copy_from_slice(&len.to_le_bytes());
+    record[4..HEADER].copy_from_slice(&crc.to_le_bytes());
+    record
+}
+
+fn decode(bytes: &[u8]) -> Replay<'_> {
+    let mut records = Vec::new();
+    let mut good_len = 0;
+    while let Some((record, next)) = decode_at(bytes, good_len) {
+        records.push(record);
+        good_len = next;
+    }
+    Replay { records, good_len }
+}
+
+/// The record starting at `start` and where the next one starts; `None` if it is bad.
+fn decode_at(bytes: &[u8], start: usize) -> Option<(Record<'_>, usize)> {
+    let mut header = Reader(bytes.get(start..)?);
+    let len = usize::try_from(header.u32()?).ok()?;
+    let crc = header.u32()?;
+    if len == 0 || len > MAX_PAYLOAD {
+        return None;
+    }
+    let payload = header.take(len)?;
+    if crc32fast::hash(payload) != crc {
+        return None;
+    }
+    Some((decode_payload(payload)?, start + HEADER + len))
+}
+
+fn decode_payload(payload: &[u8]) -> Option<Record<'_>> {
+    let mut r = Reader(payload);
+    let record = match r.u8()? {
+        PIN => {
+            let task = r.task()?;
+            let name_len = usize::from(r.u8()?);
+            let key = std::str::from_utf8(r.take(name_len)?).ok()?;
+            Record::Pin {
+                task,
+                key,
+                created_ms: r.u64()?,
+            }
+        }
+        FINISH => Record::Finish { task: r.task()? },
+        _ => return None,
+    };
+    r.0.is_empty().then_some(record)
+}
+
+/// Reads fields off the front of a byte slice; every read is bounds-checked.
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let (head, rest) = self.0.split_at_checked(n)?;
+        self.0 = rest;
+        Some(head)
+    }
+
+    fn array<const N: usize>(&mut self) -> Option<[u8; N]> {
+        self.take(N)?.try_into().ok()
+    }
+
+    fn u8(&mut self) -> Option<u8> {
+        self.array::<1>().map(|[b]| b)
+    }
+
+    fn u16(&mut self) -> Option<u16> {
+        self.array().map(u16::from_le_bytes)
+    }
+
+    fn u32(&mut self) -> Option<u32> {
+        self.array().map(u32::from_le_bytes)
+    }
+
+    fn u64(&mut self) -> Option<u64> {
+        self.array().map(u64::from_le_bytes)
+    }
+
+    fn task(&mut self) -> Option<TaskId> {
+        match self.u8()? {
+            NUM_ID => Some(TaskId::Num(self.u64()?)),
+            TEXT_ID => {
+                let len = usize::from(self.u16()?);
+                let text = std::str::from_utf8(self.take(len)?).ok()?;
+                Some(TaskId::Text(text.into()))
+            }
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use rand::{Rng, SeedableRng};
+
+    use super::*;
+
+    const TTL: Duration = Duration::from_secs(2 * 60 * 60);
+    /// A PIN record of a numeric id and a two-byte key name such as "k1".
+    const NUM_PIN_BYTES: u64 = 29;
+    /// A FINISH record of a numeric id.
+    const NUM_FINISH_BYTES: u64 = 18;
+
+    fn id(n: u64) -> TaskId {
+        TaskId::Num(n)
+    }
+
+    /// Key `KeyId(n)` is named `k{n}`, as a pool built from the same config would name it.
+    fn names() -> KeyNames {
+        Arc::new(|key: KeyId| Some(Arc::from(format!("k{}", key.0))))
+    }
+
+    fn ids(name: &str) -> Option<KeyId> {
+        name.strip_prefix('k')?.parse().ok().map(KeyId)
+    }
+
+    fn options(max_pins: usize) -> Options {
+        Options {
+            ttl: TTL,
+            max_pins,
+            clock: Clock::now(),
+            compact_slack: COMPACT_SLACK,
+        }
+    }
+
+    fn open(dir: &Path) -> (JournalPins, Recovery) {
+        JournalPins::open(dir, TTL, 1_000, &ids, names()).expect("the journal opens")
+    }
+
+    fn open_with(dir: &Path, options: Options) -> (JournalPins, Recovery) {
+        JournalPins::open_with(dir, options, &ids, names()).expect("the journal opens")
+    }
+
+    /// Opens as a restart would `elapsed` after the store first opened. Paused tokio time does
+    /// not move the wall clock, so the wall-clock half of the anchor is moved by hand.
+    fn reopen_after(dir: &Path, elapsed: Duration) -> (JournalPins, Recovery) {
+        let clock = Clock {
+            instant: Instant::now(),
+            wall: SystemTime::now() + elapsed,
+        };
+        open_with(
+            dir,
+            Options {
+                clock,
+                ..options(1_000)
+            },
+        )
+    }
+
+    fn recovery(loaded: usize, finished: usize) -> Recovery {
+        Recovery {
+            loaded,
+            expired: 0,
+            unknown_keys: 0,
+            corrupt_bytes_dropped: 0,
+            finished,
+        }
+    }
+
+    fn journal_bytes(dir: &Path) -> Vec<u8> {
+        fs::read(dir.join(FILE_NAME)).expect("the journal exists")
+    }
+
+    fn decoded(bytes: &[u8]) -> Vec<Record<'_>> {
+        let replay = decode(bytes);
+        assert_eq!(replay.good_len, bytes.len(), "the whole file decodes");
+        replay.records
+    }
+
+    // --- format ---
+
+    #[test]
+    fn records_have_the_documented_bytes() {
+        let pin = encode_pin(&id(0x0102_0304_0506_0708), "k1", 1_700_000_000_123).unwrap();
+        let mut expected = vec![21, 0, 0, 0, 0xd3, 0x31, 0xcc, 0xf1, PIN, NUM_ID];
+        expected.extend_from_slice(&[8, 7, 6, 5, 4, 3, 2, 1, 2, b'k', b'1']);
+        expected.extend_from_slice(&1_700_000_000_123u64.to_le_bytes());
+        assert_eq!(pin, expected);
+        assert_eq!(pin.len() as u64, NUM_PIN_BYTES);
+
+        let text = encode_pin(&TaskId::Text("abc-1".into()), "k7", 42).unwrap();
+        let mut expected = vec![20, 0, 0, 0, 0xc1, 0xc7, 0xd4, 0xfc, PIN, TEXT_ID, 5, 0];
+        expected.extend_from_slice(b"abc-1\x02k7");
+        expected.extend_from_slice(&42u64.to_le_bytes());
+        assert_eq!(text, expected);
+
+        let finish = encode_finish(&id(9)).unwrap();
+        let mut expected = vec![10, 0, 0, 0, 0x60, 0xa3, 0x30, 0xf8, FINISH, NUM_ID];
+        expected.extend_from_slice(&9u64.to_le_bytes());
+        assert_eq!(finish, expected);
+        assert_eq!(finish.len() as u64, NUM_FINISH_BYTES);
+
+        let both = [pin, text, finish].concat();
+        assert_eq!(
+            decoded(&both),
+            vec![
+                Record::Pin {
+                    task: id(0x0102_0304_0506_0708),
+                    key: "k1",
+                    created_ms: 1_700_000_000_123
+                },
+                Record::Pin {
+                    task: TaskId::Text("abc-1".into()),
+                    key: "k7",
+                    created_ms: 42
+                },
+                Record::Finish { task: id(9) },
+            ]
+        );
+    }
+
+    #[test]
+    fn names_and_ids_too_long_for_the_format_are_refused() {
+        let long_name = "n".repeat(256);
+        assert_eq!(
+            encode_pin(&id(1), &long_name, 0).unwrap_err().to_string(),
+            "key name is 256 bytes; the journal stores at most 255"
+        );
+        assert!(encode_pin(&id(1), &long_name[..255], 0).is_ok());
+        let long_id = TaskId::Text("i".repeat(65_536).into());
+        assert_eq!(
+            encode_finish(&long_id).unwrap_err().to_string(),
+            "task id is 65536 bytes; the journal stores at most 65535"
+        );
+        // The longest record a writer can produce is still accepted by replay.
+        let longest = TaskId::Text("i".repeat(65_535).into());
+        let record = encode_pin(&longest, &long_name[..255], 0).unwrap();
+        assert_eq!(record.len(), HEADER + MAX_PAYLOAD);
+        assert_eq!(decoded(&record).len(), 1);
+    }
+
+    // --- restart ---
+
+    #[tokio::test(start_paused = true)]
+    async fn pins_and_finishes_survive_a_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let (pins, first) = open(dir.path());
+        assert_eq!(first, recovery(0, 0), "a missing file is an empty store");
+        let now = Instant::now();
+        pins.pin(id(1), KeyId(0), now);
+        pins.pin(id(2), KeyId(0), now);
+        pins.pin(TaskId::Text("abc-1".into()), KeyId(3), now);
+        assert_eq!(pins.finish(&id(2)), Some(KeyId(0)));
+        drop(pins);
+
+        let (pins, recovered) = open(dir.path());
+        assert_eq!(recovered, recovery(3, 1));
+        let now = Instant::now();
+        assert_eq!(pins.owner(&id(1), now), Some(KeyId(0)));
+        assert_eq!(pins.owner(&id(2), now), Some(KeyId(0)));
+        assert_eq!(
+            pins.owner(&TaskId::Text("abc-1".into()), now),
+            Some(KeyId(3))
+        );
+        assert_eq!((pins.in_flight(KeyId(0)), pins.in_flight(KeyId(3))), (1, 1));
+        assert_eq!(pins.finish(&id(2)), None, "finished before the restart");
+        assert_eq!(pins.finish(&id(1)), Some(KeyId(0)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn re_pinning_moves_the_task_to_its_new_key_across_a_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let (pins, _) = open(dir.path());
+        pins.pin(id(1), KeyId(0), Instant::now());
+        pins.finish(&id(1));
+        pins.pin(id(1), KeyId(1), Instant::now());
+        drop(pins);
+
+        let (pins, recovered) = open(dir.path());
+        assert_eq!(
+            recovered,
+            recovery(1, 0),
+            "the finish belonged to the older pin"
+        );
+        assert_eq!(pins.owner(&id(1), Instant::now()), Some(KeyId(1)));
+        assert_eq!((pins.in_flight(KeyId(0)), pins.in_flight(KeyId(1))), (0, 1));
+        // The superseded records were compacted away at open.
+        assert_eq!(pins.disk_bytes(), NUM_PIN_BYTES);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_store_dropped_without_sync_loses_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let (pins, _) = open(dir.path());
+        for n in 0..50 {
+            pins.pin(id(n), KeyId((n % 5) as u16), Instant::now());
+            if n % 2 == 0 {
+                pins.finish(&id(n));
+            }
+        }
+        // What kill -9 leaves: no destructor, no sync; only what write_all handed the kernel.
+        std::mem::forget(pins);
+
+        let (pins, recovered) = open(dir.path());
+        assert_eq!(recovered, recovery(50, 25));
+        let now = Instant::now();
+        for n in 0..50 {
+            assert_eq!(
+                pins.owner(&id(n), now),
+                Some(KeyId((n % 5) as u16)),
+                "task {n}"
+            );
+        }
+        for key in 0..5 {
+            assert_eq!(pins.in_flight(KeyId(key)), 5, "key {key}");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn pins_of_keys_no_longer_configured_are_dropped_and_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        let (pins, _) = open(dir.path());
+        pins.pin(id(1), KeyId(0), Instant::now());
+        pins.pin(id(2), KeyId(1), Instant::now());
+        pins.pin(id(3), KeyId(1), Instant::now());
+        pins.pin(id(4), KeyId(2), Instant::now());
+        drop(pins);
+
+        let without_k1 = |name: &str| ids(name).filter(|key| *key != KeyId(1));
+        let (pins, recovered) =
+            JournalPins::open(dir.path(), TTL, 1_000, &without_k1, names()).unwrap();
+        assert_eq!(
+            recovered,
+            Recovery {
+                unknown_keys: 2,
+                ..recovery(2, 0)
+            }
+        );
+        let now = Instant::now();
+        assert_eq!(pins.owner(&id(1), now), Some(KeyId(0)));
+        assert_eq!(pins.owner(&id(2), now), None);
+        assert_eq!(pins.owner(&id(4), now), Some(KeyId(2)));
+        assert_eq!(
+            pins.disk_bytes(),
+            2 * NUM_PIN_BYTES,
+            "dropped pins leave the disk"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pin_whose_key_has_no_name_is_served_from_memory_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let only_k0: KeyNames = Arc::new(|key: KeyId| (key == KeyId(0)).then(|| Arc::from("k0")));
+        let (pins, _) =
+            JournalPins::open(dir.path(), TTL, 1_000, &ids, only_k0).expect("the journal opens");
+        pins.pin(id(1), KeyId(0), Instant::now());
+        pins.pin(id(2), KeyId(9), Instant::now());
+        assert_eq!(pins.owner(&id(2), Instant::now()), Some(KeyId(9)));
+        assert_eq!(pins.disk_bytes(), NUM_PIN_BYTES);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn only_the_first_finish_of_a_pinned_task_is_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let (pins, _) = open(dir.path());
+        pins.pin(id(1), KeyId(0), Instant::now());
+        assert_eq!(pins.disk_bytes(), NUM_PIN_BYTES);
+        assert_eq!(pins.finish(&id(1)), Some(KeyId(0)));
+        assert_eq!(pins.disk_bytes(), NUM_PIN_BYTES + NUM_FINISH_BYTES);
+        assert_eq!(pins.finish(&id(1)), None);
+        assert_eq!(pins.finish(&id(2)), None, "never pinned");
+        assert_eq!(pins.disk_bytes(), NUM_PIN_BYTES + NUM_FINISH_BYTES);
+        assert_eq!(
+            fs::metadata(dir.path().join(FILE_NAME)).unwrap().len(),
+            pins.disk_bytes()
+        );
+    }
+
+    // --- expiry and disk bound ---
+
+    #[tokio::test(start_paused = true)]
+    async fn expired_pins_are_not_loaded_and_loaded_pins_keep_their_age() {
+        let dir = tempfile::tempdir().unwrap();
+        let start = Instant::now();
+        let (pins, _) = open(dir.path());
+        pins.pin(id(1), KeyId(0), Instant::now());
+        tokio::time::advance(Duration::from_secs(90 * 60)).await;
+        pins.pin(id(2), KeyId(1), Instant::now());
+        tokio::time::advance(Duration::from_secs(30 * 60)).await;
+        drop(pins);
+
+        // Task 1 is exactly one TTL old, task 2 half an hour.
+        let (pins, recovered) = reopen_after(dir.path(), start.elapsed());
+        assert_eq!(
+            recovered,
+            Recovery {
+                expired: 1,
+                ..recovery(1, 0)
+            }
+        );
+        assert_eq!(pins.owner(&id(1), Instant::now()), None);
+        assert_eq!(pins.owner(&id(2), Instant::now()), Some(KeyId(1)));
+        let bytes = journal_bytes(dir.path());
+        assert!(
+            matches!(decoded(&bytes)[..], [Record::Pin { ref task, key: "k1", .. }] if *task == id(2)),
+            "the expired pin left the disk at open"
+        );
+        // Task 2 expires 90 minutes after the restart, as it would have without one.
+        tokio::time::advance(Duration::from_secs(90 * 60 - 1)).await;
+        assert_eq!(pins.owner(&id(2), Instant::now()), Some(KeyId(1)));
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert_eq!(pins.owner(&id(2), Instant::now()), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn sweep_compacts_once_the_journal_outgrows_its_live_pins() {
+        let dir = tempfile::tempdir().unwrap();
+        let (pins, _) = open_with(
+            dir.path(),
+            Options {
+                compact_slack: 4,
+                ..options(1_000)
+            },
+        );
+        for n in 0..10 {
+            pins.pin(id(n), KeyId(0), Instant::now());
+        }
+        assert_eq!(pins.disk_bytes(), 10 * NUM_PIN_BYTES);
+        tokio::time::advance(Duration::from_secs(3600)).await;
+        pins.pin(id(10), KeyId(0), Instant::now());
+        pins.pin(id(11), KeyId(0), Instant::now());
+        assert_eq!(pins.sweep(Instant::now()), 0);
+        assert_eq!(
+            pins.disk_bytes(),
+            12 * NUM_PIN_BYTES,
+            "12 records for 12 pins: no rewrite"
+        );
+
+        tokio::time::advance(Duration::from_secs(3600)).await;
+        assert_eq!(pins.sweep(Instant::now()), 10);
+        // 12 records > 2 × 2 live + 4: rewritten with the two live pins.
+        assert_eq!(pins.disk_bytes(), 2 * NUM_PIN_BYTES);
+        assert_eq!(journal_bytes(dir.path()).len() as u64, 2 * NUM_PIN_BYTES);
+
+        tokio::time::advance(Duration::from_secs(3600)).await;
+        assert_eq!(pins.sweep(Instant::now()), 2);
+        assert_eq!(
+            pins.disk_bytes(),
+            2 * NUM_PIN_BYTES,
+            "2 records <= 2 × 0 live + 4"
+        );
+        pins.compact(Instant::now()).unwrap();
+        assert_eq!(pins.disk_bytes(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn sweep_leaves_a_small_journal_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let (pins, _) = open(dir.path());
+        for n in 0..10 {
+            pins.pin(id(n), KeyId(0), Instant::now());
+        }
+        tokio::time::advance(TTL).await;
+        assert_eq!(pins.sweep(Instant::now()), 10);
+        assert_eq!(
+            pins.disk_bytes(),
+            10 * NUM_PIN_BYTES,
+            "within the slack: rewriting would cost more than it saves"
+        );
+        drop(pins);
+        let (_, recovered) = reopen_after(dir.path(), TTL);
+        assert_eq!(
+            recovered,
+            Recovery {
+                expired: 10,
+                ..recovery(0, 0)
+            }
+        );
+        assert_eq!(journal_bytes(dir.path()), b"", "the next open removes them");
+    }
+
+    #[test]
+    fn the_cap_keeps_the_disk_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let (pins, _) = open_with(dir.path(), options(1_000));
+        let mut largest = 0;
+        for n in 0..100_000 {
+            pins.pin(id(n), KeyId((n % 10) as u16), Instant::now());
+            largest = largest.max(pins.disk_bytes());
+        }
+        let bound = (2 * 1_000 + COMPACT_SLACK + 1) * NUM_PIN_BYTES;
+        assert!(largest <= bound, "{largest} bytes on disk, bound {bound}");
+        assert!(
+            largest > 2 * 1_000 * NUM_PIN_BYTES,
+            "the journal did grow between compactions"
+        );
+        drop(pins);
+
+        let (pins, recovered) = open(dir.path());
+        assert_eq!(recovered.loaded, 1_000);
+        assert_eq!(pins.owner(&id(98_999), Instant::now()), None);
+        assert_eq!(pins.owner(&id(99_000), Instant::now()), Some(KeyId(0)));
+        assert_eq!(pins.disk_bytes(), 1_000 * NUM_PIN_BYTES);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn compaction_writes_exactly_the_live_pins() {
+        let dir = tempfile::tempdir().unwrap();
+        let (pins, _) = open(dir.path());
+        pins.pin(id(100), KeyId(0), Instant::now());
+        tokio::time::advance(Duration::from_secs(3600)).await;
+        for n in 1..=20 {
+            pins.pin(id(n), KeyId((n % 4) as u16), Instant::now());
+        }
+        for n in 1..=4 {
+            pins.finish(&id(n));
+        }
+        tokio::time::advance(Duration::from_secs(1)).await;
+        pins.pin(id(5), KeyId(3), Instant::now());
+        tokio::time::advance(Duration::from_secs(3600)).await;
+        // Task 100 has expired but is not swept: it must not be written.
+        assert_eq!(pins.len(), 21);
+        pins.compact(Instant::now()).unwrap();
+
+        assert!(!dir.path().join(TMP_NAME).exists());
+        let bytes = journal_bytes(dir.path());
+        assert_eq!(pins.disk_bytes(), bytes.len() as u64);
+        let records = decoded(&bytes);
+        let mut expected_order: Vec<u64> = (1..=20).filter(|n| *n != 5).collect();
+        expected_order.push(5);
+        let pinned: Vec<TaskId> = records
+            .iter()
+            .filter_map(|r| match r {
+                Record::Pin { task, .. } => Some(task.clone()),
+                Record::Finish { .. } => None,
+            })
+            .collect();
+        assert_eq!(
+            pinned,
+            expected_order.iter().map(|n| id(*n)).collect::<Vec<_>>()
+        );
+        assert_eq!(records.len(), 20 + 4, "one FINISH per finished pin");
+
+        let before: Vec<_> = (1..=20)
+            .map(|n| pins.owner(&id(n), Instant::now()))
+            .collect();
+        // The expired task 100 still counts in memory until a sweep; it is not on disk.
+        assert_eq!(pins.sweep(Instant::now()), 1);
+        let in_flight: Vec<_> = (0..4).map(|k| pins.in_flight(KeyId(k))).collect();
+        assert_eq!(in_flight, [4, 3, 4, 5]);
+        drop(pins);
+        let (pins, recovered) = reopen_after(dir.path(), Duration::from_secs(2 * 3600));
+        assert_eq!(recovered, recovery(20, 4));
+        let after: Vec<_> = (1..=20)
+            .map(|n| pins.owner(&id(n), Instant::now()))
+            .collect();
+        assert_eq!(after, before);
+        assert_eq!(
+            (0..4).map(|k| pins.in_flight(KeyId(k))).collect::<Vec<_>>(),
+            in_flight
+        );
+        assert_eq!(
+            journal_bytes(dir.path()),
+            bytes,
+            "nothing left to compact at open"
+        );
+    }
+
+    #[test]
+    fn pins_written_during_a_compaction_are_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let (pins, _) = open_with(dir.path(), options(100_000));
+        let done = AtomicBool::new(false);
+        let compactions = std::thread::scope(|scope| {
+            scope.spawn(|| {
+                for n in 0..20_000 {
+                    pins.pin(id(n), KeyId((n % 3) as u16), Instant::now());
+                    if n % 4 == 0 {
+                        pins.finish(&id(n));
+                    }
+                }
+                done.store(true, Ordering::Release);
+            });
+            let mut compactions = 0;
+            while !done.load(Ordering::Acquire) {
+                pins.compact(Instant::now()).expect("compaction succeeds");
+                compactions += 1;
+            }
+            compactions
+        });
+        assert!(compactions > 0);
+        std::mem::forget(pins);
+
+        let (pins, recovered) = open_with(dir.path(), options(100_000));
+        assert_eq!(recovered, recovery(20_000, 5_000));
+        for n in (0..20_000).step_by(997) {
+            assert_eq!(
+                pins.owner(&id(n), Instant::now()),
+                Some(KeyId((n % 3) as u16))
+            );
+        }
+        assert_eq!(
+            pins.disk_bytes(),
+            20_000 * NUM_PIN_BYTES + 5_000 * NUM_FINISH_BYTES
+        );
+    }
+
+    // --- corruption and I/O errors ---
+
+    /// A journal of task 1 on k0, task 2 on k1, then `last` on k2.
+    fn three_pins(last: TaskId) -> Vec<u8> {
+        let dir = tempfile::tempdir().unwrap();
+        let (pins, _) = open(dir.path());
+        pins.pin(id(1), KeyId(0), Instant::now());
+        pins.pin(id(2), KeyId(1), Instant::now());
+        pins.pin(last, KeyId(2), Instant::now());
+        drop(pins);
+        journal_bytes(dir.path())
+    }
+
+    fn open_bytes(bytes: &[u8]) -> (tempfile::TempDir, JournalPins, Recovery) {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join(FILE_NAME), bytes).unwrap();
+        let (pins, recovered) = open(dir.path());
+        (dir, pins, recovered)
+    }
+
+    #[test]
+    fn a_last_record_cut_at_any_byte_is_dropped_and_the_file_repaired() {
+        let last = TaskId::Text("abc-1".into());
+        let full = three_pins(last.clone());
+        let good = 2 * NUM_PIN_BYTES as usize;
+        assert_eq!(full.len(), good + 28);
+        for cut in good + 1..full.len() {
+            let (dir, pins, recovered) = open_bytes(&full[..cut]);
+            let dropped = (cut - good) as u64;
+            assert_eq!(
+                recovered,
+                Recovery {
+                    corrupt_bytes_dropped: dropped,
+                    ..recovery(2, 0)
+                },
+                "cut at {cut}"
+            );
+            assert_eq!(journal_bytes(dir.path()), &full[..good], "cut at {cut}");
+            assert_eq!(pins.owner(&id(2), Instant::now()), Some(KeyId(1)));
+            assert_eq!(pins.owner(&last, Instant::now()), None);
+
+            pins.pin(last.clone(), KeyId(2), Instant::now());
+            drop(pins);
+            let (pins, recovered) = open(dir.path());
+            assert_eq!(recovered, recovery(3, 0), "cut at {cut}");
+            assert_eq!(pins.owner(&last, Instant::now()), Some(KeyId(2)));
+        }
+        let (_dir, _, recovered) = open_bytes(&full);
+        assert_eq!(recovered, recovery(3, 0));
+    }
+
+    #[test]
+    fn a_damaged_record_keeps_the_records_before_it() {
+        let full = [three_pins(id(3)), three_pins(id(4))].concat();
+        let bad = 2 * NUM_PIN_BYTES as usize;
+        let cases = [
+            ("length low byte", bad, 0x01),
+            ("length beyond any payload", bad + 3, 0x40),
+            ("crc", bad + 5, 0x10),
+            ("type byte", bad + HEADER, 0x07),
+            ("task id", bad + HEADER + 2, 0x01),
+            ("key name", bad + HEADER + 11, 0x20),
+            ("created", bad + HEADER + 18, 0x80),
+        ];
+        for (what, offset, flip) in cases {
+            let mut bytes = full.clone();
+            bytes[offset] ^= flip;
+            let (dir, pins, recovered) = open_bytes(&bytes);
+            let dropped = (full.len() - bad) as u64;
+            assert_eq!(
+                recovered,
+                Recovery {
+                    corrupt_bytes_dropped: dropped,
+                    ..recovery(2, 0)
+                },
+                "{what}"
+            );
+            assert_eq!(pins.owner(&id(1), Instant::now()), Some(KeyId(0)), "{what}");
+            assert_eq!(pins.owner(&id(3), Instant::now()), None, "{what}");
+            assert_eq!(pins.owner(&id(4), Instant::now()), None, "{what}");
+            assert_eq!(journal_bytes(dir.path()), &full[..bad], "{what}");
+        }
+    }
+
+    #[test]
+    fn a_well_sealed_record_that_does_not_decode_ends_the_replay() {
+        let good = three_pins(id(3));
+        let sealed = |payload: &[u8]| {
+            let mut record = vec![0; HEADER];
+            record.extend_from_slice(payload);
+            seal(record)
+        };
+        let mut trailing = encode_finish(&id(1)).unwrap()[HEADER..].to_vec();
+        trailing.push(0);
+        let cases = [
+            (
+                "unknown type",
+                sealed(&[0x09, NUM_ID, 0, 0, 0, 0, 0, 0, 0, 0]),
+            ),
+            (
+                "unknown task kind",
+                sealed(&[FINISH, 0x05, 0, 0, 0, 0, 0, 0, 0, 0]),
+            ),
+            ("trailing bytes", sealed(&trailing)),
+            (
+                "text id not UTF-8",
+                sealed(&[FINISH, TEXT_ID, 2, 0, 0xff, 0xfe]),
+            ),
+            (
+                "short name",
+                sealed(&[PIN, NUM_ID, 1, 0, 0, 0, 0, 0, 0, 0, 9, b'k']),
+            ),
+            ("zeros, as a crash can leave", vec![0; 512]),
+        ];
+        for (what, bad) in cases {
+            let after = encode_pin(&id(7), "k0", 0).unwrap();
+            let bytes = [good.clone(), bad.clone(), after.clone()].concat();
+            let (dir, pins, recovered) = open_bytes(&bytes);
+            let dropped = (bad.len() + after.len()) as u64;
+            assert_eq!(
+                recovered,
+                Recovery {
+                    corrupt_bytes_dropped: dropped,
+                    ..recovery(3, 0)
+                },
+                "{what}"
+            );
+            assert_eq!(pins.len(), 3, "{what}");
+            assert_eq!(journal_bytes(dir.path()), good, "{what}");
+        }
+    }
+
+    #[test]
+    fn a_garbage_file_opens_empty_and_is_reused() {
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(7);
+        let garbage: Vec<u8> = (0..4096).map(|_| rng.random()).collect();
+        let (dir, pins, recovered) = open_bytes(&garbage);
+        assert_eq!(
+            recovered,
+            Recovery {
+                corrupt_bytes_dropped: 4096,
+                ..recovery(0, 0)
+            }
+        );
+        assert_eq!(journal_bytes(dir.path()), b"");
+        pins.pin(id(1), KeyId(0), Instant::now());
+        drop(pins);
+        let (_, recovered) = open(dir.path());
+        assert_eq!(recovered, recovery(1, 0));
+    }
+
+    #[test]
+    fn a_directory_that_cannot_hold_the_journal_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let not_a_dir = dir.path().join("file");
+        fs::write(&not_a_dir, b"x").unwrap();
+        let Err(e) = JournalPins::open(&not_a_dir, TTL, 1_000, &ids, names()) else {
+            panic!("a regular file is not a data directory");
+        };
+        let message = e.to_string();
+        assert!(
+            message.starts_with(&format!(
+                "cannot create the pin directory {}: ",
+                not_a_dir.display()
+            )),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn a_failed_append_keeps_serving_and_the_next_compaction_writes_the_pin() {
+        let dir = tempfile::tempdir().unwrap();
+        let (pins, _) = open(dir.path());
+        pins.pin(id(1), KeyId(0), Instant::now());
+        // A read-only handle: the append and the truncation after it both fail.
+        pins.lock().file = Arc::new(File::open(dir.path().join(FILE_NAME)).unwrap());
+        pins.pin(id(2), KeyId(1), Instant::now());
+        assert_eq!(pins.owner(&id(2), Instant::now()), Some(KeyId(1)));
+        {
+            let journal = pins.lock();
+            assert!(
+                !journal.needs_repair(),
+                "the pin's own call rewrote the journal"
+            );
+        }
+        pins.pin(id(3), KeyId(1), Instant::now());
+        drop(pins);
+        let (pins, recovered) = open(dir.path());
+        assert_eq!(recovered, recovery(3, 0));
+        assert_eq!(pins.owner(&id(2), Instant::now()), Some(KeyId(1)));
+    }
+
+    #[test]
+    fn a_failed_compaction_leaves_the_journal_in_service() {
+        let dir = tempfile::tempdir().unwrap();
+        let (pins, _) = open(dir.path());
+        pins.pin(id(1), KeyId(0), Instant::now());
+        // A directory where the temp file should go makes every compaction fail.
+        fs::create_dir(dir.path().join(TMP_NAME)).unwrap();
+        fs::write(dir.path().join(TMP_NAME).join("x"), b"x").unwrap();
+        let e = pins.compact(Instant::now()).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("cannot remove a stale compaction file"),
+            "{e}"
+        );
+        pins.pin(id(2), KeyId(1), Instant::now());
+        assert_eq!(pins.disk_bytes(), 2 * NUM_PIN_BYTES);
+        pins.sync().unwrap();
+        drop(pins);
+        let (_, recovered) = open(dir.path());
+        assert_eq!(recovered, recovery(2, 0));
+    }
+}

@@ -1,0 +1,315 @@
+//! In-memory pins: the lookup tables every pin store answers from, bounded by TTL and a size cap.
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use dashmap::DashMap;
+use tokio::time::Instant;
+
+use super::{PinStore, TaskId};
+use crate::health::KeyId;
+
+/// In-memory pins with TTL expiry and oldest-first eviction.
+pub struct MemoryPins {
+    /// Lookups on the poll path run concurrently; dashmap shards the lock.
+    map: DashMap<TaskId, Pin>,
+    /// Unfinished pins per key, kept in step with `map` by every insert, finish and removal.
+    open: DashMap<KeyId, u32>,
+    /// Pins in insertion order, which is also expiry order because the TTL is uniform.
+    /// A std `Mutex`, not a tokio one: it is held only to push or pop, never across an await.
+    order: Mutex<VecDeque<(TaskId, Instant)>>,
+    ttl: Duration,
+    max_pins: usize,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Pin {
+    key: KeyId,
+    created: Instant,
+    /// Not yet finished: counts towards its key's tasks in flight.
+    open: bool,
+}
+
+impl MemoryPins {
+    /// An empty store keeping each pin for `ttl` and at most `max_pins` (at least one) pins.
+    pub fn new(ttl: Duration, max_pins: usize) -> MemoryPins {
+        MemoryPins {
+            map: DashMap::new(),
+            open: DashMap::new(),
+            order: Mutex::new(VecDeque::new()),
+            ttl,
+            max_pins: max_pins.max(1),
+        }
+    }
+
+    /// Removes the oldest queue entry, and its pin unless the id was pinned again since.
+    fn pop_oldest(&self, order: &mut VecDeque<(TaskId, Instant)>) {
+        if let Some((task, created)) = order.pop_front() {
+            if let Some((_, pin)) = self.map.remove_if(&task, |_, pin| pin.created == created) {
+                self.closed(pin);
+            }
+        }
+    }
+
+    fn opened(&self, key: KeyId) {
+        *self.open.entry(key).or_insert(0) += 1;
+    }
+
+    /// Accounts for a pin that is gone from the map.
+    fn closed(&self, pin: Pin) {
+        if pin.open {
+            self.count_down(pin.key);
+        }
+    }
+
+    fn count_down(&self, key: KeyId) {
+        if let Some(mut count) = self.open.get_mut(&key) {
+            *count = count.saturating_sub(1);
+        }
+    }
+}
+
+/// One pin as a snapshot reports it, for the journal's compaction.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct LivePin {
+    pub task: TaskId,
+    pub key: KeyId,
+    pub created: Instant,
+    pub open: bool,
+}
+
+impl MemoryPins {
+    /// Whether `task` is pinned and not yet finished, so `finish` would count it down.
+    pub(super) fn is_open(&self, task: &TaskId) -> bool {
+        self.map.get(task).is_some_and(|pin| pin.open)
+    }
+
+    /// Pins not expired at `now`, oldest first: replaying them in this order into an empty
+    /// store rebuilds the same eviction order.
+    pub(super) fn live(&self, now: Instant) -> Vec<LivePin> {
+        let order = self.order.lock().expect("pin queue lock poisoned");
+        // An id pinned twice at the same instant has two matching queue entries; the first
+        // is the one eviction meets first.
+        let mut seen = HashSet::new();
+        let mut live = Vec::with_capacity(self.map.len());
+        for (task, created) in order.iter() {
+            let Some(pin) = self.map.get(task).map(|pin| *pin) else {
+                continue;
+            };
+            let current = pin.created == *created;
+            if current && now.saturating_duration_since(pin.created) < self.ttl && seen.insert(task)
+            {
+                live.push(LivePin {
+                    task: task.clone(),
+                    key: pin.key,
+                    created: pin.created,
+                    open: pin.open,
+                });
+            }
+        }
+        live
+    }
+}
+
+impl PinStore for MemoryPins {
+    fn pin(&self, task: TaskId, key: KeyId, now: Instant) {
+        let mut order = self.order.lock().expect("pin queue lock poisoned");
+        let pin = Pin {
+            key,
+            created: now,
+            open: true,
+        };
+        if let Some(replaced) = self.map.insert(task.clone(), pin) {
+            self.closed(replaced);
+        }
+        self.opened(key);
+        order.push_back((task, now));
+        // The queue may hold stale entries for re-pinned ids; its own bound keeps those few.
+        while !order.is_empty()
+            && (self.map.len() > self.max_pins || order.len() > self.max_pins.saturating_mul(2))
+        {
+            self.pop_oldest(&mut order);
+        }
+    }
+
+    fn owner(&self, task: &TaskId, now: Instant) -> Option<KeyId> {
+        let pin = *self.map.get(task)?;
+        (now.saturating_duration_since(pin.created) < self.ttl).then_some(pin.key)
+    }
+
+    fn finish(&self, task: &TaskId) -> Option<KeyId> {
+        let mut pin = self.map.get_mut(task)?;
+        if !pin.open {
+            return None;
+        }
+        pin.open = false;
+        let key = pin.key;
+        // The map's shard lock is released before the count's is taken.
+        drop(pin);
+        self.count_down(key);
+        Some(key)
+    }
+
+    fn in_flight(&self, key: KeyId) -> u32 {
+        self.open.get(&key).map_or(0, |count| *count)
+    }
+
+    fn sweep(&self, now: Instant) -> usize {
+        let before = self.map.len();
+        let mut order = self.order.lock().expect("pin queue lock poisoned");
+        while let Some((_, created)) = order.front() {
+            if now.saturating_duration_since(*created) < self.ttl {
+                break;
+            }
+            self.pop_oldest(&mut order);
+        }
+        before.saturating_sub(self.map.len())
+    }
+
+    fn len(&self) -> usize {
+        self.map.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(n: u64) -> TaskId {
+        TaskId::Num(n)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn pins_resolve_until_they_expire() {
+        let pins = MemoryPins::new(Duration::from_secs(3600), 10);
+        pins.pin(id(1), KeyId(2), Instant::now());
+        assert_eq!(pins.owner(&id(1), Instant::now()), Some(KeyId(2)));
+        assert_eq!(pins.owner(&id(9), Instant::now()), None);
+        tokio::time::advance(Duration::from_secs(3599)).await;
+        assert_eq!(pins.owner(&id(1), Instant::now()), Some(KeyId(2)));
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(pins.owner(&id(1), Instant::now()), None);
+        assert_eq!(pins.len(), 1, "expired but not yet swept");
+        assert_eq!(pins.sweep(Instant::now()), 1);
+        assert_eq!(pins.len(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn sweep_keeps_young_pins() {
+        let pins = MemoryPins::new(Duration::from_secs(60), 10);
+        pins.pin(id(1), KeyId(0), Instant::now());
+        tokio::time::advance(Duration::from_secs(30)).await;
+        pins.pin(id(2), KeyId(1), Instant::now());
+        tokio::time::advance(Duration::from_secs(30)).await;
+        assert_eq!(pins.sweep(Instant::now()), 1);
+        assert_eq!(pins.owner(&id(2), Instant::now()), Some(KeyId(1)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_cap_evicts_oldest_first() {
+        let pins = MemoryPins::new(Duration::from_secs(3600), 3);
+        for n in 1..=5 {
+            pins.pin(id(n), KeyId(n as u16), Instant::now());
+        }
+        assert_eq!(pins.len(), 3);
+        let now = Instant::now();
+        assert_eq!(pins.owner(&id(1), now), None);
+        assert_eq!(pins.owner(&id(2), now), None);
+        assert_eq!(pins.owner(&id(5), now), Some(KeyId(5)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn re_pinning_an_id_survives_eviction_of_its_old_entry() {
+        let pins = MemoryPins::new(Duration::from_secs(3600), 2);
+        pins.pin(id(1), KeyId(0), Instant::now());
+        tokio::time::advance(Duration::from_secs(1)).await;
+        pins.pin(id(1), KeyId(1), Instant::now());
+        pins.pin(id(2), KeyId(0), Instant::now());
+        pins.pin(id(3), KeyId(0), Instant::now());
+        // The stale first entry of id 1 went first, then the newer one as the oldest live pin.
+        assert_eq!(pins.len(), 2);
+        assert_eq!(pins.owner(&id(3), Instant::now()), Some(KeyId(0)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn in_flight_counts_open_tasks_until_finished_or_dropped() {
+        let pins = MemoryPins::new(Duration::from_secs(60), 3);
+        let now = Instant::now();
+        pins.pin(id(1), KeyId(0), now);
+        pins.pin(id(2), KeyId(0), now);
+        pins.pin(id(3), KeyId(1), now);
+        assert_eq!((pins.in_flight(KeyId(0)), pins.in_flight(KeyId(1))), (2, 1));
+        assert_eq!(pins.finish(&id(1)), Some(KeyId(0)));
+        assert_eq!(
+            pins.finish(&id(1)),
+            None,
+            "a second final answer does not count"
+        );
+        assert_eq!(pins.finish(&id(9)), None);
+        assert_eq!(pins.in_flight(KeyId(0)), 1);
+        // Eviction by the cap drops task 1 (finished) then task 2 (open).
+        pins.pin(id(4), KeyId(1), now);
+        pins.pin(id(5), KeyId(1), now);
+        assert_eq!((pins.in_flight(KeyId(0)), pins.in_flight(KeyId(1))), (0, 3));
+        // Expiry drops the rest.
+        tokio::time::advance(Duration::from_secs(60)).await;
+        pins.sweep(Instant::now());
+        assert_eq!(pins.in_flight(KeyId(1)), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn re_pinning_moves_the_open_task_to_its_new_key() {
+        let pins = MemoryPins::new(Duration::from_secs(60), 10);
+        pins.pin(id(1), KeyId(0), Instant::now());
+        pins.pin(id(1), KeyId(1), Instant::now());
+        assert_eq!((pins.in_flight(KeyId(0)), pins.in_flight(KeyId(1))), (0, 1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn live_lists_current_unexpired_pins_oldest_first() {
+        let pins = MemoryPins::new(Duration::from_secs(60), 10);
+        let t0 = Instant::now();
+        pins.pin(id(1), KeyId(0), t0);
+        pins.pin(id(2), KeyId(1), t0);
+        tokio::time::advance(Duration::from_secs(30)).await;
+        let t1 = Instant::now();
+        // Re-pinned: its first queue entry is stale and must not be listed.
+        pins.pin(id(1), KeyId(2), t1);
+        pins.pin(id(3), KeyId(0), t1);
+        pins.finish(&id(3));
+        let live = |n, key, created, open| LivePin {
+            task: id(n),
+            key: KeyId(key),
+            created,
+            open,
+        };
+        assert_eq!(
+            pins.live(t1),
+            vec![
+                live(2, 1, t0, true),
+                live(1, 2, t1, true),
+                live(3, 0, t1, false)
+            ]
+        );
+        assert!(pins.is_open(&id(1)));
+        assert!(!pins.is_open(&id(3)));
+        assert!(!pins.is_open(&id(9)));
+        // Task 2 expires at t0 + 60 s even before a sweep removes it.
+        assert_eq!(
+            pins.live(t0 + Duration::from_secs(60)),
+            vec![live(1, 2, t1, true), live(3, 0, t1, false)]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn live_lists_an_id_pinned_twice_at_one_instant_once() {
+        let pins = MemoryPins::new(Duration::from_secs(60), 10);
+        let now = Instant::now();
+        pins.pin(id(1), KeyId(0), now);
+        pins.pin(id(1), KeyId(1), now);
+        let live = pins.live(now);
+        assert_eq!(live.len(), 1);
+        assert_eq!(live[0].key, KeyId(1));
+    }
+}
