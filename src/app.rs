@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use crate::config::Config;
 use crate::health::{HealthEvent, HealthStore, MemoryHealth, StateKind, Transition};
 use crate::metrics::Metrics;
-use crate::pins::{MemoryPins, PinStore};
+use crate::pins::{JournalPins, MemoryPins, PinStore};
 use crate::pool::{KeyEntry, KeyPool};
 use crate::registry::{KeyRegistry, RegistryFull};
 use crate::reload::Applied;
@@ -53,7 +53,8 @@ struct Inner {
     /// Outlives snapshots: tasks must keep polling with their key.
     pins: Arc<dyn PinStore>,
     /// Every key ever configured, by stable id; outlives snapshots for the same reason.
-    registry: KeyRegistry,
+    /// Shared with the pin journal, which writes keys by name.
+    registry: Arc<KeyRegistry>,
     /// Outlives snapshots, keyed by key id, so health is not reset by a rebuild.
     health: Arc<dyn HealthStore>,
     metrics: Metrics,
@@ -75,6 +76,12 @@ pub enum AppError {
     Metrics(#[from] prometheus::Error),
     #[error(transparent)]
     Registry(#[from] RegistryFull),
+    #[error("cannot open the pin journal in {dir}: {source}")]
+    Pins {
+        dir: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 impl App {
@@ -96,12 +103,11 @@ impl App {
 
     fn build(config: Config, seed: Option<u64>) -> Result<App, AppError> {
         let health: Arc<dyn HealthStore> = Arc::new(MemoryHealth::new());
-        let pins: Arc<dyn PinStore> =
-            Arc::new(MemoryPins::new(config.pins.ttl, config.pins.max_pins));
         let client = UpstreamClient::new(config.timeouts.connect)?;
         let metrics = Metrics::new()?;
-        let registry = KeyRegistry::new();
+        let registry = Arc::new(KeyRegistry::new());
         let pool = build_pool(&config, &registry, health.clone())?;
+        let pins = open_pins(&config, &registry)?;
         let (events, _) = broadcast::channel(EVENT_BUFFER);
         Ok(App(Arc::new(Inner {
             snapshot: ArcSwap::from_pointee(Snapshot { config, pool }),
@@ -239,6 +245,36 @@ impl App {
         });
         Some(transition)
     }
+}
+
+/// The pin store: a journal in `data_dir` when pins are durable and there is a directory
+/// (a config loaded from a file), else memory only (configs built in code: tests, demo).
+fn open_pins(config: &Config, registry: &Arc<KeyRegistry>) -> Result<Arc<dyn PinStore>, AppError> {
+    let (ttl, max_pins) = (config.pins.ttl, config.pins.max_pins);
+    let dir = match &config.data_dir {
+        Some(dir) if config.pins.durable => dir,
+        _ => return Ok(Arc::new(MemoryPins::new(ttl, max_pins))),
+    };
+    // Only keys configured now may own pins read back from disk: a removed key's value is
+    // gone, so its tasks could not be polled anyway.
+    let configured = |name: &str| {
+        config
+            .keys
+            .iter()
+            .any(|k| k.name == name)
+            .then(|| registry.id_of(name))
+            .flatten()
+    };
+    let names = registry.clone();
+    let key_name = Arc::new(move |id| names.get(id).map(|key| Arc::from(key.name.as_str())));
+    let (pins, _recovery) =
+        JournalPins::open(dir, ttl, max_pins, &configured, key_name).map_err(|source| {
+            AppError::Pins {
+                dir: dir.clone(),
+                source,
+            }
+        })?;
+    Ok(Arc::new(pins))
 }
 
 /// Settings fixed at start (the listener, the connection pool, the pin store): the new

@@ -79,6 +79,9 @@ pub const DEFAULT_REFRESH_TIMEOUT: Duration = Duration::from_secs(15);
 /// name is not a secret.
 pub const DEFAULT_KEY_HEADERS: bool = true;
 
+/// A lost pin turns a poll into ERROR_WRONG_CAPTCHA_ID; disk is cheap.
+pub const DEFAULT_DURABLE_PINS: bool = true;
+
 /// The validated configuration the proxy runs with.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -100,6 +103,9 @@ pub struct Config {
     pub timeouts: Timeouts,
     /// What keyrelay tells callers and operators about itself.
     pub observability: Observability,
+    /// Where durable state (the pin journal) lives. `load` defaults it to the config file's
+    /// directory; a config built in code has none, and keeps pins in memory only.
+    pub data_dir: Option<PathBuf>,
 }
 
 /// One key of the pool.
@@ -146,6 +152,8 @@ pub struct Pins {
     pub ttl: Duration,
     /// Size cap; the oldest pins are evicted first (>= 1).
     pub max_pins: usize,
+    /// Keep pins on disk (in `data_dir`) so they survive restarts and crashes.
+    pub durable: bool,
 }
 
 /// `[observability]`: what keyrelay tells callers and operators about itself.
@@ -249,7 +257,16 @@ impl Config {
             path: path.to_owned(),
             source,
         })?;
-        Config::from_toml_str(&text, &|name| std::env::var(name).ok())
+        let mut config = Config::from_toml_str(&text, &|name| std::env::var(name).ok())?;
+        // A relative data_dir, or none, is taken relative to the config file, which is
+        // where an operator looks for it.
+        let base = path.parent().unwrap_or(Path::new("."));
+        config.data_dir = Some(match config.data_dir.take() {
+            Some(dir) if dir.is_absolute() => dir,
+            Some(dir) => base.join(dir),
+            None => base.to_owned(),
+        });
+        Ok(config)
     }
 
     /// A config for tests/demo built in code: given keys, everything else default, listen
@@ -265,6 +282,7 @@ impl Config {
             limits: Limits::default(),
             timeouts: Timeouts::default(),
             observability: Observability::default(),
+            data_dir: None,
         }
     }
 
@@ -312,6 +330,7 @@ impl Default for Pins {
         Pins {
             ttl: DEFAULT_PIN_TTL,
             max_pins: DEFAULT_MAX_PINS,
+            durable: DEFAULT_DURABLE_PINS,
         }
     }
 }

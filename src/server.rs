@@ -17,6 +17,9 @@ use tokio::time::Instant;
 use crate::app::App;
 use crate::{proxy, refresh};
 
+/// How often recorded pins are forced to disk: the power-loss window.
+const PIN_SYNC_INTERVAL: Duration = Duration::from_secs(1);
+
 /// How often expired pins are dropped.
 const PIN_SWEEP_INTERVAL: Duration = Duration::from_secs(60);
 
@@ -39,6 +42,7 @@ pub async fn run(
     let mut background = JoinSet::new();
     background.spawn(refresh::run(app.clone()));
     background.spawn(sweep_pins(app.clone()));
+    background.spawn(sync_pins(app.clone()));
 
     let graceful = GracefulShutdown::new();
     // Limits are read at start: the listener is the one thing a reload cannot rebuild.
@@ -93,20 +97,42 @@ pub async fn run(
         }
     }
     background.shutdown().await;
-    if let Err(e) = app.pins().flush() {
-        tracing::error!(error = %e, "pins could not be flushed to disk at shutdown");
-    }
+    flush_pins(&app).await;
     Ok(())
 }
 
+/// Drops expired pins now and then. A durable store may compact its journal while
+/// sweeping, which is blocking file I/O, so it runs on the blocking pool.
 async fn sweep_pins(app: App) {
     let mut tick = tokio::time::interval(PIN_SWEEP_INTERVAL);
     loop {
         tick.tick().await;
-        let dropped = app.pins().sweep(Instant::now());
-        if dropped > 0 {
-            tracing::debug!(dropped, "expired pins dropped");
+        let store = app.clone();
+        let now = Instant::now();
+        if let Ok(dropped) = tokio::task::spawn_blocking(move || store.pins().sweep(now)).await {
+            if dropped > 0 {
+                tracing::debug!(dropped, "expired pins dropped");
+            }
         }
+    }
+}
+
+/// Makes recorded pins durable every `PIN_SYNC_INTERVAL` (fsync, off the request path):
+/// the most a power loss can take is the pins of the last interval.
+async fn sync_pins(app: App) {
+    let mut tick = tokio::time::interval(PIN_SYNC_INTERVAL);
+    loop {
+        tick.tick().await;
+        flush_pins(&app).await;
+    }
+}
+
+async fn flush_pins(app: &App) {
+    let store = app.clone();
+    match tokio::task::spawn_blocking(move || store.pins().flush()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::error!(error = %e, "pins could not be synced to disk"),
+        Err(e) => tracing::error!(error = %e, "the pin sync task failed"),
     }
 }
 

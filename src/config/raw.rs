@@ -14,6 +14,7 @@ pub(super) struct RawConfig {
     pub upstream: Option<String>,
     pub refresh_interval: Option<Value>,
     pub keys_env: Option<String>,
+    pub data_dir: Option<String>,
     /// Kept raw, not `Vec<RawKey>`: serde's type errors quote the offending value, and in
     /// `keys = ["0123…"]` that value is a secret. See `RawKey`.
     pub keys: Option<Value>,
@@ -61,6 +62,7 @@ pub(super) struct RawFailover {
 pub(super) struct RawPins {
     pub ttl: Option<Value>,
     pub max_pins: Option<usize>,
+    pub durable: Option<bool>,
 }
 
 /// `[limits]`.

@@ -68,6 +68,7 @@ pub(super) fn validate(
         limits,
         timeouts,
         observability,
+        data_dir: raw.data_dir.filter(|d| !d.is_empty()).map(PathBuf::from),
     })
 }
 
@@ -188,7 +189,11 @@ fn pins(p: &mut Problems, raw: RawPins) -> Pins {
         }
         other => other.unwrap_or(DEFAULT_MAX_PINS),
     };
-    Pins { ttl, max_pins }
+    Pins {
+        ttl,
+        max_pins,
+        durable: raw.durable.unwrap_or(DEFAULT_DURABLE_PINS),
+    }
 }
 
 fn limits(p: &mut Problems, raw: RawLimits) -> Limits {

@@ -510,6 +510,10 @@ impl JournalPins {
 }
 
 impl PinStore for JournalPins {
+    fn flush(&self) -> std::io::Result<()> {
+        self.sync()
+    }
+
     fn pin(&self, task: TaskId, key: KeyId, now: Instant) {
         let record = self.pin_record(&task, key, now);
         let due = {
