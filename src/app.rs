@@ -2,12 +2,14 @@
 //! snapshot, the pins, health, metrics, the upstream client and the event feed.
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 use tokio::sync::broadcast;
 use tokio::time::Instant;
+use tower::retry::budget::{Budget, TpsBudget};
 
 use crate::config::Config;
 use crate::health::{HealthEvent, HealthStore, MemoryHealth, StateKind, Transition};
@@ -40,6 +42,9 @@ pub enum Event {
     Pinned { key: String, task_id: String },
 }
 
+/// How long a first attempt keeps earning retries in the budget.
+const RETRY_BUDGET_WINDOW: Duration = Duration::from_secs(10);
+
 /// Events are for live observers; a slow one misses old events rather than slowing requests.
 const EVENT_BUFFER: usize = 1024;
 
@@ -62,6 +67,12 @@ struct Inner {
     events: broadcast::Sender<Event>,
     /// When this instance started, for the status page's uptime.
     started: Instant,
+    /// Set while all upstream traffic is paused because the service banned keyrelay's IP.
+    /// A std `Mutex`: read and written in a few instructions, never across an await.
+    paused_until: Mutex<Option<Instant>>,
+    /// Caps retries to a share of recent first attempts, so an upstream outage cannot
+    /// multiply the traffic keyrelay sends it.
+    retry_budget: TpsBudget,
     /// Set only for reproducible runs (the demo): every request's randomness then derives
     /// from one seeded generator, so a sequential workload picks the same keys every time.
     seeded: Option<Mutex<SmallRng>>,
@@ -108,6 +119,11 @@ impl App {
         let registry = Arc::new(KeyRegistry::new());
         let pool = build_pool(&config, &registry, health.clone())?;
         let pins = open_pins(&config, &registry)?;
+        let retry_budget = TpsBudget::new(
+            RETRY_BUDGET_WINDOW,
+            config.failover.retry_budget_min,
+            config.failover.retry_budget as f32,
+        );
         let (events, _) = broadcast::channel(EVENT_BUFFER);
         Ok(App(Arc::new(Inner {
             snapshot: ArcSwap::from_pointee(Snapshot { config, pool }),
@@ -119,6 +135,8 @@ impl App {
             events,
             seeded: seed.map(|s| Mutex::new(SmallRng::seed_from_u64(s))),
             started: Instant::now(),
+            paused_until: Mutex::new(None),
+            retry_budget,
         })))
     }
 
@@ -148,8 +166,41 @@ impl App {
         &self.0.client
     }
 
+    /// Stops all upstream traffic for `duration`: the service has banned keyrelay's IP,
+    /// and every request, on any key, would extend the ban.
+    pub fn pause_upstream(&self, duration: Duration) {
+        let until = Instant::now() + duration;
+        let mut paused = self.0.paused_until.lock().expect("pause lock poisoned");
+        if paused.is_none_or(|current| current < until) {
+            if paused.is_none_or(|current| current <= Instant::now()) {
+                tracing::warn!(pause = ?duration, "the service banned keyrelay's IP; pausing all upstream traffic");
+            }
+            *paused = Some(until);
+        }
+    }
+
+    /// When the upstream pause ends, while one is in force.
+    pub fn upstream_paused(&self) -> Option<Instant> {
+        let paused = *self.0.paused_until.lock().expect("pause lock poisoned");
+        paused.filter(|until| *until > Instant::now())
+    }
+
+    /// Records a first attempt, which earns retries for later.
+    pub(crate) fn deposit_retry(&self) {
+        self.0.retry_budget.deposit();
+    }
+
+    /// Takes one retry from the budget; `false` when it is spent.
+    pub(crate) fn withdraw_retry(&self) -> bool {
+        let allowed = self.0.retry_budget.withdraw();
+        if !allowed {
+            self.0.metrics.retries_denied.inc();
+        }
+        allowed
+    }
+
     /// Time since this instance was built.
-    pub fn uptime(&self) -> std::time::Duration {
+    pub fn uptime(&self) -> Duration {
         self.0.started.elapsed()
     }
 
@@ -215,9 +266,12 @@ impl App {
     /// The `/metrics` text.
     pub fn render_metrics(&self) -> String {
         let snapshot = self.snapshot();
-        self.0
-            .metrics
-            .render(&snapshot.pool, &*self.0.pins, Instant::now())
+        self.0.metrics.render(
+            &snapshot.pool,
+            &*self.0.pins,
+            self.upstream_paused().is_some(),
+            Instant::now(),
+        )
     }
 
     /// Applies a health event to a key, and logs, counts and announces the change if the

@@ -51,6 +51,17 @@ pub const DEFAULT_TRANSIENT_COOLDOWN: Duration = Duration::from_secs(30);
 pub const DEFAULT_BACKOFF_BASE: Duration = Duration::from_millis(100);
 /// Caps the doubling so that a caller's total wait stays within a few seconds.
 pub const DEFAULT_BACKOFF_MAX: Duration = Duration::from_secs(2);
+/// Envoy's 10 % would let no key of a small pool cool at all; half keeps at least half of
+/// any pool in rotation through a network blip.
+pub const DEFAULT_MAX_TRANSIENT_EJECTION: f64 = 0.5;
+/// Doubling from 30 s reaches this after four ejections in a row.
+pub const DEFAULT_TRANSIENT_COOLDOWN_MAX: Duration = Duration::from_secs(300);
+/// CaptchaAI asks to wait about five minutes after an IP ban.
+pub const DEFAULT_IP_BAN_PAUSE: Duration = Duration::from_secs(300);
+/// One retry per five requests: an upstream outage multiplies traffic by at most 1.2.
+pub const DEFAULT_RETRY_BUDGET: f64 = 0.2;
+/// Enough for a quiet pool's occasional failover.
+pub const DEFAULT_RETRY_BUDGET_MIN: u32 = 10;
 /// Clients poll a task for a few minutes at most; two hours covers slow pollers with room.
 pub const DEFAULT_PIN_TTL: Duration = Duration::from_secs(2 * 60 * 60);
 /// About a hundred bytes each, so the cap bounds the pin table near 100 MB in the worst case.
@@ -143,6 +154,17 @@ pub struct Failover {
     pub backoff_base: Duration,
     /// The most a retry delay grows to (>= `backoff_base`).
     pub backoff_max: Duration,
+    /// Largest share of the pool that transient faults may cool down at once (0 to 1). A
+    /// lone key is never cooled for transient faults.
+    pub max_transient_ejection: f64,
+    /// The most a transient cooldown grows to when a key is ejected again and again.
+    pub transient_cooldown_max: Duration,
+    /// How long all upstream traffic pauses after the service bans keyrelay's IP.
+    pub ip_ban_pause: Duration,
+    /// Retries allowed as a share of recent first attempts, on top of `retry_budget_min`.
+    pub retry_budget: f64,
+    /// Retries per second always allowed, however few requests there were.
+    pub retry_budget_min: u32,
 }
 
 /// `[pins]`: the task id -> key table.
@@ -321,6 +343,11 @@ impl Default for Failover {
             transient_cooldown: DEFAULT_TRANSIENT_COOLDOWN,
             backoff_base: DEFAULT_BACKOFF_BASE,
             backoff_max: DEFAULT_BACKOFF_MAX,
+            max_transient_ejection: DEFAULT_MAX_TRANSIENT_EJECTION,
+            transient_cooldown_max: DEFAULT_TRANSIENT_COOLDOWN_MAX,
+            ip_ban_pause: DEFAULT_IP_BAN_PAUSE,
+            retry_budget: DEFAULT_RETRY_BUDGET,
+            retry_budget_min: DEFAULT_RETRY_BUDGET_MIN,
         }
     }
 }

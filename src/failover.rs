@@ -35,9 +35,41 @@ pub struct Decision {
     pub check_threads: bool,
 }
 
+/// What the pool allows a transient failure to do to its key right now.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Ejection {
+    /// Whether a run of transient failures may cool this key: not for a lone key, and not
+    /// when the share of keys already cooled for transient faults is at its limit.
+    pub allowed: bool,
+    /// Cooldown jitter factor, near 1.
+    pub jitter: f64,
+}
+
+impl Ejection {
+    /// Decides for a pool of `pool_size` keys of which `ejected` are cooling for transient
+    /// faults now. Jitter is drawn from `rng` in [0.8, 1.2].
+    pub fn decide(
+        policy: &Failover,
+        ejected: usize,
+        pool_size: usize,
+        rng: &mut impl Rng,
+    ) -> Ejection {
+        let share_after = (ejected + 1) as f64 / pool_size.max(1) as f64;
+        Ejection {
+            allowed: pool_size > 1 && share_after <= policy.max_transient_ejection,
+            jitter: rng.random_range(0.8..=1.2),
+        }
+    }
+}
+
 /// Decides what a submit (`in.php`, `solve.php`) outcome means. `code` is the upstream's
 /// error code, where there was one, reduced to a static reason.
-pub fn on_submit(outcome: Outcome, code: &'static str, policy: &Failover) -> Decision {
+pub fn on_submit(
+    outcome: Outcome,
+    code: &'static str,
+    policy: &Failover,
+    ejection: Ejection,
+) -> Decision {
     let (health, next) = match outcome {
         Outcome::Success => (Some(HealthEvent::Success), Next::Answer),
         // The caller's request is at fault: the same request fails on any key.
@@ -60,7 +92,7 @@ pub fn on_submit(outcome: Outcome, code: &'static str, policy: &Failover) -> Dec
             }),
             Next::Failover,
         ),
-        Outcome::Transient => (Some(transient(policy)), Next::Backoff),
+        Outcome::Transient => (Some(transient(policy, ejection)), Next::Backoff),
     };
     Decision {
         health,
@@ -71,8 +103,13 @@ pub fn on_submit(outcome: Outcome, code: &'static str, policy: &Failover) -> Dec
 
 /// Decides what a poll or report outcome means. The task belongs to its key, so there is no
 /// failover: transient failures are retried on the same key, everything else is answered.
-pub fn on_poll(outcome: Outcome, code: &'static str, policy: &Failover) -> Decision {
-    let decision = on_submit(outcome, code, policy);
+pub fn on_poll(
+    outcome: Outcome,
+    code: &'static str,
+    policy: &Failover,
+    ejection: Ejection,
+) -> Decision {
+    let decision = on_submit(outcome, code, policy, ejection);
     let next = match decision.next {
         Next::Backoff => Next::Backoff,
         Next::Answer | Next::Failover => Next::Answer,
@@ -91,11 +128,18 @@ pub fn on_poll(outcome: Outcome, code: &'static str, policy: &Failover) -> Decis
     }
 }
 
-/// The health event for a transport failure or server error.
-pub fn transient(policy: &Failover) -> HealthEvent {
+/// The health event for a transport failure or server error. When the pool allows no
+/// ejection, the failure is still counted but can never cool the key.
+pub fn transient(policy: &Failover, ejection: Ejection) -> HealthEvent {
     HealthEvent::Transient {
-        threshold: policy.transient_failures,
+        threshold: if ejection.allowed {
+            policy.transient_failures
+        } else {
+            u32::MAX
+        },
         cooldown: policy.transient_cooldown,
+        max_cooldown: policy.transient_cooldown_max,
+        jitter: ejection.jitter,
     }
 }
 
@@ -142,10 +186,15 @@ mod tests {
         Failover::default()
     }
 
+    const EJECT: Ejection = Ejection {
+        allowed: true,
+        jitter: 1.0,
+    };
+
     #[test]
     fn each_class_has_its_consequence() {
         let p = policy();
-        let d = on_submit(Outcome::KeyUnusable, "ERROR_KEY_DOES_NOT_EXIST", &p);
+        let d = on_submit(Outcome::KeyUnusable, "ERROR_KEY_DOES_NOT_EXIST", &p, EJECT);
         assert_eq!(
             d.health,
             Some(HealthEvent::Bench {
@@ -154,7 +203,7 @@ mod tests {
         );
         assert_eq!(d.next, Next::Failover);
 
-        let d = on_submit(Outcome::KeyFull, "MAX_USER_TURN", &p);
+        let d = on_submit(Outcome::KeyFull, "MAX_USER_TURN", &p, EJECT);
         assert_eq!(
             d.health,
             Some(HealthEvent::Cool {
@@ -164,20 +213,20 @@ mod tests {
         );
         assert_eq!(d.next, Next::Failover);
 
-        let d = on_submit(Outcome::ZeroBalance, "ERROR_ZERO_BALANCE", &p);
+        let d = on_submit(Outcome::ZeroBalance, "ERROR_ZERO_BALANCE", &p, EJECT);
         assert!(d.check_threads);
         assert_eq!(d.next, Next::Failover);
 
-        let d = on_submit(Outcome::CallerError, "other", &p);
+        let d = on_submit(Outcome::CallerError, "other", &p, EJECT);
         assert_eq!(
             (d.next, d.health),
             (Next::Answer, Some(HealthEvent::Success))
         );
 
-        let d = on_submit(Outcome::IpBanned, "IP_BANNED", &p);
+        let d = on_submit(Outcome::IpBanned, "IP_BANNED", &p, EJECT);
         assert_eq!((d.next, d.health), (Next::Answer, None));
 
-        let d = on_submit(Outcome::Transient, "ERROR_SERVER_ERROR", &p);
+        let d = on_submit(Outcome::Transient, "ERROR_SERVER_ERROR", &p, EJECT);
         assert_eq!(d.next, Next::Backoff);
         assert!(matches!(d.health, Some(HealthEvent::Transient { .. })));
     }
@@ -191,10 +240,13 @@ mod tests {
             Outcome::ZeroBalance,
             Outcome::CallerError,
         ] {
-            assert_eq!(on_poll(outcome, "other", &p).next, Next::Answer);
+            assert_eq!(on_poll(outcome, "other", &p, EJECT).next, Next::Answer);
         }
-        assert_eq!(on_poll(Outcome::Transient, "other", &p).next, Next::Backoff);
-        let zero = on_poll(Outcome::ZeroBalance, "ERROR_ZERO_BALANCE", &p);
+        assert_eq!(
+            on_poll(Outcome::Transient, "other", &p, EJECT).next,
+            Next::Backoff
+        );
+        let zero = on_poll(Outcome::ZeroBalance, "ERROR_ZERO_BALANCE", &p, EJECT);
         assert!(!zero.check_threads);
         assert_eq!(zero.health, None);
     }
@@ -226,5 +278,31 @@ mod tests {
     fn reasons_are_a_closed_set() {
         assert_eq!(reason_code("ERROR_ZERO_BALANCE"), "ERROR_ZERO_BALANCE");
         assert_eq!(reason_code("ERROR_SOMETHING_NEW"), "other");
+    }
+
+    #[test]
+    fn transient_ejection_spares_a_lone_key_and_respects_the_share() {
+        let p = policy(); // max_transient_ejection 0.5
+        let mut rng = StdRng::seed_from_u64(1);
+        assert!(!Ejection::decide(&p, 0, 1, &mut rng).allowed, "a lone key");
+        assert!(Ejection::decide(&p, 0, 2, &mut rng).allowed, "1 of 2");
+        assert!(!Ejection::decide(&p, 1, 2, &mut rng).allowed, "2 of 2");
+        assert!(Ejection::decide(&p, 1, 4, &mut rng).allowed, "2 of 4");
+        assert!(!Ejection::decide(&p, 2, 4, &mut rng).allowed, "3 of 4");
+        for _ in 0..100 {
+            let j = Ejection::decide(&p, 0, 4, &mut rng).jitter;
+            assert!((0.8..=1.2).contains(&j), "{j}");
+        }
+        let no = Ejection {
+            allowed: false,
+            jitter: 1.0,
+        };
+        assert!(matches!(
+            transient(&p, no),
+            HealthEvent::Transient {
+                threshold: u32::MAX,
+                ..
+            }
+        ));
     }
 }

@@ -63,9 +63,17 @@ pub struct HealthView {
 pub enum HealthEvent {
     /// The key answered normally: clears the run of transient failures.
     Success,
-    /// A network error, 5xx or server error. After `threshold` in a row the key cools down for
-    /// `cooldown`; a single one never takes a key out.
-    Transient { threshold: u32, cooldown: Duration },
+    /// A network error, 5xx or server error. After `threshold` in a row the key cools down:
+    /// for `cooldown` the first time, doubling with each ejection that follows without a
+    /// success in between, up to `max_cooldown`, times `jitter` (near 1, drawn by the caller)
+    /// so that keys ejected together do not return together. A single one never takes a key
+    /// out; `threshold: u32::MAX` only counts.
+    Transient {
+        threshold: u32,
+        cooldown: Duration,
+        max_cooldown: Duration,
+        jitter: f64,
+    },
     /// Take the key out for a while.
     Cool {
         reason: &'static str,
@@ -114,6 +122,8 @@ struct Entry {
     since: Instant,
     until: Option<Instant>,
     transient_run: u32,
+    /// Transient ejections since the last success: each one doubles the next cooldown.
+    ejections: u32,
 }
 
 impl Entry {
@@ -124,6 +134,7 @@ impl Entry {
             since,
             until: None,
             transient_run: 0,
+            ejections: 0,
         }
     }
 
@@ -131,7 +142,11 @@ impl Entry {
     fn settle(&mut self, now: Instant) {
         if let (StateKind::Cooling, Some(until)) = (self.state, self.until) {
             if until <= now {
-                *self = Entry::active(until);
+                // Ejections are remembered until the key proves itself with a success.
+                *self = Entry {
+                    ejections: self.ejections,
+                    ..Entry::active(until)
+                };
             }
         }
     }
@@ -175,19 +190,29 @@ impl HealthStore for MemoryHealth {
         match event {
             HealthEvent::Success => {
                 entry.transient_run = 0;
+                if entry.state == StateKind::Active {
+                    entry.ejections = 0;
+                }
                 return None;
             }
             HealthEvent::Transient {
                 threshold,
                 cooldown,
+                max_cooldown,
+                jitter,
             } => {
                 entry.transient_run = entry.transient_run.saturating_add(1);
                 if entry.state != StateKind::Active || entry.transient_run < threshold.max(1) {
                     return None;
                 }
+                let grown = cooldown
+                    .saturating_mul(2u32.saturating_pow(entry.ejections))
+                    .min(max_cooldown);
+                let jittered = grown.mul_f64(jitter.clamp(0.0, 2.0)).min(max_cooldown);
                 entry.transient_run = 0;
+                entry.ejections = entry.ejections.saturating_add(1);
                 set(&mut entry, StateKind::Cooling, Some(TRANSIENT_REASON), now);
-                entry.until = Some(now + cooldown);
+                entry.until = Some(now + jittered);
             }
             HealthEvent::Cool { reason, duration } => {
                 // A benched key stays benched: only a refresh may bring it back.
@@ -207,7 +232,10 @@ impl HealthStore for MemoryHealth {
                 if entry.state == StateKind::Active {
                     return None;
                 }
-                *entry = Entry::active(now);
+                *entry = Entry {
+                    ejections: entry.ejections,
+                    ..Entry::active(now)
+                };
             }
         }
         (entry.state != before || event_changes_reason(&event)).then_some(Transition {
@@ -240,6 +268,8 @@ mod tests {
     const TRANSIENT: HealthEvent = HealthEvent::Transient {
         threshold: 3,
         cooldown: Duration::from_secs(30),
+        max_cooldown: Duration::from_secs(300),
+        jitter: 1.0,
     };
 
     #[tokio::test(start_paused = true)]
@@ -336,5 +366,70 @@ mod tests {
             tokio::time::advance(Duration::from_secs(1)).await;
         }
         assert_ne!(health.view(K, Instant::now()).state, StateKind::Benched);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn repeated_ejections_double_the_cooldown_up_to_the_cap() {
+        let health = MemoryHealth::new();
+        let mut seen = Vec::new();
+        for _ in 0..6 {
+            let now = Instant::now();
+            for _ in 0..3 {
+                health.record(K, TRANSIENT, now);
+            }
+            let until = health.view(K, now).until.expect("cooling");
+            seen.push((until - now).as_secs());
+            tokio::time::advance(until - now).await;
+            assert_eq!(health.view(K, Instant::now()).state, StateKind::Active);
+        }
+        assert_eq!(seen, vec![30, 60, 120, 240, 300, 300]);
+        // A success resets the growth.
+        health.record(K, HealthEvent::Success, Instant::now());
+        for _ in 0..3 {
+            health.record(K, TRANSIENT, Instant::now());
+        }
+        let now = Instant::now();
+        assert_eq!(
+            health.view(K, now).until,
+            Some(now + Duration::from_secs(30))
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn jitter_scales_the_cooldown_within_the_cap() {
+        let health = MemoryHealth::new();
+        let event = |jitter| HealthEvent::Transient {
+            threshold: 1,
+            cooldown: Duration::from_secs(100),
+            max_cooldown: Duration::from_secs(110),
+            jitter,
+        };
+        let now = Instant::now();
+        health.record(K, event(0.9), now);
+        assert_eq!(
+            health.view(K, now).until,
+            Some(now + Duration::from_secs(90))
+        );
+        health.record(KeyId(1), event(1.2), now);
+        assert_eq!(
+            health.view(KeyId(1), now).until,
+            Some(now + Duration::from_secs(110)),
+            "capped after jitter"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_unreachable_threshold_only_counts() {
+        let health = MemoryHealth::new();
+        let count_only = HealthEvent::Transient {
+            threshold: u32::MAX,
+            cooldown: Duration::from_secs(30),
+            max_cooldown: Duration::from_secs(300),
+            jitter: 1.0,
+        };
+        for _ in 0..1000 {
+            assert_eq!(health.record(K, count_only, Instant::now()), None);
+        }
+        assert_eq!(health.view(K, Instant::now()).state, StateKind::Active);
     }
 }

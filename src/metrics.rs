@@ -65,6 +65,9 @@ pub struct Metrics {
     pub config_reloads: IntCounterVec,
     /// Connections closed at once because `limits.max_connections` were open.
     pub connections_rejected: IntCounter,
+    /// Retries not made because the retry budget was spent.
+    pub retries_denied: IntCounter,
+    upstream_paused: IntGauge,
 }
 
 /// Registers each metric and returns its handle.
@@ -261,6 +264,20 @@ impl Metrics {
                     "Connections closed at once because limits.max_connections were open."
                 )?
             ),
+            retries_denied: register!(
+                r,
+                IntCounter::new(
+                    "keyrelay_retries_denied_total",
+                    "Retries not made because the retry budget was spent."
+                )?
+            ),
+            upstream_paused: register!(
+                r,
+                IntGauge::new(
+                    "keyrelay_upstream_paused",
+                    "1 while all upstream traffic is paused after an IP ban, else 0."
+                )?
+            ),
             registry: r,
         })
     }
@@ -281,7 +298,14 @@ impl Metrics {
 
     /// The text exposition. Pool gauges are computed here, at scrape time, because a cooldown
     /// ends by the clock rather than by an event that could update them.
-    pub fn render(&self, pool: &KeyPool, pins: &dyn PinStore, now: Instant) -> String {
+    pub fn render(
+        &self,
+        pool: &KeyPool,
+        pins: &dyn PinStore,
+        paused: bool,
+        now: Instant,
+    ) -> String {
+        self.upstream_paused.set(i64::from(paused));
         self.keys_configured.set(pool.keys().len() as i64);
         self.keys_active.set(pool.active_count(now) as i64);
         self.tasks_pinned.set(pins.len() as i64);

@@ -27,6 +27,7 @@ use tokio::time::Instant;
 use crate::app::{App, Snapshot};
 use crate::captcha::{self, Answer, Endpoint, Outcome, ParsedRequest, Reply};
 use crate::failover;
+use crate::health::{StateKind, TRANSIENT_REASON};
 use crate::pool::KeyEntry;
 use crate::status;
 use crate::upstream::{self, Outgoing, UpstreamAnswer, UpstreamError};
@@ -301,6 +302,9 @@ impl Ctx {
             .with_label_values(&[key.name.as_str(), self.endpoint.label()])
             .observe(started.elapsed().as_secs_f64());
         let attempt = classify(result);
+        if attempt.outcome == Outcome::IpBanned {
+            self.app.pause_upstream(self.policy().ip_ban_pause);
+        }
         if attempt.outcome != Outcome::Success {
             metrics
                 .key_errors
@@ -309,6 +313,33 @@ impl Ctx {
             key.stats.set_last_error(attempt.code);
         }
         attempt
+    }
+
+    /// What a transient failure may do to a key, given how much of the pool transient
+    /// faults have already cooled.
+    pub fn ejection(&self, rng: &mut impl rand::Rng) -> failover::Ejection {
+        let pool = &self.snapshot.pool;
+        let now = Instant::now();
+        let ejected = pool
+            .keys()
+            .iter()
+            .filter(|k| {
+                let view = pool.health(k, now);
+                view.state == StateKind::Cooling && view.reason == Some(TRANSIENT_REASON)
+            })
+            .count();
+        failover::Ejection::decide(self.policy(), ejected, pool.keys().len(), rng)
+    }
+
+    /// While the upstream is paused after an IP ban, the answer every upstream-bound request
+    /// gets: the service's own code, in the caller's format, with when to come back.
+    pub fn paused(&self) -> Option<Handled> {
+        let until = self.app.upstream_paused()?;
+        let left = until.saturating_duration_since(Instant::now()).as_secs() + 1;
+        let text = format!(
+            "the service banned keyrelay's IP; all upstream traffic is paused for {left} more seconds"
+        );
+        Some(self.local_error("IP_BANNED", &text, "ip_banned"))
     }
 
     pub fn local_error(&self, code: &'static str, text: &str, outcome: &'static str) -> Handled {

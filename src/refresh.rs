@@ -41,6 +41,10 @@ pub async fn refresh_all_owned(app: App) {
 
 /// Reads every key of the current pool concurrently and applies what was learned.
 pub async fn refresh_all(app: &App) {
+    if app.upstream_paused().is_some() {
+        tracing::debug!("refresh skipped: upstream traffic is paused after an IP ban");
+        return;
+    }
     let snapshot = app.snapshot();
     let timeout = snapshot.config.timeouts.refresh;
     app.metrics().refresh_runs.inc();

@@ -301,22 +301,57 @@ async fn attempts_are_bounded_and_the_caller_gets_a_well_formed_error() {
 }
 
 #[tokio::test]
-async fn consecutive_transient_failures_cool_a_key() {
+async fn a_lone_key_is_never_cooled_for_transient_faults() {
     let sim = sim_with(&[KEY_A]).await;
-    let mut config = config_for(&sim, &[("a", KEY_A, 1.0)]);
-    config.failover.transient_cooldown = Duration::from_secs(3600);
+    let config = config_for(&sim, &[("a", KEY_A, 1.0)]);
     let h = Harness::start(sim, config).await;
     h.sim.add_fault(
         KEY_A,
         fault(FaultTarget::Submit, FaultKind::Status(500), None),
     );
-    let answer = h
-        .get(&format!(
-            "/in.php?key={CALLER_KEY}&method=userrecaptcha&googlekey=g&pageurl=p&json=1"
-        ))
-        .await;
-    assert_eq!(answer.json()["status"], 0);
-    assert_eq!(h.state_of("a"), (StateKind::Cooling, Some("transient")));
+    for _ in 0..4 {
+        let answer = h
+            .get(&format!(
+                "/in.php?key={CALLER_KEY}&method=userrecaptcha&googlekey=g&pageurl=p&json=1"
+            ))
+            .await;
+        assert_eq!(answer.json()["request"], "ERROR_SERVER_ERROR");
+    }
+    // Cooling it would empty the pool for nothing: nginx's single-server rule.
+    assert_eq!(h.state_of("a"), (StateKind::Active, None));
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn transient_faults_cool_at_most_the_allowed_share_of_the_pool() {
+    let sim = sim_with(&[KEY_A, KEY_B, KEY_C, KEY_D]).await;
+    let mut config = config_for(
+        &sim,
+        &[("a", KEY_A, 1.0), ("b", KEY_B, 1.0), ("c", KEY_C, 1.0), ("d", KEY_D, 1.0)],
+    );
+    config.failover.transient_cooldown = Duration::from_secs(3600);
+    config.failover.transient_cooldown_max = Duration::from_secs(3600);
+    let h = Harness::start(sim, config).await;
+    h.sim
+        .add_fault("*", fault(FaultTarget::Submit, FaultKind::Status(500), None));
+    for _ in 0..12 {
+        let answer = h
+            .get(&format!(
+                "/in.php?key={CALLER_KEY}&method=userrecaptcha&googlekey=g&pageurl=p&json=1"
+            ))
+            .await;
+        assert_eq!(answer.status, 200);
+        assert_eq!(answer.json()["status"], 0);
+    }
+    let states: Vec<_> = ["a", "b", "c", "d"].iter().map(|k| h.state_of(k)).collect();
+    let cooling = states
+        .iter()
+        .filter(|s| **s == (StateKind::Cooling, Some("transient")))
+        .count();
+    // 36 failures over 4 keys: enough to cool every key, but max_transient_ejection (0.5)
+    // keeps half of the pool in rotation.
+    assert_eq!(cooling, 2, "{states:?}");
+    assert!(states.iter().all(|s| s.0 != StateKind::Benched));
     h.stop().await;
 }
 
@@ -463,5 +498,79 @@ async fn busy_answers_from_the_service_pass_through_when_every_key_is_busy() {
         .await;
     assert_eq!(answer.text(), "ERROR_NO_SLOT_AVAILABLE");
     assert_eq!(submits_by(&h).len(), 2, "each key tried once");
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn an_ip_ban_pauses_all_upstream_traffic_for_the_ban_period() {
+    let sim = sim_with(&[KEY_A, KEY_B]).await;
+    let mut config = config_for(&sim, &[("a", KEY_A, 10_000.0), ("b", KEY_B, 1.0)]);
+    config.failover.ip_ban_pause = Duration::from_millis(500);
+    let h = Harness::start(sim, config).await;
+    let task = h.submit().await;
+    h.sim.add_fault(
+        "*",
+        fault(
+            FaultTarget::Submit,
+            FaultKind::Code("IP_BANNED".into()),
+            Some(1),
+        ),
+    );
+    let banned = h
+        .get(&format!(
+            "/in.php?key={CALLER_KEY}&method=userrecaptcha&googlekey=g&pageurl=p"
+        ))
+        .await;
+    assert_eq!(banned.text(), "IP_BANNED", "the service's answer, verbatim");
+    let sent = h.sim.received().len();
+    // While paused, nothing reaches the upstream, in any format, for submits and polls.
+    let json = h
+        .get(&format!(
+            "/in.php?key={CALLER_KEY}&method=userrecaptcha&googlekey=g&pageurl=p&json=1"
+        ))
+        .await
+        .json();
+    assert_eq!(json["request"], "IP_BANNED");
+    assert!(json["error_text"].as_str().unwrap().contains("paused"));
+    let poll = h.get(&format!("/res.php?action=get&id={task}")).await;
+    assert_eq!(poll.text(), "IP_BANNED");
+    assert_eq!(h.sim.received().len(), sent, "no upstream request while paused");
+    assert_eq!(
+        metric(&h.metrics().await, "keyrelay_upstream_paused"),
+        Some(1.0)
+    );
+    // Keys are untouched: the IP is banned, not the keys.
+    assert_eq!(h.state_of("a").0, StateKind::Active);
+    assert_eq!(h.state_of("b").0, StateKind::Active);
+    // After the pause, traffic flows again.
+    let app = h.app.clone();
+    eventually("the pause ends", || app.upstream_paused().is_none()).await;
+    h.submit().await;
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn a_spent_retry_budget_stops_retries() {
+    let sim = sim_with(&[KEY_A, KEY_B]).await;
+    let mut config = config_for(&sim, &[("a", KEY_A, 10_000.0), ("b", KEY_B, 1.0)]);
+    config.failover.retry_budget = 0.0;
+    config.failover.retry_budget_min = 0;
+    let h = Harness::start(sim, config).await;
+    h.sim.add_fault(
+        KEY_A,
+        fault(FaultTarget::Submit, FaultKind::Status(502), None),
+    );
+    let answer = h
+        .get(&format!(
+            "/in.php?key={CALLER_KEY}&method=userrecaptcha&googlekey=g&pageurl=p&json=1"
+        ))
+        .await;
+    let json = answer.json();
+    assert_eq!(json["request"], "ERROR_SERVER_ERROR", "{json}");
+    assert_eq!(submits_by(&h), vec![KEY_A.to_owned()], "no retry on b");
+    assert_eq!(
+        metric(&h.metrics().await, "keyrelay_retries_denied_total"),
+        Some(1.0)
+    );
     h.stop().await;
 }

@@ -54,6 +54,11 @@ pub(super) struct RawFailover {
     pub transient_cooldown: Option<Value>,
     pub backoff_base: Option<Value>,
     pub backoff_max: Option<Value>,
+    pub max_transient_ejection: Option<f64>,
+    pub transient_cooldown_max: Option<Value>,
+    pub ip_ban_pause: Option<Value>,
+    pub retry_budget: Option<f64>,
+    pub retry_budget_min: Option<u32>,
 }
 
 /// `[pins]`.

@@ -714,7 +714,7 @@ fn unknown_fields_are_parse_errors_with_a_position() {
         "{shown}"
     );
     assert!(
-        shown.ends_with("unknown field `max_attempt`, expected one of `max_attempts`, `retry_unsure_submits`, `min_balance`, `busy_cooldown`, `transient_failures`, `transient_cooldown`, `backoff_base`, `backoff_max`"),
+        shown.ends_with("unknown field `max_attempt`, expected one of `max_attempts`, `retry_unsure_submits`, `min_balance`, `busy_cooldown`, `transient_failures`, `transient_cooldown`, `backoff_base`, `backoff_max`, `max_transient_ejection`, `transient_cooldown_max`, `ip_ban_pause`, `retry_budget`, `retry_budget_min`"),
         "{shown}"
     );
     assert!(shown.contains("5 | max_attempt = *\n"), "{shown}");

@@ -166,6 +166,31 @@ fn failover(p: &mut Problems, raw: RawFailover) -> Failover {
             ),
         );
     }
+    let transient_cooldown_max = cooldown(
+        p,
+        "failover.transient_cooldown_max",
+        raw.transient_cooldown_max,
+        DEFAULT_TRANSIENT_COOLDOWN_MAX,
+    );
+    if transient_cooldown_max < transient_cooldown {
+        p.add(
+            "failover.transient_cooldown_max",
+            format!(
+                "must be >= failover.transient_cooldown ({}), got {}",
+                humantime::format_duration(transient_cooldown),
+                humantime::format_duration(transient_cooldown_max)
+            ),
+        );
+    }
+    let share = |p: &mut Problems, field: &str, raw: Option<f64>, default: f64, max: f64| match raw
+    {
+        None => default,
+        Some(v) if v.is_finite() && (0.0..=max).contains(&v) => v,
+        Some(v) => {
+            p.add(field, format!("must be between 0 and {max}, got {v}"));
+            default
+        }
+    };
     Failover {
         max_attempts,
         retry_unsure_submits: raw
@@ -177,6 +202,30 @@ fn failover(p: &mut Problems, raw: RawFailover) -> Failover {
         transient_cooldown,
         backoff_base,
         backoff_max,
+        max_transient_ejection: share(
+            p,
+            "failover.max_transient_ejection",
+            raw.max_transient_ejection,
+            DEFAULT_MAX_TRANSIENT_EJECTION,
+            1.0,
+        ),
+        transient_cooldown_max,
+        ip_ban_pause: duration(
+            p,
+            "failover.ip_ban_pause",
+            raw.ip_ban_pause,
+            DEFAULT_IP_BAN_PAUSE,
+            Zero::Allowed,
+        ),
+        // tower's budget accepts up to 1000 retries per request; more than 10 is no budget.
+        retry_budget: share(
+            p,
+            "failover.retry_budget",
+            raw.retry_budget,
+            DEFAULT_RETRY_BUDGET,
+            10.0,
+        ),
+        retry_budget_min: raw.retry_budget_min.unwrap_or(DEFAULT_RETRY_BUDGET_MIN),
     }
 }
 

@@ -19,6 +19,8 @@ pub(super) async fn balance(ctx: &Ctx) -> Handled {
         .iter()
         .filter(|k| pool.in_rotation(k, now) && k.stats.balance().is_none());
     let timeout = ctx.snapshot.config.timeouts.refresh;
+    // Paused after an IP ban: answer from what is known rather than reach the upstream.
+    let unknown = unknown.filter(|_| ctx.app.upstream_paused().is_none());
     join_all(unknown.map(|key| async move {
         if let Ok(balance) = refresh::read_balance(&ctx.app, key, timeout).await {
             key.stats.set_balance(Some(balance));
@@ -89,6 +91,9 @@ struct ThreadsAnswer {
 /// Pingback addresses apply to every key, because a task can land on any of them. The answer
 /// is the first key's that succeeded (for `get_pingback`, every key holds the same list).
 pub(super) async fn pingback(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
+    if let Some(paused) = ctx.paused() {
+        return paused;
+    }
     let keys = ctx.snapshot.pool.keys();
     let attempts = join_all(keys.iter().map(|key| ctx.attempt(key, parsed, &[]))).await;
     let mut first_answer = None;
@@ -116,6 +121,9 @@ pub(super) async fn pingback(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
 
 /// An action keyrelay has no rule for: forwarded once with a key in rotation, answer verbatim.
 pub(super) async fn other(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
+    if let Some(paused) = ctx.paused() {
+        return paused;
+    }
     let pool = &ctx.snapshot.pool;
     let rng = ctx.app.rng();
     let Some(key) = pool.candidates(rng, Instant::now()).next() else {

@@ -16,6 +16,9 @@ const WRONG_ID: &str = "ERROR_WRONG_CAPTCHA_ID";
 const NOT_READY: &str = "CAPCHA_NOT_READY";
 
 pub(super) async fn poll(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
+    if let Some(paused) = ctx.paused() {
+        return paused;
+    }
     let is_get = parsed.action() == Some("get");
     match parsed
         .param("ids")
@@ -108,14 +111,19 @@ async fn with_retries(
     let policy = ctx.policy();
     let mut rng = ctx.app.rng();
     let mut tries = 0;
+    ctx.app.deposit_retry();
     loop {
         tries += 1;
         let attempt = ctx.attempt(key, parsed, extra).await;
-        let decision = failover::on_poll(attempt.outcome, attempt.code, policy);
+        let ejection = ctx.ejection(&mut rng);
+        let decision = failover::on_poll(attempt.outcome, attempt.code, policy, ejection);
         if let Some(event) = decision.health {
             ctx.app.record_health(key, event);
         }
-        if decision.next != Next::Backoff || tries >= policy.max_attempts {
+        if decision.next != Next::Backoff
+            || tries >= policy.max_attempts
+            || !ctx.app.withdraw_retry()
+        {
             return (attempt, tries);
         }
         tokio::time::sleep(failover::backoff(tries, policy, &mut rng)).await;

@@ -21,6 +21,9 @@ struct Failure<'a> {
 }
 
 pub(super) async fn submit(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
+    if let Some(paused) = ctx.paused() {
+        return paused;
+    }
     let started = Instant::now();
     let policy = ctx.policy();
     let pool = &ctx.snapshot.pool;
@@ -42,6 +45,14 @@ pub(super) async fn submit(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
         else {
             break;
         };
+        if attempts == 0 {
+            ctx.app.deposit_retry();
+        } else if !ctx.app.withdraw_retry() {
+            // The budget is spent: retries are what would multiply traffic to a failing
+            // upstream, so the caller gets the best failure so far instead.
+            tracing::warn!(attempts, "retry budget spent; not retrying this submit");
+            break;
+        }
         if let Some((from, reason)) = previous.take() {
             if from.id != key.id {
                 note_failover(&ctx.app, from, reason);
@@ -53,7 +64,8 @@ pub(super) async fn submit(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
         ctx.app.metrics().count_submit(&key.name, attempt.outcome);
 
         if let Err(error) = &attempt.result {
-            ctx.app.record_health(key, failover::transient(policy));
+            ctx.app
+                .record_health(key, failover::transient(policy, ctx.ejection(&mut rng)));
             tracing::warn!(key = %key.name, error = %error, "submit attempt failed");
             if error.may_have_arrived() && !policy.retry_unsure_submits {
                 // The first attempt may already have created a task; a second would cost
@@ -72,7 +84,8 @@ pub(super) async fn submit(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
             continue;
         }
 
-        let decision = failover::on_submit(attempt.outcome, attempt.code, policy);
+        let ejection = ctx.ejection(&mut rng);
+        let decision = failover::on_submit(attempt.outcome, attempt.code, policy, ejection);
         if let Some(event) = decision.health {
             ctx.app.record_health(key, event);
         }
