@@ -16,6 +16,7 @@ use crate::health::{HealthEvent, HealthStore, MemoryHealth, StateKind, Transitio
 use crate::metrics::Metrics;
 use crate::pins::{JournalPins, MemoryPins, PinStore};
 use crate::pool::{KeyEntry, KeyPool};
+use crate::proxy::probe::ProbeMisses;
 use crate::registry::{KeyRegistry, RegistryFull};
 use crate::reload::Applied;
 use crate::upstream::UpstreamClient;
@@ -70,6 +71,8 @@ struct Inner {
     /// Set while all upstream traffic is paused because the service banned keyrelay's IP.
     /// A std `Mutex`: read and written in a few instructions, never across an await.
     paused_until: Mutex<Option<Instant>>,
+    /// Unknown task ids recently probed without an owner.
+    probe_misses: ProbeMisses,
     /// Caps retries to a share of recent first attempts, so an upstream outage cannot
     /// multiply the traffic keyrelay sends it.
     retry_budget: TpsBudget,
@@ -136,6 +139,7 @@ impl App {
             seeded: seed.map(|s| Mutex::new(SmallRng::seed_from_u64(s))),
             started: Instant::now(),
             paused_until: Mutex::new(None),
+            probe_misses: ProbeMisses::default(),
             retry_budget,
         })))
     }
@@ -183,6 +187,10 @@ impl App {
     pub fn upstream_paused(&self) -> Option<Instant> {
         let paused = *self.0.paused_until.lock().expect("pause lock poisoned");
         paused.filter(|until| *until > Instant::now())
+    }
+
+    pub(crate) fn probe_misses(&self) -> &ProbeMisses {
+        &self.0.probe_misses
     }
 
     /// Records a first attempt, which earns retries for later.

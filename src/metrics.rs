@@ -67,6 +67,8 @@ pub struct Metrics {
     pub connections_rejected: IntCounter,
     /// Retries not made because the retry budget was spent.
     pub retries_denied: IntCounter,
+    /// Probes for unknown task ids by result: found, not_found, rate_limited.
+    pub probes: IntCounterVec,
     upstream_paused: IntGauge,
 }
 
@@ -269,6 +271,14 @@ impl Metrics {
                 IntCounter::new(
                     "keyrelay_retries_denied_total",
                     "Retries not made because the retry budget was spent."
+                )?
+            ),
+            probes: register!(
+                r,
+                counter(
+                    "keyrelay_probes_total",
+                    "Unknown task ids probed across the pool, by result: found, not_found, rate_limited.",
+                    &["result"],
                 )?
             ),
             upstream_paused: register!(

@@ -12,6 +12,7 @@
 mod account;
 mod body;
 mod poll;
+pub(crate) mod probe;
 mod submit;
 
 use std::convert::Infallible;

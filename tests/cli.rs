@@ -159,6 +159,9 @@ fn json_logs_are_one_object_per_line() {
     child.wait().unwrap();
     let (first, line) = start.expect("keyrelay logged its start");
     assert_eq!(line["level"], "INFO");
-    assert!(line["fields"]["addr"].as_str().unwrap().starts_with("127.0.0.1:"));
+    assert!(line["fields"]["addr"]
+        .as_str()
+        .unwrap()
+        .starts_with("127.0.0.1:"));
     assert!(!first.contains("0123456789abcdef"));
 }

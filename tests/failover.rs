@@ -327,13 +327,20 @@ async fn transient_faults_cool_at_most_the_allowed_share_of_the_pool() {
     let sim = sim_with(&[KEY_A, KEY_B, KEY_C, KEY_D]).await;
     let mut config = config_for(
         &sim,
-        &[("a", KEY_A, 1.0), ("b", KEY_B, 1.0), ("c", KEY_C, 1.0), ("d", KEY_D, 1.0)],
+        &[
+            ("a", KEY_A, 1.0),
+            ("b", KEY_B, 1.0),
+            ("c", KEY_C, 1.0),
+            ("d", KEY_D, 1.0),
+        ],
     );
     config.failover.transient_cooldown = Duration::from_secs(3600);
     config.failover.transient_cooldown_max = Duration::from_secs(3600);
     let h = Harness::start(sim, config).await;
-    h.sim
-        .add_fault("*", fault(FaultTarget::Submit, FaultKind::Status(500), None));
+    h.sim.add_fault(
+        "*",
+        fault(FaultTarget::Submit, FaultKind::Status(500), None),
+    );
     for _ in 0..12 {
         let answer = h
             .get(&format!(
@@ -534,7 +541,11 @@ async fn an_ip_ban_pauses_all_upstream_traffic_for_the_ban_period() {
     assert!(json["error_text"].as_str().unwrap().contains("paused"));
     let poll = h.get(&format!("/res.php?action=get&id={task}")).await;
     assert_eq!(poll.text(), "IP_BANNED");
-    assert_eq!(h.sim.received().len(), sent, "no upstream request while paused");
+    assert_eq!(
+        h.sim.received().len(),
+        sent,
+        "no upstream request while paused"
+    );
     assert_eq!(
         metric(&h.metrics().await, "keyrelay_upstream_paused"),
         Some(1.0)

@@ -133,10 +133,12 @@ async fn the_metric_set_after_real_traffic() {
         "keyrelay_request_duration_seconds_count{endpoint=\"res\",outcome=\"unknown_task\"}",
         1.0,
     );
+    // Two polls of the solved task, and the probe for the unknown id 42, which asks every key.
     expect(
         "keyrelay_upstream_duration_seconds_count{endpoint=\"res\",key=\"a\"}",
-        2.0,
+        3.0,
     );
+    expect("keyrelay_probes_total{result=\"not_found\"}", 1.0);
     assert!(metric(&text, "keyrelay_refresh_runs_total").unwrap() >= 1.0);
     for line in text.lines().filter(|l| !l.starts_with('#')) {
         assert!(!line.contains("73000000"), "no task id in a label: {line}");

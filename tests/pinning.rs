@@ -215,7 +215,60 @@ async fn unknown_ids_get_wrong_captcha_id_in_the_callers_format() {
     assert!(json["error_text"].as_str().unwrap().contains("123456"));
     let missing = h.get("/res.php?action=get&json=1").await.json();
     assert_eq!(missing["request"], "ERROR_WRONG_CAPTCHA_ID");
-    assert!(polls_by(&h).is_empty(), "nothing reached the upstream");
+    // The first poll asked each key once; the repeat within the hold asked nobody.
+    let mut asked: Vec<String> = polls_by(&h).into_iter().map(|(_, k)| k).collect();
+    asked.sort();
+    assert_eq!(asked, vec![KEY_A, KEY_B, KEY_C]);
+    let metrics = h.metrics().await;
+    assert_eq!(
+        metric(&metrics, "keyrelay_probes_total{result=\"not_found\"}"),
+        Some(1.0)
+    );
+    assert_eq!(
+        metric(&metrics, "keyrelay_probes_total{result=\"rate_limited\"}"),
+        Some(1.0)
+    );
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn a_task_keyrelay_never_saw_is_found_on_its_key_and_pinned() {
+    let h = Harness::three_keys().await;
+    // Submitted past keyrelay, with key b: no pin exists.
+    let direct = h
+        .client
+        .get(
+            format!(
+                "{}/in.php?key={KEY_B}&method=userrecaptcha&googlekey=g&pageurl=p",
+                h.sim.url()
+            )
+            .parse()
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let body = http_body_util::BodyExt::collect(direct.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
+    let id: u64 = std::str::from_utf8(&body).unwrap()[3..].parse().unwrap();
+    let first = h
+        .get(&format!("/res.php?key={CALLER_KEY}&action=get&id={id}"))
+        .await;
+    assert_eq!(first.text(), "CAPCHA_NOT_READY", "the owner's own answer");
+    assert_eq!(first.headers["x-keyrelay-key"], "b");
+    // Now pinned: the next poll goes to b alone.
+    h.sim.clear_received();
+    let second = h.get(&format!("/res.php?action=get&id={id}")).await;
+    assert_eq!(second.text(), format!("OK|tok-{id}"));
+    assert_eq!(polls_by(&h), vec![("get".to_owned(), KEY_B.to_owned())]);
+    assert_eq!(
+        metric(
+            &h.metrics().await,
+            "keyrelay_probes_total{result=\"found\"}"
+        ),
+        Some(1.0)
+    );
     h.stop().await;
 }
 
@@ -269,8 +322,16 @@ async fn pins_expire_after_their_ttl() {
             .is_none()
     })
     .await;
+    // The expired pin is gone, and the probe finds the task on its key again.
     let after = h.get(&format!("/res.php?action=get&id={id}")).await;
-    assert_eq!(after.text(), "ERROR_WRONG_CAPTCHA_ID");
+    assert_eq!(after.text(), format!("OK|tok-{id}"));
+    assert_eq!(
+        metric(
+            &h.metrics().await,
+            "keyrelay_probes_total{result=\"found\"}"
+        ),
+        Some(1.0)
+    );
     h.stop().await;
 }
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use futures_util::future::join_all;
 use tokio::time::Instant;
 
-use super::{Attempt, Ctx, Handled};
+use super::{probe, Attempt, Ctx, Handled};
 use crate::captcha::{self, Outcome, ParsedRequest, Reply};
 use crate::failover::{self, Next};
 use crate::pins::TaskId;
@@ -39,8 +39,17 @@ async fn poll_one(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
         );
     };
     let Some(key) = owner(ctx, &task) else {
-        let text = format!("keyrelay has no record of task {task}");
-        return ctx.local_error(WRONG_ID, &text, "unknown_task");
+        return match probe::probe(ctx, parsed, &task).await {
+            probe::Probed::Owner(handled) => handled,
+            probe::Probed::Nobody { rate_limited } => {
+                let text = if rate_limited {
+                    format!("no key of the pool owns task {task} (asked moments ago)")
+                } else {
+                    format!("no key of the pool owns task {task}")
+                };
+                ctx.local_error(WRONG_ID, &text, "unknown_task")
+            }
+        };
     };
     let (attempt, tries) = with_retries(ctx, &key, parsed, &[]).await;
     let outcome = attempt.outcome.label();
@@ -64,7 +73,7 @@ async fn poll_one(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
 
 /// Whether a poll's answer ends its task: a solution, or a verdict on the task itself
 /// (unsolvable, unknown id). "Not ready" and failures of the key or the service do not.
-fn is_final(attempt: &Attempt) -> bool {
+pub(super) fn is_final(attempt: &Attempt) -> bool {
     match attempt.outcome {
         Outcome::Success => attempt.reply != Reply::NotReady,
         Outcome::CallerError => true,

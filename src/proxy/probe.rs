@@ -1,0 +1,114 @@
+//! Finding the owner of a task id keyrelay has no pin for: a lost pin, a task submitted by
+//! another keyrelay instance, or one submitted before keyrelay was introduced. The pool's
+//! keys are asked concurrently; the first that answers with anything but "not my task" owns
+//! it, and the task is pinned to it. Ids no key owns are remembered for a while, so a
+//! client polling a bad id does not make keyrelay ask every key every time.
+
+use std::sync::Arc;
+
+use dashmap::DashMap;
+use futures_util::future::join_all;
+use tokio::time::{Duration, Instant};
+
+use super::{Ctx, Handled};
+use crate::captcha::{Outcome, ParsedRequest, Reply};
+use crate::pins::TaskId;
+use crate::pool::KeyEntry;
+
+/// At most this many keys are asked about one id, at once: enough for any real pool, and a
+/// bound on the traffic one unknown id can cause.
+pub const MAX_PROBED_KEYS: usize = 16;
+
+/// How long an id no key owns is answered from memory instead of asking again.
+pub const MISS_HOLD: Duration = Duration::from_secs(60);
+
+/// Remembered misses at most; beyond, the memory is cleared rather than grown.
+const MAX_MISSES: usize = 100_000;
+
+/// Answers that mean "this key does not know this task".
+const NOT_MINE: [&str; 2] = ["ERROR_WRONG_CAPTCHA_ID", "ERROR_WRONG_ID_FORMAT"];
+
+/// Ids recently probed without finding an owner, with when they may be probed again.
+#[derive(Default)]
+pub struct ProbeMisses {
+    /// Sharded like the pins; entries are copied out, never held across an await.
+    until: DashMap<TaskId, Instant>,
+}
+
+impl ProbeMisses {
+    fn held(&self, task: &TaskId, now: Instant) -> bool {
+        self.until.get(task).is_some_and(|until| *until > now)
+    }
+
+    fn remember(&self, task: TaskId, now: Instant) {
+        if self.until.len() >= MAX_MISSES {
+            // Crude but bounded: a burst of bad ids costs one round of probes each again.
+            self.until.clear();
+        }
+        self.until.insert(task, now + MISS_HOLD);
+    }
+
+    fn forget(&self, task: &TaskId) {
+        self.until.remove(task);
+    }
+}
+
+/// What probing found.
+pub(super) enum Probed {
+    /// A key owns the task; its answer to the caller's request, and the key.
+    Owner(Handled),
+    /// No key owns it, or it was probed without success moments ago.
+    Nobody { rate_limited: bool },
+}
+
+/// Asks the pool's keys who owns `task`, with the caller's own request (a `get` has no side
+/// effect on a key that does not own the task; a report is recorded only by the owner).
+pub(super) async fn probe(ctx: &Ctx, parsed: &ParsedRequest, task: &TaskId) -> Probed {
+    let now = Instant::now();
+    let misses = ctx.app.probe_misses();
+    if misses.held(task, now) {
+        count(ctx, "rate_limited");
+        return Probed::Nobody { rate_limited: true };
+    }
+    let keys: Vec<Arc<KeyEntry>> = ctx
+        .snapshot
+        .pool
+        .keys()
+        .iter()
+        .take(MAX_PROBED_KEYS)
+        .cloned()
+        .collect();
+    let attempts = join_all(keys.iter().map(|key| ctx.attempt(key, parsed, &[]))).await;
+    for (key, attempt) in keys.iter().zip(attempts) {
+        // Only an answer about the task shows ownership: a result, "not ready", or a verdict
+        // on the task such as unsolvable. A key that is dead or busy says nothing either way.
+        let not_mine =
+            matches!(&attempt.reply, Reply::Error(code) if NOT_MINE.contains(&code.as_str()));
+        let about_the_task = matches!(attempt.outcome, Outcome::Success | Outcome::CallerError);
+        if not_mine || !about_the_task {
+            continue;
+        }
+        let outcome = attempt.outcome.label();
+        let is_final = super::poll::is_final(&attempt);
+        let Some(answer) = attempt.deliverable() else {
+            continue;
+        };
+        ctx.app.pins().pin(task.clone(), key.id, Instant::now());
+        if is_final && matches!(parsed.action(), Some("get" | "get2")) {
+            ctx.app.pins().finish(task);
+        }
+        misses.forget(task);
+        count(ctx, "found");
+        tracing::info!(key = %key.name, task_id = %task, "unknown task found on a key and pinned");
+        return Probed::Owner(Handled::upstream(answer, outcome, key, 1));
+    }
+    misses.remember(task.clone(), now);
+    count(ctx, "not_found");
+    Probed::Nobody {
+        rate_limited: false,
+    }
+}
+
+fn count(ctx: &Ctx, result: &str) {
+    ctx.app.metrics().probes.with_label_values(&[result]).inc();
+}
