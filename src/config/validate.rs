@@ -231,13 +231,7 @@ fn failover(p: &mut Problems, raw: RawFailover) -> Failover {
 
 fn pins(p: &mut Problems, raw: RawPins) -> Pins {
     let ttl = duration(p, "pins.ttl", raw.ttl, DEFAULT_PIN_TTL, Zero::Rejected);
-    let max_pins = match raw.max_pins {
-        Some(0) => {
-            p.add("pins.max_pins", "must be >= 1, got 0");
-            DEFAULT_MAX_PINS
-        }
-        other => other.unwrap_or(DEFAULT_MAX_PINS),
-    };
+    let max_pins = at_least_one(p, "pins.max_pins", raw.max_pins, DEFAULT_MAX_PINS);
     Pins {
         ttl,
         max_pins,
@@ -246,13 +240,12 @@ fn pins(p: &mut Problems, raw: RawPins) -> Pins {
 }
 
 fn limits(p: &mut Problems, raw: RawLimits) -> Limits {
-    let max_connections = match raw.max_connections {
-        Some(0) => {
-            p.add("limits.max_connections", "must be >= 1, got 0");
-            DEFAULT_MAX_CONNECTIONS
-        }
-        other => other.unwrap_or(DEFAULT_MAX_CONNECTIONS),
-    };
+    let max_connections = at_least_one(
+        p,
+        "limits.max_connections",
+        raw.max_connections,
+        DEFAULT_MAX_CONNECTIONS,
+    );
     Limits {
         max_body: size(p, "limits.max_body", raw.max_body, DEFAULT_MAX_BODY),
         max_header: header_size(p, raw.max_header),
@@ -293,9 +286,15 @@ fn timeouts(p: &mut Problems, raw: RawTimeouts) -> Timeouts {
     }
 }
 
-fn at_least_one(p: &mut Problems, field: &str, raw: Option<u32>, default: u32) -> u32 {
+/// A count that must be at least 1 (zero is its type's `Default`).
+fn at_least_one<T: Copy + Default + PartialEq>(
+    p: &mut Problems,
+    field: &str,
+    raw: Option<T>,
+    default: T,
+) -> T {
     match raw {
-        Some(0) => {
+        Some(zero) if zero == T::default() => {
             p.add(field, "must be >= 1, got 0");
             default
         }
