@@ -168,6 +168,7 @@ async fn api(app: App, endpoint: Endpoint, req: Request<Incoming>) -> Response<B
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse().ok());
     let limit = snapshot.config.limits.max_body;
+    let key_headers = snapshot.config.observability.key_headers;
     let handled = match body::read(body, declared, limit).await {
         Err(body::BodyError::TooLarge { prefix }) => {
             let json = json_hint(query, content_type, &prefix);
@@ -210,7 +211,6 @@ async fn api(app: App, endpoint: Endpoint, req: Request<Incoming>) -> Response<B
     if let Answered::Local { code, .. } = &handled.reply {
         metrics.local_answers.with_label_values(&[code]).inc();
     }
-    let key_headers = app.snapshot().config.observability.key_headers;
     into_response(handled.reply, key_headers)
 }
 
