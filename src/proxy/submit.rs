@@ -171,7 +171,9 @@ fn exhausted(ctx: &Ctx, worst: Option<Failure<'_>>, attempts: u32, started: Inst
             }
         };
     }
-    if in_rotation == 0 {
+    // No attempt at all means no key was in rotation when the walk began, even if a
+    // cooldown has ended since: say so, rather than report "0 attempts failed".
+    if in_rotation == 0 || attempts == 0 {
         // With threadsinfo then reporting no free thread, the official SDK waits and resubmits.
         let text = format!(
             "keyrelay has no key in rotation ({} configured); retry later",
