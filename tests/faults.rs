@@ -660,8 +660,8 @@ enum Refusal {
     MayHaveArrived(&'static str),
     /// Transient cooldowns took every key out of rotation.
     NoKeyInRotation,
-    /// A keyrelay bug: no key was in rotation, but a cooldown ended before the answer was
-    /// worded, so it claims "all 0 attempts failed upstream" (see the ignored test
+    /// A keyrelay bug: no key was in rotation, but one came back (its cooldown ended) before
+    /// the answer was worded, so it claims "all 0 attempts failed upstream" (see the ignored test
     /// `a_submit_that_tried_no_key_says_so`). Still a well-formed code that clients retry, so
     /// the fault tests accept it, by its exact text, to stay deterministic until it is fixed.
     ZeroAttempts,
