@@ -13,8 +13,8 @@
 //! These tests run on tokio's single-threaded test runtime: the script, the callers and the
 //! proxy interleave only at `.await`, which makes the phase bookkeeping exact.
 //!
-//! One more test, ignored until keyrelay is fixed, pins down a bug these runs surfaced: a
-//! submit that found no key in rotation can claim "all 0 attempts failed upstream".
+//! One more test pins down a bug these runs surfaced (now fixed): a submit that found no key
+//! in rotation could claim "all 0 attempts failed upstream".
 
 mod common;
 
@@ -502,12 +502,9 @@ impl Report {
     }
 
     /// Submits keyrelay may have sent upstream: all but those it answered without trying a
-    /// key. A plain ERROR_SERVER_ERROR cannot be told apart from the mislabelled "all 0
-    /// attempts", so it counts as tried.
+    /// key.
     fn submits_tried(&self) -> usize {
-        let untried = |e: &Exchange| {
-            Refusal::NoKeyInRotation.matches(e) || (e.json && Refusal::ZeroAttempts.matches(e))
-        };
+        let untried = |e: &Exchange| Refusal::NoKeyInRotation.matches(e);
         self.log
             .iter()
             .filter(|e| e.kind == Kind::Submit && !untried(e))
@@ -660,11 +657,6 @@ enum Refusal {
     MayHaveArrived(&'static str),
     /// Transient cooldowns took every key out of rotation.
     NoKeyInRotation,
-    /// A keyrelay bug: no key was in rotation, but one came back (its cooldown ended) before
-    /// the answer was worded, so it claims "all 0 attempts failed upstream" (see the ignored test
-    /// `a_submit_that_tried_no_key_says_so`). Still a well-formed code that clients retry, so
-    /// the fault tests accept it, by its exact text, to stay deterministic until it is fixed.
-    ZeroAttempts,
 }
 
 const REFUSED_ALL_ATTEMPTS: &str = " attempts failed upstream; retry later";
@@ -682,7 +674,6 @@ impl Refusal {
         match self {
             // max_attempts is 3; a key cooled mid-way can cut the attempts short.
             Refusal::AllAttemptsFailed => matches!(attempts_in(text), Some(1..=3)),
-            Refusal::ZeroAttempts => attempts_in(text) == Some(0),
             Refusal::MayHaveArrived(label) => {
                 text == format!(
                     "the upstream did not answer ({label}); the task may have been created, so keyrelay did not send it again"
@@ -909,11 +900,7 @@ async fn a_5xx_storm_on_every_key_answers_everyone_and_benches_no_key() {
     // until none was left to try.
     assert_fault_answers(
         &report,
-        &[
-            Refusal::AllAttemptsFailed,
-            Refusal::NoKeyInRotation,
-            Refusal::ZeroAttempts,
-        ],
+        &[Refusal::AllAttemptsFailed, Refusal::NoKeyInRotation],
     );
     let metrics = h.metrics().await;
     // Every key was either tried by a submit under the fault or cooled by 5xx answers.
@@ -948,11 +935,7 @@ async fn an_upstream_slower_than_the_timeout_is_answered_in_time() {
     // retry answers CAPCHA_NOT_READY.
     assert_fault_answers(
         &report,
-        &[
-            Refusal::MayHaveArrived("timeout"),
-            Refusal::NoKeyInRotation,
-            Refusal::ZeroAttempts,
-        ],
+        &[Refusal::MayHaveArrived("timeout"), Refusal::NoKeyInRotation],
     );
     for e in report.wholly_faulty().filter(|e| e.kind == Kind::Submit) {
         assert!(
@@ -987,7 +970,6 @@ async fn connection_resets_are_answered_and_no_submit_is_sent_twice() {
         &[
             Refusal::MayHaveArrived("no_answer"),
             Refusal::NoKeyInRotation,
-            Refusal::ZeroAttempts,
         ],
     );
     assert!(
@@ -1034,7 +1016,6 @@ async fn the_upstream_down_then_back_is_recovered_from_without_a_restart() {
             Refusal::AllAttemptsFailed,
             Refusal::MayHaveArrived("no_answer"),
             Refusal::NoKeyInRotation,
-            Refusal::ZeroAttempts,
         ],
     );
     let metrics = h.metrics().await;
@@ -1047,14 +1028,13 @@ async fn the_upstream_down_then_back_is_recovered_from_without_a_restart() {
 }
 
 /// keyrelay decides that no key is in rotation and words its answer at two different
-/// instants (`proxy::submit`: the candidates, then `exhausted`). A key that comes back in
-/// between (a cooldown ending, a refresh restoring it) turns "no key in rotation"
+/// instants (`proxy::submit`: the candidates, then `exhausted`). A key that came back in
+/// between (a cooldown ending, a refresh restoring it) used to turn "no key in rotation"
 /// (ERROR_ZERO_BALANCE, on which the SDK waits) into ERROR_SERVER_ERROR "all 0 attempts
 /// failed upstream", though nothing was sent. Here a thread takes the lone key out and puts
 /// it back as fast as it can while submits run, so many of them straddle a change; every
 /// answer must still be a task id or exactly "no key in rotation".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: a submit that tried no key answers \"all 0 attempts failed upstream\" (ERROR_SERVER_ERROR) if a key comes back while it is being answered"]
 async fn a_submit_that_tried_no_key_says_so() {
     const SUBMITS: usize = 300;
     const FLIPS_AT_MOST: usize = 20_000_000;
