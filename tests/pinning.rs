@@ -176,7 +176,10 @@ async fn ids_lists_are_split_per_key_and_rejoined_in_the_callers_order() {
         let sent = &r.params.iter().rev().find(|(k, _)| k == "ids").unwrap().1;
         for id in sent.split(',') {
             let id: u64 = id.parse().unwrap();
-            assert_eq!(h.sim.task_owner(id).as_deref(), Some(key.as_str()));
+            // An unknown id is probed on every key; a known one goes to its key alone.
+            if let Some(owner) = h.sim.task_owner(id) {
+                assert_eq!(owner, key);
+            }
         }
     }
     h.stop().await;
@@ -357,5 +360,46 @@ async fn a_rate_limited_poll_reads_as_not_ready_not_as_http_429() {
     let answer = h.get(&format!("/res.php?action=get&id={id}")).await;
     assert_eq!(answer.status, 200);
     assert_eq!(answer.text(), "CAPCHA_NOT_READY");
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn unknown_ids_in_an_ids_list_are_found_too() {
+    let h = Harness::three_keys().await;
+    let known = h.submit().await;
+    let direct = h
+        .client
+        .get(
+            format!(
+                "{}/in.php?key={KEY_C}&method=userrecaptcha&googlekey=g&pageurl=p",
+                h.sim.url()
+            )
+            .parse()
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let body = http_body_util::BodyExt::collect(direct.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
+    let stranger: u64 = std::str::from_utf8(&body).unwrap()[3..].parse().unwrap();
+    let answer = h
+        .get(&format!(
+            "/res.php?action=get&ids={known},{stranger},5&json=1"
+        ))
+        .await
+        .json();
+    let items: Vec<&str> = answer["request"].as_str().unwrap().split('|').collect();
+    assert_eq!(items[0], "CAPCHA_NOT_READY");
+    assert_ne!(
+        items[1], "ERROR_WRONG_CAPTCHA_ID",
+        "found on key c: {items:?}"
+    );
+    assert_eq!(items[2], "ERROR_WRONG_CAPTCHA_ID");
+    // Pinned now: a single poll goes straight to c.
+    h.sim.clear_received();
+    h.get(&format!("/res.php?action=get&id={stranger}")).await;
+    assert_eq!(polls_by(&h), vec![("get".to_owned(), KEY_C.to_owned())]);
     h.stop().await;
 }

@@ -39,17 +39,9 @@ async fn poll_one(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
         );
     };
     let Some(key) = owner(ctx, &task) else {
-        return match probe::probe(ctx, parsed, &task).await {
-            probe::Probed::Owner(handled) => handled,
-            probe::Probed::Nobody { rate_limited } => {
-                let text = if rate_limited {
-                    format!("no key of the pool owns task {task} (asked moments ago)")
-                } else {
-                    format!("no key of the pool owns task {task}")
-                };
-                ctx.local_error(WRONG_ID, &text, "unknown_task")
-            }
-        };
+        return probe::probe(ctx, parsed, &task, &[])
+            .await
+            .into_handled(ctx, &task);
     };
     let (attempt, tries) = with_retries(ctx, &key, parsed, &[]).await;
     let outcome = attempt.outcome.label();
@@ -154,10 +146,31 @@ async fn poll_many(ctx: &Ctx, parsed: &ParsedRequest, ids: &str) -> Handled {
         .map(str::trim)
         .filter(|id| !id.is_empty())
         .collect();
-    let owners: Vec<Option<Arc<KeyEntry>>> = ids
+    let mut owners: Vec<Option<Arc<KeyEntry>>> = ids
         .iter()
         .map(|raw| TaskId::parse(raw).and_then(|task| owner(ctx, &task)))
         .collect();
+    // Ids without a pin are looked for across the pool, a bounded number per request; a
+    // found id is pinned and joins its key's group below, which asks for it once more (one
+    // extra poll, the first time only).
+    let unknown: Vec<usize> = (0..ids.len())
+        .filter(|slot| owners[*slot].is_none())
+        .take(probe::MAX_PROBED_IDS)
+        .collect();
+    let probes = join_all(unknown.iter().map(|slot| {
+        let id = ids[*slot];
+        async move {
+            let task = TaskId::parse(id)?;
+            match probe::probe(ctx, parsed, &task, &[("ids", id)]).await {
+                probe::Probed::Owner { key, .. } => Some(key),
+                probe::Probed::Nobody { .. } => None,
+            }
+        }
+    }))
+    .await;
+    for (slot, found) in unknown.into_iter().zip(probes) {
+        owners[slot] = found;
+    }
 
     // Groups in order of first appearance, so requests go out in a stable order.
     let mut groups: Vec<(Arc<KeyEntry>, Vec<usize>)> = Vec::new();

@@ -11,13 +11,18 @@ use futures_util::future::join_all;
 use tokio::time::{Duration, Instant};
 
 use super::{Ctx, Handled};
-use crate::captcha::{Outcome, ParsedRequest, Reply};
+use crate::captcha::{self, Outcome, ParsedRequest};
 use crate::pins::TaskId;
 use crate::pool::KeyEntry;
+use crate::upstream::UpstreamAnswer;
 
 /// At most this many keys are asked about one id, at once: enough for any real pool, and a
 /// bound on the traffic one unknown id can cause.
 pub const MAX_PROBED_KEYS: usize = 16;
+
+/// At most this many unknown ids of one `ids=` poll are probed; the rest answer
+/// `ERROR_WRONG_CAPTCHA_ID` at once, so one request cannot fan out without bound.
+pub const MAX_PROBED_IDS: usize = 8;
 
 /// How long an id no key owns is answered from memory instead of asking again.
 pub const MISS_HOLD: Duration = Duration::from_secs(60);
@@ -55,15 +60,46 @@ impl ProbeMisses {
 
 /// What probing found.
 pub(super) enum Probed {
-    /// A key owns the task; its answer to the caller's request, and the key.
-    Owner(Handled),
+    /// A key owns the task: the key, its answer, and that answer's outcome label.
+    Owner {
+        key: Arc<KeyEntry>,
+        answer: UpstreamAnswer,
+        outcome: &'static str,
+    },
     /// No key owns it, or it was probed without success moments ago.
     Nobody { rate_limited: bool },
 }
 
-/// Asks the pool's keys who owns `task`, with the caller's own request (a `get` has no side
-/// effect on a key that does not own the task; a report is recorded only by the owner).
-pub(super) async fn probe(ctx: &Ctx, parsed: &ParsedRequest, task: &TaskId) -> Probed {
+impl Probed {
+    /// The caller's answer for a single-id request.
+    pub(super) fn into_handled(self, ctx: &Ctx, task: &TaskId) -> Handled {
+        match self {
+            Probed::Owner {
+                key,
+                answer,
+                outcome,
+            } => Handled::upstream(answer, outcome, &key, 1),
+            Probed::Nobody { rate_limited } => {
+                let text = if rate_limited {
+                    format!("no key of the pool owns task {task} (asked moments ago)")
+                } else {
+                    format!("no key of the pool owns task {task}")
+                };
+                ctx.local_error(NOT_MINE[0], &text, "unknown_task")
+            }
+        }
+    }
+}
+
+/// Asks the pool's keys who owns `task`, with the caller's own request and the `extra`
+/// replacements (for a batch poll, `ids` narrowed to this one id). A `get` has no side
+/// effect on a key that does not own the task; a report is recorded only by the owner.
+pub(super) async fn probe(
+    ctx: &Ctx,
+    parsed: &ParsedRequest,
+    task: &TaskId,
+    extra: &[(&str, &str)],
+) -> Probed {
     let now = Instant::now();
     let misses = ctx.app.probe_misses();
     if misses.held(task, now) {
@@ -78,12 +114,17 @@ pub(super) async fn probe(ctx: &Ctx, parsed: &ParsedRequest, task: &TaskId) -> P
         .take(MAX_PROBED_KEYS)
         .cloned()
         .collect();
-    let attempts = join_all(keys.iter().map(|key| ctx.attempt(key, parsed, &[]))).await;
-    for (key, attempt) in keys.iter().zip(attempts) {
+    let attempts = join_all(keys.iter().map(|key| ctx.attempt(key, parsed, extra))).await;
+    for (key, attempt) in keys.into_iter().zip(attempts) {
         // Only an answer about the task shows ownership: a result, "not ready", or a verdict
         // on the task such as unsolvable. A key that is dead or busy says nothing either way.
-        let not_mine =
-            matches!(&attempt.reply, Reply::Error(code) if NOT_MINE.contains(&code.as_str()));
+        // Read as a one-item answer, so that both a single poll's `ERROR_WRONG_CAPTCHA_ID`
+        // and a batch poll's `{"status":1,"request":"ERROR_WRONG_CAPTCHA_ID"}` say "not mine".
+        let not_mine = match &attempt.result {
+            Ok(answer) => captcha::split_ids_reply(&answer.body, 1)
+                .is_some_and(|items| NOT_MINE.contains(&items[0].as_str())),
+            Err(_) => true,
+        };
         let about_the_task = matches!(attempt.outcome, Outcome::Success | Outcome::CallerError);
         if not_mine || !about_the_task {
             continue;
@@ -100,7 +141,11 @@ pub(super) async fn probe(ctx: &Ctx, parsed: &ParsedRequest, task: &TaskId) -> P
         misses.forget(task);
         count(ctx, "found");
         tracing::info!(key = %key.name, task_id = %task, "unknown task found on a key and pinned");
-        return Probed::Owner(Handled::upstream(answer, outcome, key, 1));
+        return Probed::Owner {
+            key,
+            answer,
+            outcome,
+        };
     }
     misses.remember(task.clone(), now);
     count(ctx, "not_found");
