@@ -121,11 +121,13 @@ async fn serve(path: &Path) -> anyhow::Result<()> {
         .with_context(|| format!("cannot listen on {listen}"))?;
     // The bound address, not the configured one: with port 0 only this says where to connect.
     let addr = listener.local_addr()?;
-    // Built before the "listening" line, so SIGHUP is handled once anyone can know we run.
+    // Signal handlers go in before the "listening" line, so every signal sent once anyone
+    // can know we run is handled rather than killing the process.
     let watcher = keyrelay::reload::watch(app.clone(), path.to_owned());
+    let shutdown = keyrelay::server::shutdown_signal();
     tracing::info!(%addr, %upstream, keys, "keyrelay listening");
     let watcher = tokio::spawn(watcher);
-    keyrelay::server::run(listener, app, keyrelay::server::shutdown_signal()).await?;
+    keyrelay::server::run(listener, app, shutdown).await?;
     watcher.abort();
     Ok(())
 }

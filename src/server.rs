@@ -136,30 +136,36 @@ async fn flush_pins(app: &App) {
     }
 }
 
-/// Resolves on Ctrl-C or, on Unix, SIGTERM.
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
+/// Resolves on Ctrl-C (SIGINT) or, on Unix, SIGTERM. The handlers are installed when this
+/// is called, not when the future is first polled: a signal that arrives in between would
+/// otherwise kill the process with the default action instead of draining it.
+pub fn shutdown_signal() -> impl Future<Output = ()> + Send {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let interrupt = signal(SignalKind::interrupt());
+        let terminate = signal(SignalKind::terminate());
+        async move {
+            match (interrupt, terminate) {
+                (Ok(mut interrupt), Ok(mut terminate)) => {
+                    tokio::select! {
+                        _ = interrupt.recv() => {},
+                        _ = terminate.recv() => {},
+                    }
+                }
+                (interrupt, terminate) => {
+                    let error = interrupt.err().or(terminate.err());
+                    tracing::error!(error = ?error, "cannot listen for SIGINT/SIGTERM");
+                    std::future::pending::<()>().await;
+                }
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    async {
         if let Err(e) = tokio::signal::ctrl_c().await {
             tracing::error!(error = %e, "cannot listen for Ctrl-C");
             std::future::pending::<()>().await;
         }
-    };
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "cannot listen for SIGTERM");
-                std::future::pending::<()>().await;
-            }
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {},
-        () = terminate => {},
     }
 }
