@@ -33,7 +33,8 @@ pub struct ParsedRequest {
     query: String,
     body: Bytes,
     kind: BodyKind,
-    /// Query pairs first, then body pairs, each in wire order; the last match wins.
+    /// Query pairs first, then body pairs, each in wire order; the last match wins. Names
+    /// from the query and form bodies are as PHP keys them ([`php_name`]).
     params: Vec<(String, String)>,
     layout: Layout,
 }
@@ -126,7 +127,8 @@ impl ParsedRequest {
     }
 
     /// The value PHP's `$_REQUEST[name]` would hold: body beats query, last duplicate wins.
-    /// File parts of a multipart body are not params.
+    /// File parts of a multipart body are not params. Names were normalised as PHP does
+    /// (` key`, `key\0x` and `key[]` are all `key`), so `name` is a plain name.
     pub fn param(&self, name: &str) -> Option<&str> {
         // Body pairs come after query pairs, so the last match is the winner on both counts.
         self.params
@@ -136,7 +138,7 @@ impl ParsedRequest {
             .map(|(_, v)| v.as_str())
     }
 
-    /// Every (name, value) pair, query first then body, in wire order.
+    /// Every (name, value) pair, query first then body, in wire order; names as PHP keys them.
     pub fn params(&self) -> &[(String, String)] {
         &self.params
     }
@@ -162,9 +164,10 @@ impl ParsedRequest {
 
     /// Builds what goes upstream. For each `(name, value)` in `set`, every occurrence of `name`
     /// in the query and in the body is removed and the new value takes the place of the first
-    /// one (once in the query, once in the body, wherever the name occurred). A name found
-    /// nowhere is appended to the query. All other bytes are copied unchanged. If `set` names
-    /// a param twice, its first value is used.
+    /// one (once in the query, once in the body, wherever the name occurred). An occurrence is
+    /// any spelling PHP reads as `name` (`+name`, `name%00x`, `name[]`), and the replaced one
+    /// keeps its spelling. A name found nowhere is appended to the query. All other bytes are
+    /// copied unchanged. If `set` names a param twice, its first value is used.
     pub fn rewrite(&self, set: &[(&str, &str)]) -> Rewritten {
         let mut in_query = vec![false; set.len()];
         let mut in_body = vec![false; set.len()];
@@ -272,10 +275,26 @@ fn echo(input: &str) -> &str {
 // === urlencoded pairs (query and form bodies) ===
 
 /// Decodes `a=1&b=2` with percent and `+` decoding; invalid UTF-8 is replaced, never an error.
+/// Names are normalised as PHP does.
 fn decode_pairs(raw: &[u8]) -> Vec<(String, String)> {
     form_urlencoded::parse(raw)
-        .map(|(name, value)| (name.into_owned(), value.into_owned()))
+        .map(|(name, value)| (php_name(&name).to_owned(), value.into_owned()))
         .collect()
+}
+
+/// The name PHP files a decoded param name under in `$_REQUEST` (php-src
+/// `php_register_variable_ex`): cut at the first NUL (it handles names as C strings), leading
+/// spaces dropped, and for `name[...]` only the part before `[`, because PHP makes
+/// `$_REQUEST['name']` an array from it. A `[` with no `]` after it is not an array (PHP
+/// turns it into `_`), so such a name is kept. Comparing normalised names means no spelling
+/// PHP reads as `key` passes keyrelay as some other param.
+pub(super) fn php_name(name: &str) -> &str {
+    let name = name.split('\0').next().unwrap_or_default();
+    let name = name.trim_start_matches(' ');
+    match name.find('[') {
+        Some(open) if name[open..].contains(']') => &name[..open],
+        _ => name,
+    }
 }
 
 /// Replaces the first pair named in `set` with `name=<encoded value>` and drops later pairs of
@@ -287,7 +306,10 @@ fn splice_pairs(raw: &[u8], set: &[(&str, &str)], seen: &mut [bool]) -> Option<V
     let mut changed = false;
     for pair in raw.split(|&b| b == b'&') {
         let raw_name = pair.split(|&b| b == b'=').next().unwrap_or_default();
-        let slot = decode_name(raw_name).and_then(|name| set.iter().position(|(n, _)| *n == name));
+        let slot = decode_name(raw_name).and_then(|name| {
+            let name = php_name(&name);
+            set.iter().position(|(n, _)| *n == name)
+        });
         match slot {
             None => kept.push(Cow::Borrowed(pair)),
             Some(slot) if !seen[slot] => {
@@ -308,7 +330,7 @@ fn splice_pairs(raw: &[u8], set: &[(&str, &str)], seen: &mut [bool]) -> Option<V
     changed.then(|| kept.join(&b'&'))
 }
 
-/// A pair's name as PHP sees it; `None` for an empty name, which matches nothing.
+/// A pair's name, decoded but not yet normalised; `None` for an empty name.
 fn decode_name(raw_name: &[u8]) -> Option<Cow<'_, str>> {
     form_urlencoded::parse(raw_name)
         .next()
@@ -618,6 +640,100 @@ mod tests {
             debug,
             r#"ParsedRequest { kind: Form, params: ["key", "body"], query_len: 16, body_len: 15 }"#
         );
+    }
+
+    // === names as PHP keys them ===
+
+    #[test]
+    fn php_name_normalises_like_php_register_variable() {
+        let cases = [
+            ("key", "key"),
+            (" key", "key"),
+            ("   key", "key"),
+            ("key\0x", "key"),
+            ("key\0[", "key"),
+            ("\0key", ""),
+            ("key[]", "key"),
+            ("key[x]", "key"),
+            ("key[x]junk", "key"),
+            (" key[ ]", "key"),
+            ("key[a][b]", "key"),
+            ("[x]", ""),
+            // No `]` after the `[`: PHP makes it `key_`, not an array.
+            ("key[", "key["),
+            ("key[x", "key[x"),
+            ("key]", "key]"),
+            // Only leading spaces go; tabs, trailing spaces and inner spaces stay.
+            ("\tkey", "\tkey"),
+            ("key ", "key "),
+            ("k ey", "k ey"),
+            ("KEY", "KEY"),
+            ("", ""),
+        ];
+        for (name, expected) in cases {
+            assert_eq!(php_name(name), expected, "{name:?}");
+        }
+    }
+
+    #[test]
+    fn urlencoded_names_php_reads_as_key_are_keys() {
+        let query = "+key=A&%20%20key=B&key%00x=C&key[]=D&k%65y[x]=E&json=1&key[=F&key_=G";
+        let request = parse(query, None, b"");
+        assert_eq!(
+            pairs(&request),
+            [
+                ("key", "A"),
+                ("key", "B"),
+                ("key", "C"),
+                ("key", "D"),
+                ("key", "E"),
+                ("json", "1"),
+                ("key[", "F"),
+                ("key_", "G"),
+            ]
+        );
+        assert_eq!(request.param("key"), Some("E"));
+        // The first occurrence keeps its spelling, the others go; look-alikes stay.
+        assert_eq!(
+            rewrite_key(&request).0,
+            format!("+key={POOL}&json=1&key[=F&key_=G")
+        );
+
+        let request = parse("json=1", FORM, b"a=1&key%00=CALLER&b=2&+key=CALLER2");
+        assert_eq!(request.param("key"), Some("CALLER2"));
+        assert_eq!(
+            rewrite_key(&request),
+            (
+                "json=1".to_owned(),
+                format!("a=1&key%00={POOL}&b=2").into_bytes()
+            )
+        );
+    }
+
+    #[test]
+    fn a_php_spelling_of_key_in_the_query_is_replaced_when_the_body_has_none() {
+        let request = parse("key[]=CALLER&json=1", FORM, b"method=post");
+        let rewritten = request.rewrite(&[("key", POOL)]);
+        assert_eq!(rewritten.query, format!("key[]={POOL}&json=1"));
+        assert_eq!(&rewritten.body[..], b"method=post");
+    }
+
+    #[test]
+    fn param_lookups_see_the_names_php_sees() {
+        let request = parse("+action=get&id[]=7&json%00x=1", FORM, b"%20ids=1,2");
+        assert_eq!(request.action(), Some("get"));
+        assert_eq!(request.param("id"), Some("7"));
+        assert_eq!(request.param("ids"), Some("1,2"));
+        assert!(request.wants_json());
+        assert_eq!(request.param(" ids"), None);
+    }
+
+    #[test]
+    fn json_member_names_are_not_php_names() {
+        // A JSON body is not read by PHP's form parser, so its names are kept as sent.
+        let request = parse("", JSON, br#"{" key":"a","key[]":"b"}"#);
+        assert_eq!(pairs(&request), [(" key", "a"), ("key[]", "b")]);
+        assert_eq!(request.param("key"), None);
     }
 
     // === rewriting urlencoded query and form bodies ===
