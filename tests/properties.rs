@@ -691,7 +691,6 @@ fn one_part_body(disposition: &str) -> Vec<u8> {
 }
 
 #[test]
-#[ignore = "bug: a repeated `name` in Content-Disposition: keyrelay takes the first, PHP the last"]
 fn multipart_repeated_name_parameter() {
     // keyrelay sees a param `x`, appends key=<pool> to the query and forwards the part;
     // PHP's rfc1867 overwrites `name` on each occurrence and reads $_POST['key'].
@@ -700,7 +699,6 @@ fn multipart_repeated_name_parameter() {
 }
 
 #[test]
-#[ignore = "bug: a single-quoted `name='key'` is a key to PHP, not to keyrelay"]
 fn multipart_single_quoted_name() {
     // keyrelay reads the name as `'key'`; PHP's getword_conf strips ' as well as ".
     let body = one_part_body("Content-Disposition: form-data; name='key'");
@@ -708,7 +706,6 @@ fn multipart_single_quoted_name() {
 }
 
 #[test]
-#[ignore = "bug: `filename*` alone makes keyrelay skip a part that PHP reads as a text param"]
 fn multipart_filename_star_without_filename() {
     // keyrelay treats the part as an upload and leaves it alone; PHP only looks for
     // `filename`, so for PHP this is the text param `key`.

@@ -34,7 +34,7 @@ pub struct ParsedRequest {
     body: Bytes,
     kind: BodyKind,
     /// Query pairs first, then body pairs, each in wire order; the last match wins. Names
-    /// from the query and form bodies are as PHP keys them ([`php_name`]).
+    /// from the query, form and multipart bodies are as PHP keys them ([`php_name`]).
     params: Vec<(String, String)>,
     layout: Layout,
 }
@@ -1000,6 +1000,38 @@ mod tests {
             &rewritten.body[..],
             &b"--b\r\nContent-Disposition: form-data; name=\"pageurl\"\r\n\r\na b\r\n--b--"[..]
         );
+    }
+
+    // === multipart spellings PHP reads as `key` ===
+
+    fn one_part(disposition: &str) -> Vec<u8> {
+        format!("--b\r\nContent-Disposition: {disposition}\r\n\r\nCALLER\r\n--b--\r\n").into_bytes()
+    }
+
+    const MULTIPART_B: Option<&str> = Some("multipart/form-data; boundary=b");
+
+    #[test]
+    fn multipart_dispositions_php_reads_as_a_key_part_are_rewritten() {
+        for disposition in [
+            r#"form-data; name="x"; name="key""#,
+            "form-data; name='key'",
+            "form-data; name=\"key\"; filename*=UTF-8''k.txt",
+            r#"form-data; name="key"; filename ="k.txt""#,
+            r#"form-data; name=" key""#,
+            r#"form-data; name="key[]""#,
+            r#"name="key""#,
+        ] {
+            let request = parse("json=1", MULTIPART_B, &one_part(disposition));
+            assert_eq!(request.param("key"), Some("CALLER"), "{disposition}");
+            let expected = String::from_utf8(one_part(disposition))
+                .expect("ascii")
+                .replace("CALLER", POOL);
+            assert_eq!(
+                rewrite_key(&request),
+                ("json=1".to_owned(), expected.into_bytes()),
+                "{disposition}"
+            );
+        }
     }
 
     // === rewriting JSON bodies ===
