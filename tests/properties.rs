@@ -715,7 +715,6 @@ fn multipart_filename_star_without_filename() {
 }
 
 #[test]
-#[ignore = "bug: PHP ends a part at LF--boundary; keyrelay only at CRLF--boundary"]
 fn multipart_bare_lf_delimiter_inside_a_part() {
     // keyrelay sees one part `x` whose value runs to the CRLF delimiter; PHP's reader looks
     // for "\n--boundary" and finds a second part, `key`.
@@ -728,7 +727,6 @@ fn multipart_bare_lf_delimiter_inside_a_part() {
 }
 
 #[test]
-#[ignore = "bug: PHP keeps reading parts after the close delimiter; keyrelay copies them as epilogue"]
 fn multipart_part_after_the_close_delimiter() {
     // After `--boundary--` keyrelay copies everything verbatim; PHP's find_boundary skips the
     // `--boundary--` line and parses the next `--boundary` line as the start of a part.

@@ -6,8 +6,11 @@
 //! (RFC 2046 §5.1.1): `--boundary` opens the first part, `CRLF--boundary` ends each part's
 //! content, and `--` after a delimiter closes the body.
 //!
-//! The upstream most likely reads the body with PHP (php-src `main/rfc1867.c`), so a part's
-//! Content-Disposition is read as PHP reads it.
+//! The upstream most likely reads the body with PHP (php-src `main/rfc1867.c`), which is
+//! looser than the RFC: it also ends a part at a bare `LF--boundary`, keeps looking for parts
+//! after the close delimiter, and reads Content-Disposition its own way. Where PHP could see a
+//! part this splitter does not, the body is refused; Content-Disposition is read as PHP
+//! reads it.
 
 use std::ops::Range;
 
@@ -44,12 +47,15 @@ impl Part {
 /// Splits `body` into parts.
 ///
 /// # Errors
-/// `MalformedMultipart` when a delimiter is missing or followed by junk, or a part's headers
-/// are not well-formed or not ended by a blank line.
+/// `MalformedMultipart` when a delimiter is missing or followed by junk, a part's headers
+/// are not well-formed or not ended by a blank line, or PHP would split the body differently
+/// (a bare `LF--boundary`, a delimiter after the close delimiter, a Content-Disposition
+/// `name` PHP reads from another parameter).
 pub(super) fn split(body: &[u8], boundary: &str) -> Result<Vec<Part>, RequestError> {
     let dash_boundary = format!("--{boundary}");
     let delimiter = format!("\r\n--{boundary}");
     let finder = memmem::Finder::new(delimiter.as_bytes());
+    refuse_bare_lf_delimiters(body, boundary)?;
 
     // `cursor` always points just past a `--boundary`. The first one opens the body or ends
     // a preamble line.
@@ -69,7 +75,13 @@ pub(super) fn split(body: &[u8], boundary: &str) -> Result<Vec<Part>, RequestErr
             return Err(RequestError::MalformedMultipart("no closing boundary"));
         }
         if after_boundary.starts_with(b"--") {
-            // The close delimiter; whatever follows is epilogue, copied verbatim.
+            // The close delimiter; whatever follows is epilogue, copied verbatim. PHP does not
+            // stop at it: it reads on for a `--boundary` line and parses a part after one.
+            if finder.find(&after_boundary[2..]).is_some() {
+                return Err(RequestError::MalformedMultipart(
+                    "boundary after the close delimiter",
+                ));
+            }
             return Ok(parts);
         }
         let part_start = cursor
@@ -133,6 +145,18 @@ pub(super) fn splice(
     }
     out.extend_from_slice(body.get(copied_to..)?);
     Some(out)
+}
+
+/// PHP ends a part's content at `LF--boundary` whether or not a CR comes first, so a bare one
+/// can hide a part (or a whole body) from this splitter. Real clients always send CRLF.
+fn refuse_bare_lf_delimiters(body: &[u8], boundary: &str) -> Result<(), RequestError> {
+    let bare_delimiter = format!("\n--{boundary}");
+    let bare = memmem::find_iter(body, bare_delimiter.as_bytes())
+        .any(|at| at == 0 || body[at - 1] != b'\r');
+    if bare {
+        return Err(RequestError::MalformedMultipart("boundary after a bare LF"));
+    }
+    Ok(())
 }
 
 /// After `--boundary`: optional transport padding (spaces, tabs), then CRLF. Returns the
@@ -513,6 +537,65 @@ mod tests {
                 String::from_utf8_lossy(body)
             );
         }
+    }
+
+    // === bodies PHP would split differently ===
+
+    #[test]
+    fn a_bare_lf_boundary_anywhere_is_refused() {
+        let bodies: [&[u8]; 6] = [
+            // Inside a text part: PHP ends `x` there and reads a part `key`.
+            b"--b\r\nContent-Disposition: form-data; name=x\r\n\r\nhello\n\
+              --b\nContent-Disposition: form-data; name=key\n\nK\r\n--b--",
+            // Inside a file.
+            b"--b\r\nContent-Disposition: form-data; name=f; filename=f\r\n\r\n\x00\n--b\r\n\r\n--b--",
+            // In the preamble, at the very start, and as the only line ending of a delimiter.
+            b"preamble\n--b\r\n\r\nv\r\n--b--",
+            b"\n--b\r\n\r\nv\r\n--b--",
+            b"--b\r\n\r\nv\n--b--",
+            // In the epilogue.
+            b"--b\r\n\r\nv\r\n--b--\r\nepilogue\n--b\r\n\r\nw\r\n--b--",
+        ];
+        for body in bodies {
+            assert_eq!(
+                split(body, "b").unwrap_err(),
+                RequestError::MalformedMultipart("boundary after a bare LF"),
+                "{}",
+                String::from_utf8_lossy(body)
+            );
+        }
+    }
+
+    #[test]
+    fn lf_and_boundary_look_alikes_are_content() {
+        // A CR before the LF, a shorter dash run, or another boundary are not delimiters.
+        let body = b"--b\r\nContent-Disposition: form-data; name=f; filename=f\r\n\r\n\
+            \n-b\n--c\n-\r\n-b\r\n--b--";
+        let parts = split(body, "b").expect("well-formed");
+        assert_eq!(&body[parts[0].content.clone()], b"\n-b\n--c\n-\r\n-b");
+    }
+
+    #[test]
+    fn a_delimiter_after_the_close_delimiter_is_refused() {
+        let body = b"--b\r\nContent-Disposition: form-data; name=x\r\n\r\n1\r\n--b--\r\n\
+            --b\r\nContent-Disposition: form-data; name=key\r\n\r\nK\r\n--b--\r\n";
+        assert_eq!(
+            split(body, "b").unwrap_err(),
+            RequestError::MalformedMultipart("boundary after the close delimiter")
+        );
+        // Right after the close marker, too.
+        assert_eq!(
+            split(b"--b\r\n\r\nv\r\n--b--\r\n--b--", "b").unwrap_err(),
+            RequestError::MalformedMultipart("boundary after the close delimiter")
+        );
+    }
+
+    #[test]
+    fn an_epilogue_without_a_delimiter_is_kept() {
+        let body = b"--b\r\n\r\nv\r\n--b--\r\nepilogue -b --c\r\n";
+        let parts = split(body, "b").expect("well-formed");
+        assert_eq!(parts.len(), 1);
+        assert_eq!(&body[parts[0].content.clone()], b"v");
     }
 
     #[test]

@@ -839,10 +839,11 @@ mod tests {
 
     // === rewriting multipart bodies ===
 
-    /// Every byte value, plus sequences that look like a delimiter but are not one.
+    /// Every byte value, plus sequences that look like a delimiter but are not one (not even
+    /// to PHP, which also splits on a bare `\n--XBOUNDARY`).
     fn binary_file() -> Vec<u8> {
         let mut file: Vec<u8> = (0..=255u8).collect();
-        file.extend(b"\r\n--\r\n--XBOUNDAR\r\n-XBOUNDARY\n--XBOUNDARY\r--XBOUNDARY\r\n");
+        file.extend(b"\r\n--\r\n--XBOUNDAR\r\n-XBOUNDARY\n-XBOUNDARY\n--XBOUNDAR\r--XBOUNDARY\r\n");
         file.extend((0..=255u8).rev());
         file
     }
@@ -975,7 +976,7 @@ mod tests {
         let body = b"This is a preamble.\r\n--=_Part 1; x\t \r\n\
             Content-Disposition: form-data; name=\"key\"\r\n\r\nCALLER\r\n\
             --=_Part 1; x\r\nContent-Disposition: form-data; name=\"json\"\r\n\r\n1\r\n\
-            --=_Part 1; x--\r\nepilogue \r\n--=_Part 1; x\r\n";
+            --=_Part 1; x--\r\nepilogue \r\n";
         let content_type = r#"Multipart/Form-Data; charset=utf-8; BOUNDARY="=_Part 1; x""#;
         let request = parse("", Some(content_type), body);
         assert_eq!(
@@ -1032,6 +1033,29 @@ mod tests {
                 "{disposition}"
             );
         }
+    }
+
+    #[test]
+    fn multipart_bodies_php_splits_differently_are_refused() {
+        let bare_lf = b"--b\r\nContent-Disposition: form-data; name=\"x\"\r\n\r\nhello\n\
+            --b\nContent-Disposition: form-data; name=\"key\"\n\nCALLER\r\n--b--\r\n";
+        assert_eq!(
+            parse_err(MULTIPART_B, bare_lf),
+            RequestError::MalformedMultipart("boundary after a bare LF")
+        );
+        let after_close =
+            b"--b\r\nContent-Disposition: form-data; name=\"x\"\r\n\r\n1\r\n--b--\r\n\
+            --b\r\nContent-Disposition: form-data; name=\"key\"\r\n\r\nCALLER\r\n--b--\r\n";
+        let err = parse_err(MULTIPART_B, after_close);
+        assert_eq!(
+            err,
+            RequestError::MalformedMultipart("boundary after the close delimiter")
+        );
+        assert_eq!(
+            err.to_string(),
+            "malformed multipart body: boundary after the close delimiter"
+        );
+        assert_eq!(err.code(), "ERROR_BAD_PARAMETERS");
     }
 
     // === rewriting JSON bodies ===
