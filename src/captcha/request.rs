@@ -64,6 +64,10 @@ pub enum RequestError {
     /// `multipart/form-data` without a usable `boundary` parameter.
     #[error("multipart/form-data content type without a boundary")]
     MissingBoundary,
+    /// A `boundary` parameter PHP reads differently (a second `boundary`, spaces or a comma
+    /// in the value), so PHP would split the body at other places than keyrelay.
+    #[error("ambiguous multipart/form-data boundary parameter")]
+    AmbiguousBoundary,
     /// A multipart body that does not follow its boundary structure.
     #[error("malformed multipart body: {0}")]
     MalformedMultipart(&'static str),
@@ -246,6 +250,9 @@ fn body_kind(content_type: Option<&str>, body: &[u8]) -> Result<BodyKind, Reques
                 .map(|(_, value)| value)
                 .filter(|boundary| !boundary.is_empty())
                 .ok_or(RequestError::MissingBoundary)?;
+            if php_boundary(content_type) != Some(boundary.as_str()) {
+                return Err(RequestError::AmbiguousBoundary);
+            }
             Ok(BodyKind::Multipart { boundary })
         }
         "application/json" => Ok(BodyKind::Json),
@@ -254,6 +261,23 @@ fn body_kind(content_type: Option<&str>, body: &[u8]) -> Result<BodyKind, Reques
         _ => Err(RequestError::UnsupportedContentType(
             echo(content_type).to_owned(),
         )),
+    }
+}
+
+/// The boundary PHP's rfc1867 handler takes from a Content-Type: it looks for the text
+/// `boundary` anywhere (exact case first, then any case) and the first `=` after it, and
+/// reads a `"`-quoted value up to the next `"`, or else up to a `,` or `;`. So in
+/// `xboundary=P; boundary=K` PHP splits the body on `P`. `None` where PHP finds no boundary.
+fn php_boundary(content_type: &str) -> Option<&str> {
+    // ASCII lowercasing keeps every byte offset.
+    let at = content_type
+        .find("boundary")
+        .or_else(|| content_type.to_ascii_lowercase().find("boundary"))?;
+    let after = &content_type[at..];
+    let value = &after[after.find('=')? + 1..];
+    match value.strip_prefix('"') {
+        Some(quoted) => quoted.find('"').map(|end| &quoted[..end]),
+        None => Some(value.find([',', ';']).map_or(value, |end| &value[..end])),
     }
 }
 
@@ -597,6 +621,65 @@ mod tests {
             assert_eq!(err, RequestError::MissingBoundary, "{content_type}");
             assert_eq!(err.code(), "ERROR_BAD_PARAMETERS");
         }
+    }
+
+    #[test]
+    fn php_boundary_reads_like_rfc1867() {
+        let cases = [
+            ("multipart/form-data; boundary=K", Some("K")),
+            ("multipart/form-data; charset=utf-8; boundary=K", Some("K")),
+            ("multipart/form-data; boundary=K; charset=utf-8", Some("K")),
+            (r#"multipart/form-data; boundary="K; x""#, Some("K; x")),
+            (
+                r#"Multipart/Form-Data; BOUNDARY="=_Part 1; x""#,
+                Some("=_Part 1; x"),
+            ),
+            // The first `boundary` text wins, exact case before any case.
+            ("multipart/form-data; xboundary=P; boundary=K", Some("P")),
+            ("multipart/form-data; BOUNDARY=P; boundary=K", Some("K")),
+            // No trimming, no escapes, a comma ends an unquoted value.
+            ("multipart/form-data; boundary = K", Some(" K")),
+            ("multipart/form-data; boundary=K ;x=y", Some("K ")),
+            ("multipart/form-data; boundary=a,b", Some("a")),
+            (r#"multipart/form-data; boundary="a\"b""#, Some("a\\")),
+            // Missing, or a quote never closed.
+            ("multipart/form-data", None),
+            ("multipart/form-data; boundary", None),
+            (r#"multipart/form-data; boundary="K"#, None),
+        ];
+        for (content_type, expected) in cases {
+            assert_eq!(php_boundary(content_type), expected, "{content_type}");
+        }
+    }
+
+    #[test]
+    fn a_boundary_php_reads_differently_is_refused() {
+        // PHP splits this body on `P` and reads a part `key` that keyrelay, splitting on `K`,
+        // sees as the content of part `x`.
+        let body = b"--K\r\nContent-Disposition: form-data; name=\"x\"\r\n\r\n\
+            --P\r\nContent-Disposition: form-data; name=\"key\"\r\n\r\nCALLER\r\n--P--\r\n\
+            \r\n--K--\r\n";
+        for content_type in [
+            "multipart/form-data; xboundary=P; boundary=K",
+            "multipart/form-data; boundary = K",
+            "multipart/form-data; boundary=K ;charset=utf-8",
+            "multipart/form-data; boundary=K,P",
+            r#"multipart/form-data; boundary="K\"""#,
+        ] {
+            let err = parse_err(Some(content_type), body);
+            assert_eq!(err, RequestError::AmbiguousBoundary, "{content_type}");
+            assert_eq!(
+                err.to_string(),
+                "ambiguous multipart/form-data boundary parameter"
+            );
+            assert_eq!(err.code(), "ERROR_BAD_PARAMETERS");
+        }
+        let request = parse(
+            "",
+            Some("multipart/form-data; charset=utf-8; boundary=K"),
+            body,
+        );
+        assert_eq!(pairs(&request)[0].0, "x");
     }
 
     #[test]
