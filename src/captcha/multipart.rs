@@ -8,7 +8,8 @@
 //!
 //! The upstream most likely reads the body with PHP (php-src `main/rfc1867.c`), which is
 //! looser than the RFC: it also ends a part at a bare `LF--boundary`, keeps looking for parts
-//! after the close delimiter, and reads Content-Disposition its own way. Where PHP could see a
+//! after the close delimiter, cuts lines longer than 5 KiB into pieces it compares with
+//! `--boundary`, and reads Content-Disposition its own way. Where PHP could see a
 //! part this splitter does not, the body is refused; Content-Disposition is read as PHP
 //! reads it.
 
@@ -48,9 +49,8 @@ impl Part {
 ///
 /// # Errors
 /// `MalformedMultipart` when a delimiter is missing or followed by junk, a part's headers
-/// are not well-formed or not ended by a blank line, or PHP would split the body differently
-/// (a bare `LF--boundary`, a delimiter after the close delimiter, a Content-Disposition
-/// `name` PHP reads from another parameter).
+/// are not well-formed or not ended by a blank line, or PHP could split the body differently
+/// (a bare `LF--boundary`, or `--boundary` in the preamble or after the close delimiter).
 pub(super) fn split(body: &[u8], boundary: &str) -> Result<Vec<Part>, RequestError> {
     let dash_boundary = format!("--{boundary}");
     let delimiter = format!("\r\n--{boundary}");
@@ -65,6 +65,11 @@ pub(super) fn split(body: &[u8], boundary: &str) -> Result<Vec<Part>, RequestErr
         let at = finder
             .find(body)
             .ok_or(RequestError::MalformedMultipart("no opening boundary"))?;
+        // PHP reads the preamble line by line, and cuts a line longer than its 5 KiB buffer
+        // into pieces that it compares with `--boundary` too.
+        if memmem::find(&body[..at], dash_boundary.as_bytes()).is_some() {
+            return Err(RequestError::MalformedMultipart("boundary in the preamble"));
+        }
         at + delimiter.len()
     };
 
@@ -76,8 +81,9 @@ pub(super) fn split(body: &[u8], boundary: &str) -> Result<Vec<Part>, RequestErr
         }
         if after_boundary.starts_with(b"--") {
             // The close delimiter; whatever follows is epilogue, copied verbatim. PHP does not
-            // stop at it: it reads on for a `--boundary` line and parses a part after one.
-            if finder.find(&after_boundary[2..]).is_some() {
+            // stop at it: it reads on for a `--boundary` line (or a 5 KiB piece of a longer
+            // line) and parses a part after one.
+            if memmem::find(&after_boundary[2..], dash_boundary.as_bytes()).is_some() {
                 return Err(RequestError::MalformedMultipart(
                     "boundary after the close delimiter",
                 ));
@@ -586,6 +592,28 @@ mod tests {
         // Right after the close marker, too.
         assert_eq!(
             split(b"--b\r\n\r\nv\r\n--b--\r\n--b--", "b").unwrap_err(),
+            RequestError::MalformedMultipart("boundary after the close delimiter")
+        );
+    }
+
+    #[test]
+    fn a_boundary_mid_line_in_the_preamble_or_epilogue_is_refused() {
+        // PHP reads a line longer than its 5 KiB buffer in 5 KiB pieces, so a `--b` after
+        // 5120 bytes of one line starts a part for PHP; keyrelay sees no part there.
+        let mut hidden = vec![b'A'; 5120];
+        hidden.extend(b"--b\r\nContent-Disposition: form-data; name=key\r\n\r\nK\r\n--b--");
+        assert_eq!(
+            split(&hidden, "b").unwrap_err(),
+            RequestError::MalformedMultipart("boundary in the preamble")
+        );
+        assert_eq!(
+            split(b"pre --b-- amble\r\n--b\r\n\r\nv\r\n--b--", "b").unwrap_err(),
+            RequestError::MalformedMultipart("boundary in the preamble")
+        );
+        let mut after_close = b"--b\r\n\r\nv\r\n--b--".to_vec();
+        after_close.extend(&hidden);
+        assert_eq!(
+            split(&after_close, "b").unwrap_err(),
             RequestError::MalformedMultipart("boundary after the close delimiter")
         );
     }
