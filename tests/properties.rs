@@ -691,7 +691,6 @@ fn one_part_body(disposition: &str) -> Vec<u8> {
 }
 
 #[test]
-#[ignore = "bug: a repeated `name` in Content-Disposition: keyrelay takes the first, PHP the last"]
 fn multipart_repeated_name_parameter() {
     // keyrelay sees a param `x`, appends key=<pool> to the query and forwards the part;
     // PHP's rfc1867 overwrites `name` on each occurrence and reads $_POST['key'].
@@ -700,7 +699,6 @@ fn multipart_repeated_name_parameter() {
 }
 
 #[test]
-#[ignore = "bug: a single-quoted `name='key'` is a key to PHP, not to keyrelay"]
 fn multipart_single_quoted_name() {
     // keyrelay reads the name as `'key'`; PHP's getword_conf strips ' as well as ".
     let body = one_part_body("Content-Disposition: form-data; name='key'");
@@ -708,7 +706,6 @@ fn multipart_single_quoted_name() {
 }
 
 #[test]
-#[ignore = "bug: `filename*` alone makes keyrelay skip a part that PHP reads as a text param"]
 fn multipart_filename_star_without_filename() {
     // keyrelay treats the part as an upload and leaves it alone; PHP only looks for
     // `filename`, so for PHP this is the text param `key`.
@@ -718,7 +715,6 @@ fn multipart_filename_star_without_filename() {
 }
 
 #[test]
-#[ignore = "bug: PHP ends a part at LF--boundary; keyrelay only at CRLF--boundary"]
 fn multipart_bare_lf_delimiter_inside_a_part() {
     // keyrelay sees one part `x` whose value runs to the CRLF delimiter; PHP's reader looks
     // for "\n--boundary" and finds a second part, `key`.
@@ -731,7 +727,6 @@ fn multipart_bare_lf_delimiter_inside_a_part() {
 }
 
 #[test]
-#[ignore = "bug: PHP keeps reading parts after the close delimiter; keyrelay copies them as epilogue"]
 fn multipart_part_after_the_close_delimiter() {
     // After `--boundary--` keyrelay copies everything verbatim; PHP's find_boundary skips the
     // `--boundary--` line and parses the next `--boundary` line as the start of a part.
@@ -744,7 +739,6 @@ fn multipart_part_after_the_close_delimiter() {
 }
 
 #[test]
-#[ignore = "bug: names PHP normalises to `key` (leading spaces, a NUL) are not keys to keyrelay"]
 fn urlencoded_names_php_reads_as_key() {
     // PHP drops leading spaces of a variable name and ends it at a NUL byte, so each of these
     // is $_POST['key'] (or a later $_GET['key'], which wins over the earlier one).

@@ -1,16 +1,23 @@
 //! `multipart/form-data` bodies split into byte ranges, so a text part can be replaced while
 //! every other byte (preamble, part headers, file bytes, epilogue) is copied exactly. Also
-//! owns header-parameter parsing (`; name="x"`), shared with Content-Type.
+//! owns header-parameter parsing (`; boundary="x"`) for Content-Type.
 //!
 //! multer parses multipart well but does not expose byte offsets, hence this small splitter
 //! (RFC 2046 §5.1.1): `--boundary` opens the first part, `CRLF--boundary` ends each part's
 //! content, and `--` after a delimiter closes the body.
+//!
+//! The upstream most likely reads the body with PHP (php-src `main/rfc1867.c`), which is
+//! looser than the RFC: it also ends a part at a bare `LF--boundary`, keeps looking for parts
+//! after the close delimiter, cuts lines longer than 5 KiB into pieces it compares with
+//! `--boundary`, and reads Content-Disposition its own way. Where PHP could see a
+//! part this splitter does not, the body is refused; Content-Disposition is read as PHP
+//! reads it.
 
 use std::ops::Range;
 
 use memchr::memmem;
 
-use super::request::RequestError;
+use super::request::{php_name, RequestError};
 
 /// More headers than this on one part is not a form a client would send.
 const MAX_PART_HEADERS: usize = 32;
@@ -21,10 +28,10 @@ pub(super) struct Part {
     /// The part's content: after the blank line that ends its headers, up to the CRLF that
     /// starts the next delimiter.
     content: Range<usize>,
-    /// The `name` of its Content-Disposition, if any.
+    /// The `name` of its Content-Disposition as PHP keys it ([`php_name`]), if any.
     name: Option<String>,
-    /// Whether Content-Disposition carries a `filename` (even empty): then, as in PHP, the
-    /// part is an upload and not a param.
+    /// Whether Content-Disposition carries a `filename=` (even empty): then, as in PHP, the
+    /// part is an upload and not a param. `filename*` alone does not count: PHP ignores it.
     is_file: bool,
 }
 
@@ -41,12 +48,14 @@ impl Part {
 /// Splits `body` into parts.
 ///
 /// # Errors
-/// `MalformedMultipart` when a delimiter is missing or followed by junk, or a part's headers
-/// are not well-formed or not ended by a blank line.
+/// `MalformedMultipart` when a delimiter is missing or followed by junk, a part's headers
+/// are not well-formed or not ended by a blank line, or PHP could split the body differently
+/// (a bare `LF--boundary`, or `--boundary` in the preamble or after the close delimiter).
 pub(super) fn split(body: &[u8], boundary: &str) -> Result<Vec<Part>, RequestError> {
     let dash_boundary = format!("--{boundary}");
     let delimiter = format!("\r\n--{boundary}");
     let finder = memmem::Finder::new(delimiter.as_bytes());
+    refuse_bare_lf_delimiters(body, boundary)?;
 
     // `cursor` always points just past a `--boundary`. The first one opens the body or ends
     // a preamble line.
@@ -56,6 +65,11 @@ pub(super) fn split(body: &[u8], boundary: &str) -> Result<Vec<Part>, RequestErr
         let at = finder
             .find(body)
             .ok_or(RequestError::MalformedMultipart("no opening boundary"))?;
+        // PHP reads the preamble line by line, and cuts a line longer than its 5 KiB buffer
+        // into pieces that it compares with `--boundary` too.
+        if memmem::find(&body[..at], dash_boundary.as_bytes()).is_some() {
+            return Err(RequestError::MalformedMultipart("boundary in the preamble"));
+        }
         at + delimiter.len()
     };
 
@@ -66,7 +80,14 @@ pub(super) fn split(body: &[u8], boundary: &str) -> Result<Vec<Part>, RequestErr
             return Err(RequestError::MalformedMultipart("no closing boundary"));
         }
         if after_boundary.starts_with(b"--") {
-            // The close delimiter; whatever follows is epilogue, copied verbatim.
+            // The close delimiter; whatever follows is epilogue, copied verbatim. PHP does not
+            // stop at it: it reads on for a `--boundary` line (or a 5 KiB piece of a longer
+            // line) and parses a part after one.
+            if memmem::find(&after_boundary[2..], dash_boundary.as_bytes()).is_some() {
+                return Err(RequestError::MalformedMultipart(
+                    "boundary after the close delimiter",
+                ));
+            }
             return Ok(parts);
         }
         let part_start = cursor
@@ -132,6 +153,18 @@ pub(super) fn splice(
     Some(out)
 }
 
+/// PHP ends a part's content at `LF--boundary` whether or not a CR comes first, so a bare one
+/// can hide a part (or a whole body) from this splitter. Real clients always send CRLF.
+fn refuse_bare_lf_delimiters(body: &[u8], boundary: &str) -> Result<(), RequestError> {
+    let bare_delimiter = format!("\n--{boundary}");
+    let bare = memmem::find_iter(body, bare_delimiter.as_bytes())
+        .any(|at| at == 0 || body[at - 1] != b'\r');
+    if bare {
+        return Err(RequestError::MalformedMultipart("boundary after a bare LF"));
+    }
+    Ok(())
+}
+
 /// After `--boundary`: optional transport padding (spaces, tabs), then CRLF. Returns the
 /// length up to and including the CRLF.
 fn line_end_after_boundary(after_boundary: &[u8]) -> Option<usize> {
@@ -156,29 +189,136 @@ fn parse_part(part: &[u8], offset: usize) -> Result<Part, RequestError> {
         }
         Err(_) => return Err(RequestError::MalformedMultipart("bad part headers")),
     };
+    // The first one, as in PHP.
     let disposition = headers
         .iter()
         .find(|h| h.name.eq_ignore_ascii_case("content-disposition"))
-        .map(|h| String::from_utf8_lossy(h.value));
-    let params = disposition
-        .as_deref()
-        .map(header_parameters)
+        .map(|h| Disposition::read(h.value))
         .unwrap_or_default();
-    let name = params
-        .iter()
-        .find(|(n, _)| n == "name")
-        .map(|(_, v)| v.clone());
-    let is_file = params
-        .iter()
-        .any(|(n, _)| n == "filename" || n == "filename*");
     Ok(Part {
         content: offset + header_len..offset + part.len(),
-        name,
-        is_file,
+        name: disposition
+            .name
+            .map(|name| php_name(&String::from_utf8_lossy(&name)).to_owned()),
+        is_file: disposition.is_file,
     })
 }
 
-/// The `; name=value` parameters after a header's first token, names lowercased, values
+/// What PHP takes from a part's Content-Disposition.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Disposition {
+    /// The raw (not yet normalised) `name` value.
+    name: Option<Vec<u8>>,
+    is_file: bool,
+}
+
+impl Disposition {
+    /// Reads a Content-Disposition value the way php-src `rfc1867.c` does: `;`-separated
+    /// words (either quote kind protects a `;`), each `key=value`; every `name` overwrites
+    /// the last; `filename` (and not `filename*`) makes an upload; a value is quoted with
+    /// `"` or `'`, or runs to the next space. The disposition type is not checked.
+    ///
+    /// Two leniencies, kept because neither can hide a name PHP reads: `name =` (a space
+    /// before `=`) counts only when PHP sees no `name` at all, and in a quoted value any
+    /// character may be escaped. PHP only unescapes `\\` and the quote, so it reads `k\ey`
+    /// where keyrelay reads `key`; the backslashes PHP keeps can never be what makes a name
+    /// `key` to PHP.
+    fn read(value: &[u8]) -> Disposition {
+        let mut exact_name = None;
+        let mut spaced_name = None;
+        let mut is_file = false;
+        let mut rest = trim_start_c_space(value);
+        while !rest.is_empty() {
+            let (word, after) = php_getword(rest, b';');
+            rest = trim_start_c_space(after);
+            if !word.contains(&b'=') {
+                continue;
+            }
+            let (key, value) = php_getword(word, b'=');
+            if key.eq_ignore_ascii_case(b"name") {
+                exact_name = Some(value);
+            } else if trim_end_c_space(key).eq_ignore_ascii_case(b"name") {
+                spaced_name = Some(value);
+            } else if key.eq_ignore_ascii_case(b"filename") {
+                is_file = true;
+            }
+        }
+        Disposition {
+            name: exact_name.or(spaced_name).map(php_getword_conf),
+            is_file,
+        }
+    }
+}
+
+/// php-src `php_ap_getword`: the text before the first `stop` outside quotes, and the rest
+/// after that run of `stop`s.
+fn php_getword(line: &[u8], stop: u8) -> (&[u8], &[u8]) {
+    let mut pos = 0;
+    while let Some(&byte) = line.get(pos).filter(|&&b| b != stop) {
+        pos += 1;
+        if byte == b'"' || byte == b'\'' {
+            while let Some(&inner) = line.get(pos) {
+                pos += 1;
+                if inner == byte {
+                    break;
+                }
+                if inner == b'\\' && line.get(pos) == Some(&byte) {
+                    pos += 1;
+                }
+            }
+        }
+    }
+    let word = &line[..pos];
+    let mut rest = &line[pos..];
+    while let Some(after) = rest.strip_prefix(&[stop]) {
+        rest = after;
+    }
+    (word, rest)
+}
+
+/// php-src `php_ap_getword_conf`: a value quoted with `"` or `'` (up to the closing quote),
+/// or else up to the first space; with the escape leniency described in [`Disposition::read`].
+fn php_getword_conf(value: &[u8]) -> Vec<u8> {
+    let value = trim_start_c_space(value);
+    let (quote, text) = match value.first() {
+        Some(&quote @ (b'"' | b'\'')) => (Some(quote), &value[1..]),
+        _ => {
+            let end = value.iter().position(|&b| is_c_space(b));
+            (None, &value[..end.unwrap_or(value.len())])
+        }
+    };
+    let mut out = Vec::with_capacity(text.len());
+    let mut at = 0;
+    while let Some(&byte) = text.get(at).filter(|&&b| Some(b) != quote) {
+        at += 1;
+        match text.get(at) {
+            Some(&next) if byte == b'\\' && (next == b'\\' || quote.is_some()) => {
+                at += 1;
+                out.push(next);
+            }
+            _ => out.push(byte),
+        }
+    }
+    out
+}
+
+/// C's `isspace` in the C locale, which PHP uses to skip and end words.
+fn is_c_space(byte: u8) -> bool {
+    matches!(byte, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r')
+}
+
+fn trim_start_c_space(bytes: &[u8]) -> &[u8] {
+    let start = bytes.iter().position(|&b| !is_c_space(b));
+    &bytes[start.unwrap_or(bytes.len())..]
+}
+
+fn trim_end_c_space(bytes: &[u8]) -> &[u8] {
+    let end = bytes.iter().rposition(|&b| !is_c_space(b));
+    &bytes[..end.map_or(0, |end| end + 1)]
+}
+
+/// The `; name=value` parameters after a header's first token (for Content-Type; a part's
+/// Content-Disposition is read by [`Disposition::read`], as PHP reads it), names lowercased, values
 /// unquoted (`"a\"b"` -> `a"b`). Lenient: an unclosed quote runs to the end, junk is skipped.
 pub(super) fn header_parameters(header_value: &str) -> Vec<(String, String)> {
     let mut params = Vec::new();
@@ -276,6 +416,214 @@ mod tests {
             header_parameters("x; =v; name=k"),
             [("name".to_owned(), "k".to_owned())]
         );
+    }
+
+    // === Content-Disposition as PHP reads it ===
+
+    fn disposition(value: &str) -> (Option<String>, bool) {
+        let read = Disposition::read(value.as_bytes());
+        let name = read
+            .name
+            .map(|name| String::from_utf8(name).expect("test names are UTF-8"));
+        (name, read.is_file)
+    }
+
+    #[test]
+    fn disposition_name_is_read_as_php_reads_it() {
+        let cases = [
+            // The last `name` wins.
+            (r#"form-data; name="x"; name="key""#, "key"),
+            (r#"form-data; name="key"; name=x"#, "x"),
+            // Single quotes are quotes, and either kind protects a `;`.
+            ("form-data; name='key'", "key"),
+            ("form-data; x='a;name=b'; name=c", "c"),
+            (r#"form-data; x="a;name=b"; name=c"#, "c"),
+            // The disposition type is not checked, nor required.
+            (r#"name="key""#, "key"),
+            (r#"attachment; name="key""#, "key"),
+            // An unquoted value ends at a space; a run of `=` is skipped.
+            ("form-data; name=key junk", "key"),
+            (r#"form-data; name=="key""#, "key"),
+            ("form-data;name=key;", "key"),
+            // Escapes: PHP unescapes `\\` and the quote; any other escape is read leniently.
+            (r#"form-data; name="a\"b""#, "a\"b"),
+            (r#"form-data; name='it\'s'"#, "it's"),
+            (r#"form-data; name="a\\b""#, "a\\b"),
+            (r#"form-data; name="k\ey""#, "key"),
+            (r"form-data; name=a\\b", "a\\b"),
+            (r"form-data; name=a\b", "a\\b"),
+            // An unclosed quote runs to the end; an empty value is an empty name.
+            (r#"form-data; name="unclosed"#, "unclosed"),
+            ("form-data; name=", ""),
+            // `name =` counts only when PHP sees no `name` at all.
+            (r#"form-data; NAME = "key"; charset=utf-8"#, "key"),
+            (r#"form-data; name="x"; name ="key""#, "x"),
+            (r#"form-data; name ="key"; name="x""#, "x"),
+        ];
+        for (value, name) in cases {
+            assert_eq!(
+                disposition(value),
+                (Some(name.to_owned()), false),
+                "{value}"
+            );
+        }
+    }
+
+    #[test]
+    fn disposition_without_a_name() {
+        for value in [
+            "",
+            "form-data",
+            "form-data; name",
+            "form-data;;; ;",
+            r#"form-data; x="name=key""#,
+            r#"form-data; namex="key""#,
+        ] {
+            assert_eq!(disposition(value), (None, false), "{value}");
+        }
+    }
+
+    #[test]
+    fn only_a_filename_parameter_with_a_value_makes_an_upload() {
+        let cases = [
+            (r#"form-data; name="f"; filename="a.png""#, true),
+            (r#"form-data; name="f"; FileName="""#, true),
+            ("form-data; name=f; filename=", true),
+            // PHP ignores RFC 5987 `filename*`, a `filename` without `=` and `filename =`.
+            ("form-data; name=\"f\"; filename*=UTF-8''k.txt", false),
+            (r#"form-data; name="f"; filename"#, false),
+            (r#"form-data; name="f"; filename ="a.png""#, false),
+            (r#"form-data; name="f"; x="filename=a.png""#, false),
+        ];
+        for (value, is_file) in cases {
+            assert_eq!(
+                disposition(value),
+                (Some("f".to_owned()), is_file),
+                "{value}"
+            );
+        }
+    }
+
+    #[test]
+    fn part_names_are_normalised_as_php_keys_them() {
+        let body = b"--b\r\nContent-Disposition: form-data; name=\" key\"\r\n\r\n1\r\n\
+            --b\r\nContent-Disposition: form-data; name=\"key[]\"\r\n\r\n2\r\n\
+            --b\r\nContent-Disposition: form-data; name=\"key[\"\r\n\r\n3\r\n--b--";
+        let parts = split(body, "b").expect("well-formed");
+        assert_eq!(
+            names(&parts),
+            [
+                (Some("key"), false),
+                (Some("key"), false),
+                (Some("key["), false)
+            ]
+        );
+    }
+
+    #[test]
+    fn the_first_content_disposition_header_counts() {
+        let body = b"--b\r\nContent-Disposition: form-data; name=key\r\n\
+            content-disposition: form-data; name=x\r\n\r\nv\r\n--b--";
+        let parts = split(body, "b").expect("well-formed");
+        assert_eq!(names(&parts), [(Some("key"), false)]);
+    }
+
+    #[test]
+    fn folded_or_nul_bearing_part_headers_are_refused() {
+        // PHP would append a folded line to the previous header, and end a value at a NUL:
+        // both could make a `name` keyrelay did not read, so neither may pass.
+        for body in [
+            &b"--b\r\nContent-Disposition: form-data;\r\n name=key\r\n\r\nv\r\n--b--"[..],
+            b"--b\r\nContent-Disposition: form-data; name=x\0; name=key\r\n\r\nv\r\n--b--",
+        ] {
+            assert_eq!(
+                split(body, "b").unwrap_err(),
+                RequestError::MalformedMultipart("bad part headers"),
+                "{}",
+                String::from_utf8_lossy(body)
+            );
+        }
+    }
+
+    // === bodies PHP would split differently ===
+
+    #[test]
+    fn a_bare_lf_boundary_anywhere_is_refused() {
+        let bodies: [&[u8]; 6] = [
+            // Inside a text part: PHP ends `x` there and reads a part `key`.
+            b"--b\r\nContent-Disposition: form-data; name=x\r\n\r\nhello\n\
+              --b\nContent-Disposition: form-data; name=key\n\nK\r\n--b--",
+            // Inside a file.
+            b"--b\r\nContent-Disposition: form-data; name=f; filename=f\r\n\r\n\x00\n--b\r\n\r\n--b--",
+            // In the preamble, at the very start, and as the only line ending of a delimiter.
+            b"preamble\n--b\r\n\r\nv\r\n--b--",
+            b"\n--b\r\n\r\nv\r\n--b--",
+            b"--b\r\n\r\nv\n--b--",
+            // In the epilogue.
+            b"--b\r\n\r\nv\r\n--b--\r\nepilogue\n--b\r\n\r\nw\r\n--b--",
+        ];
+        for body in bodies {
+            assert_eq!(
+                split(body, "b").unwrap_err(),
+                RequestError::MalformedMultipart("boundary after a bare LF"),
+                "{}",
+                String::from_utf8_lossy(body)
+            );
+        }
+    }
+
+    #[test]
+    fn lf_and_boundary_look_alikes_are_content() {
+        // A CR before the LF, a shorter dash run, or another boundary are not delimiters.
+        let body = b"--b\r\nContent-Disposition: form-data; name=f; filename=f\r\n\r\n\
+            \n-b\n--c\n-\r\n-b\r\n--b--";
+        let parts = split(body, "b").expect("well-formed");
+        assert_eq!(&body[parts[0].content.clone()], b"\n-b\n--c\n-\r\n-b");
+    }
+
+    #[test]
+    fn a_delimiter_after_the_close_delimiter_is_refused() {
+        let body = b"--b\r\nContent-Disposition: form-data; name=x\r\n\r\n1\r\n--b--\r\n\
+            --b\r\nContent-Disposition: form-data; name=key\r\n\r\nK\r\n--b--\r\n";
+        assert_eq!(
+            split(body, "b").unwrap_err(),
+            RequestError::MalformedMultipart("boundary after the close delimiter")
+        );
+        // Right after the close marker, too.
+        assert_eq!(
+            split(b"--b\r\n\r\nv\r\n--b--\r\n--b--", "b").unwrap_err(),
+            RequestError::MalformedMultipart("boundary after the close delimiter")
+        );
+    }
+
+    #[test]
+    fn a_boundary_mid_line_in_the_preamble_or_epilogue_is_refused() {
+        // PHP reads a line longer than its 5 KiB buffer in 5 KiB pieces, so a `--b` after
+        // 5120 bytes of one line starts a part for PHP; keyrelay sees no part there.
+        let mut hidden = vec![b'A'; 5120];
+        hidden.extend(b"--b\r\nContent-Disposition: form-data; name=key\r\n\r\nK\r\n--b--");
+        assert_eq!(
+            split(&hidden, "b").unwrap_err(),
+            RequestError::MalformedMultipart("boundary in the preamble")
+        );
+        assert_eq!(
+            split(b"pre --b-- amble\r\n--b\r\n\r\nv\r\n--b--", "b").unwrap_err(),
+            RequestError::MalformedMultipart("boundary in the preamble")
+        );
+        let mut after_close = b"--b\r\n\r\nv\r\n--b--".to_vec();
+        after_close.extend(&hidden);
+        assert_eq!(
+            split(&after_close, "b").unwrap_err(),
+            RequestError::MalformedMultipart("boundary after the close delimiter")
+        );
+    }
+
+    #[test]
+    fn an_epilogue_without_a_delimiter_is_kept() {
+        let body = b"--b\r\n\r\nv\r\n--b--\r\nepilogue -b --c\r\n";
+        let parts = split(body, "b").expect("well-formed");
+        assert_eq!(parts.len(), 1);
+        assert_eq!(&body[parts[0].content.clone()], b"v");
     }
 
     #[test]

@@ -33,7 +33,8 @@ pub struct ParsedRequest {
     query: String,
     body: Bytes,
     kind: BodyKind,
-    /// Query pairs first, then body pairs, each in wire order; the last match wins.
+    /// Query pairs first, then body pairs, each in wire order; the last match wins. Names
+    /// from the query, form and multipart bodies are as PHP keys them ([`php_name`]).
     params: Vec<(String, String)>,
     layout: Layout,
 }
@@ -63,6 +64,10 @@ pub enum RequestError {
     /// `multipart/form-data` without a usable `boundary` parameter.
     #[error("multipart/form-data content type without a boundary")]
     MissingBoundary,
+    /// A `boundary` parameter PHP reads differently (a second `boundary`, spaces or a comma
+    /// in the value), so PHP would split the body at other places than keyrelay.
+    #[error("ambiguous multipart/form-data boundary parameter")]
+    AmbiguousBoundary,
     /// A multipart body that does not follow its boundary structure.
     #[error("malformed multipart body: {0}")]
     MalformedMultipart(&'static str),
@@ -126,7 +131,8 @@ impl ParsedRequest {
     }
 
     /// The value PHP's `$_REQUEST[name]` would hold: body beats query, last duplicate wins.
-    /// File parts of a multipart body are not params.
+    /// File parts of a multipart body are not params. Names were normalised as PHP does
+    /// (` key`, `key\0x` and `key[]` are all `key`), so `name` is a plain name.
     pub fn param(&self, name: &str) -> Option<&str> {
         // Body pairs come after query pairs, so the last match is the winner on both counts.
         self.params
@@ -136,7 +142,7 @@ impl ParsedRequest {
             .map(|(_, v)| v.as_str())
     }
 
-    /// Every (name, value) pair, query first then body, in wire order.
+    /// Every (name, value) pair, query first then body, in wire order; names as PHP keys them.
     pub fn params(&self) -> &[(String, String)] {
         &self.params
     }
@@ -162,9 +168,10 @@ impl ParsedRequest {
 
     /// Builds what goes upstream. For each `(name, value)` in `set`, every occurrence of `name`
     /// in the query and in the body is removed and the new value takes the place of the first
-    /// one (once in the query, once in the body, wherever the name occurred). A name found
-    /// nowhere is appended to the query. All other bytes are copied unchanged. If `set` names
-    /// a param twice, its first value is used.
+    /// one (once in the query, once in the body, wherever the name occurred). An occurrence is
+    /// any spelling PHP reads as `name` (`+name`, `name%00x`, `name[]`), and the replaced one
+    /// keeps its spelling. A name found nowhere is appended to the query. All other bytes are
+    /// copied unchanged. If `set` names a param twice, its first value is used.
     pub fn rewrite(&self, set: &[(&str, &str)]) -> Rewritten {
         let mut in_query = vec![false; set.len()];
         let mut in_body = vec![false; set.len()];
@@ -243,6 +250,9 @@ fn body_kind(content_type: Option<&str>, body: &[u8]) -> Result<BodyKind, Reques
                 .map(|(_, value)| value)
                 .filter(|boundary| !boundary.is_empty())
                 .ok_or(RequestError::MissingBoundary)?;
+            if php_boundary(content_type) != Some(boundary.as_str()) {
+                return Err(RequestError::AmbiguousBoundary);
+            }
             Ok(BodyKind::Multipart { boundary })
         }
         "application/json" => Ok(BodyKind::Json),
@@ -251,6 +261,23 @@ fn body_kind(content_type: Option<&str>, body: &[u8]) -> Result<BodyKind, Reques
         _ => Err(RequestError::UnsupportedContentType(
             echo(content_type).to_owned(),
         )),
+    }
+}
+
+/// The boundary PHP's rfc1867 handler takes from a Content-Type: it looks for the text
+/// `boundary` anywhere (exact case first, then any case) and the first `=` after it, and
+/// reads a `"`-quoted value up to the next `"`, or else up to a `,` or `;`. So in
+/// `xboundary=P; boundary=K` PHP splits the body on `P`. `None` where PHP finds no boundary.
+fn php_boundary(content_type: &str) -> Option<&str> {
+    // ASCII lowercasing keeps every byte offset.
+    let at = content_type
+        .find("boundary")
+        .or_else(|| content_type.to_ascii_lowercase().find("boundary"))?;
+    let after = &content_type[at..];
+    let value = &after[after.find('=')? + 1..];
+    match value.strip_prefix('"') {
+        Some(quoted) => quoted.find('"').map(|end| &quoted[..end]),
+        None => Some(value.find([',', ';']).map_or(value, |end| &value[..end])),
     }
 }
 
@@ -272,10 +299,26 @@ fn echo(input: &str) -> &str {
 // === urlencoded pairs (query and form bodies) ===
 
 /// Decodes `a=1&b=2` with percent and `+` decoding; invalid UTF-8 is replaced, never an error.
+/// Names are normalised as PHP does.
 fn decode_pairs(raw: &[u8]) -> Vec<(String, String)> {
     form_urlencoded::parse(raw)
-        .map(|(name, value)| (name.into_owned(), value.into_owned()))
+        .map(|(name, value)| (php_name(&name).to_owned(), value.into_owned()))
         .collect()
+}
+
+/// The name PHP files a decoded param name under in `$_REQUEST` (php-src
+/// `php_register_variable_ex`): cut at the first NUL (it handles names as C strings), leading
+/// spaces dropped, and for `name[...]` only the part before `[`, because PHP makes
+/// `$_REQUEST['name']` an array from it. A `[` with no `]` after it is not an array (PHP
+/// turns it into `_`), so such a name is kept. Comparing normalised names means no spelling
+/// PHP reads as `key` passes keyrelay as some other param.
+pub(super) fn php_name(name: &str) -> &str {
+    let name = name.split('\0').next().unwrap_or_default();
+    let name = name.trim_start_matches(' ');
+    match name.find('[') {
+        Some(open) if name[open..].contains(']') => &name[..open],
+        _ => name,
+    }
 }
 
 /// Replaces the first pair named in `set` with `name=<encoded value>` and drops later pairs of
@@ -287,7 +330,10 @@ fn splice_pairs(raw: &[u8], set: &[(&str, &str)], seen: &mut [bool]) -> Option<V
     let mut changed = false;
     for pair in raw.split(|&b| b == b'&') {
         let raw_name = pair.split(|&b| b == b'=').next().unwrap_or_default();
-        let slot = decode_name(raw_name).and_then(|name| set.iter().position(|(n, _)| *n == name));
+        let slot = decode_name(raw_name).and_then(|name| {
+            let name = php_name(&name);
+            set.iter().position(|(n, _)| *n == name)
+        });
         match slot {
             None => kept.push(Cow::Borrowed(pair)),
             Some(slot) if !seen[slot] => {
@@ -308,7 +354,7 @@ fn splice_pairs(raw: &[u8], set: &[(&str, &str)], seen: &mut [bool]) -> Option<V
     changed.then(|| kept.join(&b'&'))
 }
 
-/// A pair's name as PHP sees it; `None` for an empty name, which matches nothing.
+/// A pair's name, decoded but not yet normalised; `None` for an empty name.
 fn decode_name(raw_name: &[u8]) -> Option<Cow<'_, str>> {
     form_urlencoded::parse(raw_name)
         .next()
@@ -578,6 +624,65 @@ mod tests {
     }
 
     #[test]
+    fn php_boundary_reads_like_rfc1867() {
+        let cases = [
+            ("multipart/form-data; boundary=K", Some("K")),
+            ("multipart/form-data; charset=utf-8; boundary=K", Some("K")),
+            ("multipart/form-data; boundary=K; charset=utf-8", Some("K")),
+            (r#"multipart/form-data; boundary="K; x""#, Some("K; x")),
+            (
+                r#"Multipart/Form-Data; BOUNDARY="=_Part 1; x""#,
+                Some("=_Part 1; x"),
+            ),
+            // The first `boundary` text wins, exact case before any case.
+            ("multipart/form-data; xboundary=P; boundary=K", Some("P")),
+            ("multipart/form-data; BOUNDARY=P; boundary=K", Some("K")),
+            // No trimming, no escapes, a comma ends an unquoted value.
+            ("multipart/form-data; boundary = K", Some(" K")),
+            ("multipart/form-data; boundary=K ;x=y", Some("K ")),
+            ("multipart/form-data; boundary=a,b", Some("a")),
+            (r#"multipart/form-data; boundary="a\"b""#, Some("a\\")),
+            // Missing, or a quote never closed.
+            ("multipart/form-data", None),
+            ("multipart/form-data; boundary", None),
+            (r#"multipart/form-data; boundary="K"#, None),
+        ];
+        for (content_type, expected) in cases {
+            assert_eq!(php_boundary(content_type), expected, "{content_type}");
+        }
+    }
+
+    #[test]
+    fn a_boundary_php_reads_differently_is_refused() {
+        // PHP splits this body on `P` and reads a part `key` that keyrelay, splitting on `K`,
+        // sees as the content of part `x`.
+        let body = b"--K\r\nContent-Disposition: form-data; name=\"x\"\r\n\r\n\
+            --P\r\nContent-Disposition: form-data; name=\"key\"\r\n\r\nCALLER\r\n--P--\r\n\
+            \r\n--K--\r\n";
+        for content_type in [
+            "multipart/form-data; xboundary=P; boundary=K",
+            "multipart/form-data; boundary = K",
+            "multipart/form-data; boundary=K ;charset=utf-8",
+            "multipart/form-data; boundary=K,P",
+            r#"multipart/form-data; boundary="K\"""#,
+        ] {
+            let err = parse_err(Some(content_type), body);
+            assert_eq!(err, RequestError::AmbiguousBoundary, "{content_type}");
+            assert_eq!(
+                err.to_string(),
+                "ambiguous multipart/form-data boundary parameter"
+            );
+            assert_eq!(err.code(), "ERROR_BAD_PARAMETERS");
+        }
+        let request = parse(
+            "",
+            Some("multipart/form-data; charset=utf-8; boundary=K"),
+            body,
+        );
+        assert_eq!(pairs(&request)[0].0, "x");
+    }
+
+    #[test]
     fn malformed_bodies_give_their_error() {
         assert_eq!(
             parse_err(
@@ -618,6 +723,100 @@ mod tests {
             debug,
             r#"ParsedRequest { kind: Form, params: ["key", "body"], query_len: 16, body_len: 15 }"#
         );
+    }
+
+    // === names as PHP keys them ===
+
+    #[test]
+    fn php_name_normalises_like_php_register_variable() {
+        let cases = [
+            ("key", "key"),
+            (" key", "key"),
+            ("   key", "key"),
+            ("key\0x", "key"),
+            ("key\0[", "key"),
+            ("\0key", ""),
+            ("key[]", "key"),
+            ("key[x]", "key"),
+            ("key[x]junk", "key"),
+            (" key[ ]", "key"),
+            ("key[a][b]", "key"),
+            ("[x]", ""),
+            // No `]` after the `[`: PHP makes it `key_`, not an array.
+            ("key[", "key["),
+            ("key[x", "key[x"),
+            ("key]", "key]"),
+            // Only leading spaces go; tabs, trailing spaces and inner spaces stay.
+            ("\tkey", "\tkey"),
+            ("key ", "key "),
+            ("k ey", "k ey"),
+            ("KEY", "KEY"),
+            ("", ""),
+        ];
+        for (name, expected) in cases {
+            assert_eq!(php_name(name), expected, "{name:?}");
+        }
+    }
+
+    #[test]
+    fn urlencoded_names_php_reads_as_key_are_keys() {
+        let query = "+key=A&%20%20key=B&key%00x=C&key[]=D&k%65y[x]=E&json=1&key[=F&key_=G";
+        let request = parse(query, None, b"");
+        assert_eq!(
+            pairs(&request),
+            [
+                ("key", "A"),
+                ("key", "B"),
+                ("key", "C"),
+                ("key", "D"),
+                ("key", "E"),
+                ("json", "1"),
+                ("key[", "F"),
+                ("key_", "G"),
+            ]
+        );
+        assert_eq!(request.param("key"), Some("E"));
+        // The first occurrence keeps its spelling, the others go; look-alikes stay.
+        assert_eq!(
+            rewrite_key(&request).0,
+            format!("+key={POOL}&json=1&key[=F&key_=G")
+        );
+
+        let request = parse("json=1", FORM, b"a=1&key%00=CALLER&b=2&+key=CALLER2");
+        assert_eq!(request.param("key"), Some("CALLER2"));
+        assert_eq!(
+            rewrite_key(&request),
+            (
+                "json=1".to_owned(),
+                format!("a=1&key%00={POOL}&b=2").into_bytes()
+            )
+        );
+    }
+
+    #[test]
+    fn a_php_spelling_of_key_in_the_query_is_replaced_when_the_body_has_none() {
+        let request = parse("key[]=CALLER&json=1", FORM, b"method=post");
+        let rewritten = request.rewrite(&[("key", POOL)]);
+        assert_eq!(rewritten.query, format!("key[]={POOL}&json=1"));
+        assert_eq!(&rewritten.body[..], b"method=post");
+    }
+
+    #[test]
+    fn param_lookups_see_the_names_php_sees() {
+        let request = parse("+action=get&id[]=7&json%00x=1", FORM, b"%20ids=1,2");
+        assert_eq!(request.action(), Some("get"));
+        assert_eq!(request.param("id"), Some("7"));
+        assert_eq!(request.param("ids"), Some("1,2"));
+        assert!(request.wants_json());
+        assert_eq!(request.param(" ids"), None);
+    }
+
+    #[test]
+    fn json_member_names_are_not_php_names() {
+        // A JSON body is not read by PHP's form parser, so its names are kept as sent.
+        let request = parse("", JSON, br#"{" key":"a","key[]":"b"}"#);
+        assert_eq!(pairs(&request), [(" key", "a"), ("key[]", "b")]);
+        assert_eq!(request.param("key"), None);
     }
 
     // === rewriting urlencoded query and form bodies ===
@@ -723,10 +922,11 @@ mod tests {
 
     // === rewriting multipart bodies ===
 
-    /// Every byte value, plus sequences that look like a delimiter but are not one.
+    /// Every byte value, plus sequences that look like a delimiter but are not one (not even
+    /// to PHP, which also splits on a bare `\n--XBOUNDARY`).
     fn binary_file() -> Vec<u8> {
         let mut file: Vec<u8> = (0..=255u8).collect();
-        file.extend(b"\r\n--\r\n--XBOUNDAR\r\n-XBOUNDARY\n--XBOUNDARY\r--XBOUNDARY\r\n");
+        file.extend(b"\r\n--\r\n--XBOUNDAR\r\n-XBOUNDARY\n-XBOUNDARY\n--XBOUNDAR\r--XBOUNDARY\r\n");
         file.extend((0..=255u8).rev());
         file
     }
@@ -859,7 +1059,7 @@ mod tests {
         let body = b"This is a preamble.\r\n--=_Part 1; x\t \r\n\
             Content-Disposition: form-data; name=\"key\"\r\n\r\nCALLER\r\n\
             --=_Part 1; x\r\nContent-Disposition: form-data; name=\"json\"\r\n\r\n1\r\n\
-            --=_Part 1; x--\r\nepilogue \r\n--=_Part 1; x\r\n";
+            --=_Part 1; x--\r\nepilogue \r\n";
         let content_type = r#"Multipart/Form-Data; charset=utf-8; BOUNDARY="=_Part 1; x""#;
         let request = parse("", Some(content_type), body);
         assert_eq!(
@@ -884,6 +1084,61 @@ mod tests {
             &rewritten.body[..],
             &b"--b\r\nContent-Disposition: form-data; name=\"pageurl\"\r\n\r\na b\r\n--b--"[..]
         );
+    }
+
+    // === multipart spellings PHP reads as `key` ===
+
+    fn one_part(disposition: &str) -> Vec<u8> {
+        format!("--b\r\nContent-Disposition: {disposition}\r\n\r\nCALLER\r\n--b--\r\n").into_bytes()
+    }
+
+    const MULTIPART_B: Option<&str> = Some("multipart/form-data; boundary=b");
+
+    #[test]
+    fn multipart_dispositions_php_reads_as_a_key_part_are_rewritten() {
+        for disposition in [
+            r#"form-data; name="x"; name="key""#,
+            "form-data; name='key'",
+            "form-data; name=\"key\"; filename*=UTF-8''k.txt",
+            r#"form-data; name="key"; filename ="k.txt""#,
+            r#"form-data; name=" key""#,
+            r#"form-data; name="key[]""#,
+            r#"name="key""#,
+        ] {
+            let request = parse("json=1", MULTIPART_B, &one_part(disposition));
+            assert_eq!(request.param("key"), Some("CALLER"), "{disposition}");
+            let expected = String::from_utf8(one_part(disposition))
+                .expect("ascii")
+                .replace("CALLER", POOL);
+            assert_eq!(
+                rewrite_key(&request),
+                ("json=1".to_owned(), expected.into_bytes()),
+                "{disposition}"
+            );
+        }
+    }
+
+    #[test]
+    fn multipart_bodies_php_splits_differently_are_refused() {
+        let bare_lf = b"--b\r\nContent-Disposition: form-data; name=\"x\"\r\n\r\nhello\n\
+            --b\nContent-Disposition: form-data; name=\"key\"\n\nCALLER\r\n--b--\r\n";
+        assert_eq!(
+            parse_err(MULTIPART_B, bare_lf),
+            RequestError::MalformedMultipart("boundary after a bare LF")
+        );
+        let after_close =
+            b"--b\r\nContent-Disposition: form-data; name=\"x\"\r\n\r\n1\r\n--b--\r\n\
+            --b\r\nContent-Disposition: form-data; name=\"key\"\r\n\r\nCALLER\r\n--b--\r\n";
+        let err = parse_err(MULTIPART_B, after_close);
+        assert_eq!(
+            err,
+            RequestError::MalformedMultipart("boundary after the close delimiter")
+        );
+        assert_eq!(
+            err.to_string(),
+            "malformed multipart body: boundary after the close delimiter"
+        );
+        assert_eq!(err.code(), "ERROR_BAD_PARAMETERS");
     }
 
     // === rewriting JSON bodies ===
