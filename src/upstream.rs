@@ -164,6 +164,9 @@ fn is_forwardable(name: &header::HeaderName) -> bool {
             | "upgrade"
             | "expect"
             | "accept-encoding"
+            // The API takes no cookies, and a PHP upstream whose request_order includes
+            // them would read a `key` cookie over the pool key keyrelay put in.
+            | "cookie"
     )
 }
 

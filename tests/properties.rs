@@ -233,10 +233,11 @@ fn multer_parts(body: Bytes) -> Vec<Part> {
         .expect("multer completes on an in-memory body")
 }
 
-/// Any delimiter inside a part would end it early: no real client sends one (RFC 2046).
+/// Any delimiter inside a part would end it early: no real client sends one (RFC 2046). PHP
+/// also ends a part at a bare `\n--boundary`, so keyrelay refuses those: no LF either.
 fn fits_in_a_part(bytes: &[u8]) -> bool {
-    let delimiter = format!("\r\n--{BOUNDARY}");
-    occurrences(bytes, &delimiter) == 0 && !bytes.starts_with(&delimiter.as_bytes()[2..])
+    let delimiter = format!("\n--{BOUNDARY}");
+    occurrences(bytes, &delimiter) == 0 && !bytes.starts_with(&delimiter.as_bytes()[1..])
 }
 
 // === 1. every non-key param survives, with its value, in its place ===
@@ -661,7 +662,8 @@ fn multer_reads_back_what_the_multipart_builder_wrote() {
 // that keyrelay reads differently. In each case below keyrelay forwards a part or pair that a
 // PHP upstream reads as `key` holding the caller's key, and that body value beats the pool
 // key keyrelay put in the query. Expected: the request is refused as malformed, or no byte
-// of the caller's key is forwarded. These stay ignored until `src/captcha` is fixed.
+// of the caller's key is forwarded. `src/captcha` now reads these as PHP does, or refuses
+// them.
 
 /// Parses like the proxy does; refusing the request is an acceptable outcome.
 fn forwarded(query: &str, content_type: Option<&str>, body: &[u8]) -> Option<(String, Bytes)> {
