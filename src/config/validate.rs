@@ -156,32 +156,22 @@ fn failover(p: &mut Problems, raw: RawFailover) -> Failover {
         raw.backoff_max,
         DEFAULT_BACKOFF_MAX,
     );
-    if backoff_max < backoff_base {
-        p.add(
-            "failover.backoff_max",
-            format!(
-                "must be >= failover.backoff_base ({}), got {}",
-                humantime::format_duration(backoff_base),
-                humantime::format_duration(backoff_max)
-            ),
-        );
-    }
+    not_below(
+        p,
+        ("failover.backoff_max", backoff_max),
+        ("failover.backoff_base", backoff_base),
+    );
     let transient_cooldown_max = cooldown(
         p,
         "failover.transient_cooldown_max",
         raw.transient_cooldown_max,
         DEFAULT_TRANSIENT_COOLDOWN_MAX,
     );
-    if transient_cooldown_max < transient_cooldown {
-        p.add(
-            "failover.transient_cooldown_max",
-            format!(
-                "must be >= failover.transient_cooldown ({}), got {}",
-                humantime::format_duration(transient_cooldown),
-                humantime::format_duration(transient_cooldown_max)
-            ),
-        );
-    }
+    not_below(
+        p,
+        ("failover.transient_cooldown_max", transient_cooldown_max),
+        ("failover.transient_cooldown", transient_cooldown),
+    );
     let share = |p: &mut Problems, field: &str, raw: Option<f64>, default: f64, max: f64| match raw
     {
         None => default,
@@ -283,6 +273,24 @@ fn timeouts(p: &mut Problems, raw: RawTimeouts) -> Timeouts {
         solve: timeout("timeouts.solve", raw.solve, DEFAULT_SOLVE_TIMEOUT),
         refresh: timeout("timeouts.refresh", raw.refresh, DEFAULT_REFRESH_TIMEOUT),
         drain: timeout("timeouts.drain", raw.drain, DEFAULT_DRAIN_TIMEOUT),
+    }
+}
+
+/// A ceiling setting must not be below the setting it caps.
+fn not_below(
+    p: &mut Problems,
+    (field, value): (&str, Duration),
+    (floor_field, floor): (&str, Duration),
+) {
+    if value < floor {
+        p.add(
+            field,
+            format!(
+                "must be >= {floor_field} ({}), got {}",
+                humantime::format_duration(floor),
+                humantime::format_duration(value)
+            ),
+        );
     }
 }
 
