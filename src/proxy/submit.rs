@@ -63,9 +63,14 @@ pub(super) async fn submit(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
         let attempt = ctx.attempt(key, parsed, &[]).await;
         ctx.app.metrics().count_submit(&key.name, attempt.outcome);
 
+        // A transport failure classifies as transient: the decision below counts it against
+        // the key and backs off, like a 5xx.
+        let ejection = ctx.ejection(&mut rng);
+        let decision = failover::on_submit(attempt.outcome, attempt.code, policy, ejection);
+        if let Some(event) = decision.health {
+            ctx.app.record_health(key, event);
+        }
         if let Err(error) = &attempt.result {
-            ctx.app
-                .record_health(key, failover::transient(policy, ctx.ejection(&mut rng)));
             tracing::warn!(key = %key.name, error = %error, "submit attempt failed");
             if error.may_have_arrived() && !policy.retry_unsure_submits {
                 // The first attempt may already have created a task; a second would cost
@@ -77,17 +82,6 @@ pub(super) async fn submit(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
                 log_submit(ctx, key, None, "upstream_unsure", attempts, started);
                 return ctx.local_error("ERROR_SERVER_ERROR", &text, "upstream_failed");
             }
-            previous = Some((key, attempt.code));
-            retry_same = Some(key);
-            keep_worst(&mut worst, attempt, key);
-            tokio::time::sleep(failover::backoff(attempts, policy, &mut rng)).await;
-            continue;
-        }
-
-        let ejection = ctx.ejection(&mut rng);
-        let decision = failover::on_submit(attempt.outcome, attempt.code, policy, ejection);
-        if let Some(event) = decision.health {
-            ctx.app.record_health(key, event);
         }
         if decision.check_threads {
             tokio::spawn(settle_zero_balance(ctx.app.clone(), key.clone()));
