@@ -73,6 +73,9 @@ struct Inner {
     paused_until: Mutex<Option<Instant>>,
     /// Unknown task ids recently probed without an owner.
     probe_misses: ProbeMisses,
+    /// Held while an attempt's health decision is made and applied (a few instructions,
+    /// never across an await), so the ejection cap counts every cooldown in flight.
+    ejection_lock: Mutex<()>,
     /// Caps retries to a share of recent first attempts, so an upstream outage cannot
     /// multiply the traffic keyrelay sends it.
     retry_budget: TpsBudget,
@@ -140,6 +143,7 @@ impl App {
             started: Instant::now(),
             paused_until: Mutex::new(None),
             probe_misses: ProbeMisses::default(),
+            ejection_lock: Mutex::new(()),
             retry_budget,
         })))
     }
@@ -187,6 +191,10 @@ impl App {
     pub fn upstream_paused(&self) -> Option<Instant> {
         let paused = *self.0.paused_until.lock().expect("pause lock poisoned");
         paused.filter(|until| *until > Instant::now())
+    }
+
+    pub(crate) fn ejection_lock(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.0.ejection_lock.lock().expect("ejection lock poisoned")
     }
 
     pub(crate) fn probe_misses(&self) -> &ProbeMisses {

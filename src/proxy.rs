@@ -316,9 +316,27 @@ impl Ctx {
         attempt
     }
 
+    /// Decides what an attempt means for its key (with `decide`, a pure policy) and applies
+    /// that to the key's health in one step. Counting the keys already cooled and cooling
+    /// another happen under one lock, so two failures at once cannot together cool more of
+    /// the pool than `max_transient_ejection` allows.
+    pub fn decide(
+        &self,
+        key: &KeyEntry,
+        rng: &mut impl rand::Rng,
+        decide: impl FnOnce(failover::Ejection) -> failover::Decision,
+    ) -> failover::Decision {
+        let _one_ejection_at_a_time = self.app.ejection_lock();
+        let decision = decide(self.ejection(rng));
+        if let Some(event) = decision.health {
+            self.app.record_health(key, event);
+        }
+        decision
+    }
+
     /// What a transient failure may do to a key, given how much of the pool transient
     /// faults have already cooled.
-    pub fn ejection(&self, rng: &mut impl rand::Rng) -> failover::Ejection {
+    fn ejection(&self, rng: &mut impl rand::Rng) -> failover::Ejection {
         let pool = &self.snapshot.pool;
         let now = Instant::now();
         let ejected = pool

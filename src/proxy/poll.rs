@@ -116,11 +116,9 @@ async fn with_retries(
     loop {
         tries += 1;
         let attempt = ctx.attempt(key, parsed, extra).await;
-        let ejection = ctx.ejection(&mut rng);
-        let decision = failover::on_poll(attempt.outcome, attempt.code, policy, ejection);
-        if let Some(event) = decision.health {
-            ctx.app.record_health(key, event);
-        }
+        let decision = ctx.decide(key, &mut rng, |ejection| {
+            failover::on_poll(attempt.outcome, attempt.code, policy, ejection)
+        });
         if decision.next != Next::Backoff
             || tries >= policy.max_attempts
             || !ctx.app.withdraw_retry()

@@ -65,11 +65,9 @@ pub(super) async fn submit(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
 
         // A transport failure classifies as transient: the decision below counts it against
         // the key and backs off, like a 5xx.
-        let ejection = ctx.ejection(&mut rng);
-        let decision = failover::on_submit(attempt.outcome, attempt.code, policy, ejection);
-        if let Some(event) = decision.health {
-            ctx.app.record_health(key, event);
-        }
+        let decision = ctx.decide(key, &mut rng, |ejection| {
+            failover::on_submit(attempt.outcome, attempt.code, policy, ejection)
+        });
         if let Err(error) = &attempt.result {
             tracing::warn!(key = %key.name, error = %error, "submit attempt failed");
             if error.may_have_arrived() && !policy.retry_unsure_submits {
