@@ -95,19 +95,7 @@ async fn zero_balance_with_every_thread_busy_only_cools_the_key() {
     config.failover.busy_cooldown = Duration::from_secs(3600);
     let h = Harness::start(sim, config).await;
     // The only thread of key A is taken by a task submitted past keyrelay.
-    let direct = h
-        .client
-        .get(
-            format!(
-                "{}/in.php?key={KEY_A}&method=userrecaptcha&googlekey=g&pageurl=p",
-                h.sim.url()
-            )
-            .parse()
-            .unwrap(),
-        )
-        .await
-        .unwrap();
-    assert!(direct.status().is_success());
+    h.submit_past_keyrelay(KEY_A).await;
     assert_eq!(h.sim.working_threads(KEY_A), 1);
 
     let id = h.submit().await;

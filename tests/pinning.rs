@@ -238,23 +238,7 @@ async fn unknown_ids_get_wrong_captcha_id_in_the_callers_format() {
 async fn a_task_keyrelay_never_saw_is_found_on_its_key_and_pinned() {
     let h = Harness::three_keys().await;
     // Submitted past keyrelay, with key b: no pin exists.
-    let direct = h
-        .client
-        .get(
-            format!(
-                "{}/in.php?key={KEY_B}&method=userrecaptcha&googlekey=g&pageurl=p",
-                h.sim.url()
-            )
-            .parse()
-            .unwrap(),
-        )
-        .await
-        .unwrap();
-    let body = http_body_util::BodyExt::collect(direct.into_body())
-        .await
-        .unwrap()
-        .to_bytes();
-    let id: u64 = std::str::from_utf8(&body).unwrap()[3..].parse().unwrap();
+    let id = h.submit_past_keyrelay(KEY_B).await;
     let first = h
         .get(&format!("/res.php?key={CALLER_KEY}&action=get&id={id}"))
         .await;
@@ -367,23 +351,7 @@ async fn a_rate_limited_poll_reads_as_not_ready_not_as_http_429() {
 async fn unknown_ids_in_an_ids_list_are_found_too() {
     let h = Harness::three_keys().await;
     let known = h.submit().await;
-    let direct = h
-        .client
-        .get(
-            format!(
-                "{}/in.php?key={KEY_C}&method=userrecaptcha&googlekey=g&pageurl=p",
-                h.sim.url()
-            )
-            .parse()
-            .unwrap(),
-        )
-        .await
-        .unwrap();
-    let body = http_body_util::BodyExt::collect(direct.into_body())
-        .await
-        .unwrap()
-        .to_bytes();
-    let stranger: u64 = std::str::from_utf8(&body).unwrap()[3..].parse().unwrap();
+    let stranger = h.submit_past_keyrelay(KEY_C).await;
     let answer = h
         .get(&format!(
             "/res.php?action=get&ids={known},{stranger},5&json=1"

@@ -221,6 +221,30 @@ impl Harness {
         (view.state, view.reason)
     }
 
+    /// Submits a task straight to the simulator with `key`, past keyrelay (so no pin exists),
+    /// and returns its id.
+    pub async fn submit_past_keyrelay(&self, key: &str) -> u64 {
+        let url = format!(
+            "{}/in.php?key={key}&method=userrecaptcha&googlekey=g&pageurl=p",
+            self.sim.url()
+        );
+        let response = self
+            .client
+            .get(url.parse().expect("valid url"))
+            .await
+            .expect("sim answers");
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .expect("whole body")
+            .to_bytes();
+        let text = String::from_utf8_lossy(&body);
+        text.strip_prefix("OK|")
+            .and_then(|id| id.parse().ok())
+            .unwrap_or_else(|| panic!("the simulator refused the task: {text}"))
+    }
+
     /// The `/metrics` text.
     pub async fn metrics(&self) -> String {
         self.get("/metrics").await.text()
