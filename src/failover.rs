@@ -46,6 +46,12 @@ pub struct Ejection {
 }
 
 impl Ejection {
+    /// For outcomes that are not transient, which never consult it.
+    pub const IRRELEVANT: Ejection = Ejection {
+        allowed: false,
+        jitter: 1.0,
+    };
+
     /// Decides for a pool of `pool_size` keys of which `ejected` are cooling for transient
     /// faults now. Jitter is drawn from `rng` in [0.8, 1.2].
     pub fn decide(

@@ -320,14 +320,22 @@ impl Ctx {
     /// that to the key's health in one step. Counting the keys already cooled and cooling
     /// another happen under one lock, so two failures at once cannot together cool more of
     /// the pool than `max_transient_ejection` allows.
+    ///
+    /// Only a transient outcome can eject a key for transient faults, so only it counts the
+    /// pool and takes the lock; every other outcome skips that work on the request path.
     pub fn decide(
         &self,
         key: &KeyEntry,
+        outcome: Outcome,
         rng: &mut impl rand::Rng,
         decide: impl FnOnce(failover::Ejection) -> failover::Decision,
     ) -> failover::Decision {
-        let _one_ejection_at_a_time = self.app.ejection_lock();
-        let decision = decide(self.ejection(rng));
+        let (_one_ejection_at_a_time, ejection) = if outcome == Outcome::Transient {
+            (Some(self.app.ejection_lock()), self.ejection(rng))
+        } else {
+            (None, failover::Ejection::IRRELEVANT)
+        };
+        let decision = decide(ejection);
         if let Some(event) = decision.health {
             self.app.record_health(key, event);
         }

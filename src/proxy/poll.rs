@@ -116,7 +116,7 @@ async fn with_retries(
     loop {
         tries += 1;
         let attempt = ctx.attempt(key, parsed, extra).await;
-        let decision = ctx.decide(key, &mut rng, |ejection| {
+        let decision = ctx.decide(key, attempt.outcome, &mut rng, |ejection| {
             failover::on_poll(attempt.outcome, attempt.code, policy, ejection)
         });
         if decision.next != Next::Backoff

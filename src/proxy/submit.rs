@@ -65,7 +65,7 @@ pub(super) async fn submit(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
 
         // A transport failure classifies as transient: the decision below counts it against
         // the key and backs off, like a 5xx.
-        let decision = ctx.decide(key, &mut rng, |ejection| {
+        let decision = ctx.decide(key, attempt.outcome, &mut rng, |ejection| {
             failover::on_submit(attempt.outcome, attempt.code, policy, ejection)
         });
         if let Err(error) = &attempt.result {
