@@ -56,6 +56,9 @@ pub struct HealthView {
     pub since: Instant,
     /// End of a cooldown.
     pub until: Option<Instant>,
+    /// When the key last came back into rotation after being out (a cooldown ended, or a
+    /// refresh restored it); `None` if it never left. Slow start ramps a key's share from here.
+    pub returned: Option<Instant>,
 }
 
 /// What a caller tells the store about a key.
@@ -124,6 +127,7 @@ struct Entry {
     transient_run: u32,
     /// Transient ejections since the last success: each one doubles the next cooldown.
     ejections: u32,
+    returned: Option<Instant>,
 }
 
 impl Entry {
@@ -135,6 +139,17 @@ impl Entry {
             until: None,
             transient_run: 0,
             ejections: 0,
+            returned: None,
+        }
+    }
+
+    /// Back in rotation at `at`, after being out. Ejections are remembered until the key
+    /// proves itself with a success.
+    fn back(&self, at: Instant) -> Entry {
+        Entry {
+            ejections: self.ejections,
+            returned: Some(at),
+            ..Entry::active(at)
         }
     }
 
@@ -142,11 +157,7 @@ impl Entry {
     fn settle(&mut self, now: Instant) {
         if let (StateKind::Cooling, Some(until)) = (self.state, self.until) {
             if until <= now {
-                // Ejections are remembered until the key proves itself with a success.
-                *self = Entry {
-                    ejections: self.ejections,
-                    ..Entry::active(until)
-                };
+                *self = self.back(until);
             }
         }
     }
@@ -157,6 +168,7 @@ impl Entry {
             reason: self.reason,
             since: self.since,
             until: self.until,
+            returned: self.returned,
         }
     }
 }
@@ -232,10 +244,7 @@ impl HealthStore for MemoryHealth {
                 if entry.state == StateKind::Active {
                     return None;
                 }
-                *entry = Entry {
-                    ejections: entry.ejections,
-                    ..Entry::active(now)
-                };
+                *entry = entry.back(now);
             }
         }
         (entry.state != before || event_changes_reason(&event)).then_some(Transition {
