@@ -9,8 +9,10 @@
 //! - [`captcha`]: the wire protocol, pure: request parsing, key rewriting, answer parsing and
 //!   the one table that classifies upstream outcomes.
 //! - [`config`]: `proxy.toml` from raw TOML to a validated [`Config`].
-//! - [`health`] and [`pins`]: key health and task pins, each behind a narrow store interface.
-//! - [`pool`]: the keys, what is known about them, and weighted failover selection;
+//! - [`health`] and [`pins`]: key health and task pins, each behind a narrow store interface;
+//!   [`capacity`]: threads in use per key (behind a third), leases and the queue for a full
+//!   pool.
+//! - [`pool`]: the keys, what is known about them, tiers and the selection strategies;
 //!   [`registry`]: every key ever configured, under an id stable across reloads.
 //! - [`failover`]: the policy: what each outcome does to a key and to the task.
 //! - [`upstream`]: the pooled rustls client.
@@ -24,6 +26,7 @@
 
 pub mod api_key;
 pub mod app;
+pub mod capacity;
 pub mod captcha;
 pub mod config;
 pub mod demo;

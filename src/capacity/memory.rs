@@ -1,0 +1,258 @@
+//! In-process thread accounting: per-key counts, the open tasks behind them, and the order
+//! they were opened in, for stale release and reconciliation.
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+
+use dashmap::DashMap;
+use tokio::time::Instant;
+
+use super::{Load, LoadStore};
+use crate::health::KeyId;
+use crate::pins::TaskId;
+
+/// Threads in use per key, counted in memory.
+///
+/// Locks are taken in one order, `order` → `tasks` → `keys`, and a `tasks` or `keys` shard
+/// is released before the next lock is taken, so no two are ever waited on in opposite
+/// orders.
+#[derive(Default)]
+pub struct MemoryLoad {
+    /// The counts per key; admission checks and bumps them under the key's shard lock, so
+    /// two submits racing for a key's last thread cannot both win.
+    keys: DashMap<KeyId, Load>,
+    /// Open tasks: accepted, no final answer yet.
+    tasks: DashMap<TaskId, Opened>,
+    /// Open tasks in the order they were opened (oldest first), with their open time.
+    /// Entries of tasks finished since are skipped when met; the stale release drops them
+    /// from the front, so the queue holds at most the tasks of the last `stale_after`.
+    /// A std `Mutex`: held for pushes and short scans, never across an await.
+    order: Mutex<VecDeque<(TaskId, Instant)>>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Opened {
+    key: KeyId,
+    at: Instant,
+}
+
+impl MemoryLoad {
+    pub fn new() -> MemoryLoad {
+        MemoryLoad::default()
+    }
+
+    fn order(&self) -> std::sync::MutexGuard<'_, VecDeque<(TaskId, Instant)>> {
+        self.order.lock().expect("load order lock poisoned")
+    }
+
+    fn change(&self, key: KeyId, change: impl FnOnce(&mut Load)) {
+        change(&mut self.keys.entry(key).or_default());
+    }
+
+    /// Removes `task` if it is still the one opened at `at`; its key if so.
+    fn close(&self, task: &TaskId, at: Instant) -> Option<KeyId> {
+        let (_, opened) = self.tasks.remove_if(task, |_, opened| opened.at == at)?;
+        self.change(opened.key, |load| load.open = load.open.saturating_sub(1));
+        Some(opened.key)
+    }
+}
+
+impl LoadStore for MemoryLoad {
+    fn try_hold(&self, key: KeyId, limit: Option<u32>) -> bool {
+        let mut load = self.keys.entry(key).or_default();
+        if limit.is_some_and(|limit| load.in_use() >= limit) {
+            return false;
+        }
+        load.pending = load.pending.saturating_add(1);
+        true
+    }
+
+    fn unhold(&self, key: KeyId) {
+        self.change(key, |load| load.pending = load.pending.saturating_sub(1));
+    }
+
+    fn open(&self, key: KeyId, task: TaskId, now: Instant) {
+        let mut order = self.order();
+        let replaced = self.tasks.insert(task.clone(), Opened { key, at: now });
+        order.push_back((task, now));
+        drop(order);
+        // An id the upstream handed out twice is one task: the older count goes.
+        if let Some(old) = replaced {
+            self.change(old.key, |load| load.open = load.open.saturating_sub(1));
+        }
+        self.change(key, |load| {
+            load.pending = load.pending.saturating_sub(1);
+            load.open = load.open.saturating_add(1);
+        });
+    }
+
+    fn finish(&self, task: &TaskId) -> Option<KeyId> {
+        let (_, opened) = self.tasks.remove(task)?;
+        self.change(opened.key, |load| load.open = load.open.saturating_sub(1));
+        Some(opened.key)
+    }
+
+    fn load(&self, key: KeyId) -> Load {
+        self.keys.get(&key).map(|load| *load).unwrap_or_default()
+    }
+
+    fn release_stale(&self, cutoff: Instant) -> Vec<KeyId> {
+        let mut released = Vec::new();
+        let mut order = self.order();
+        while let Some((task, at)) = order.front() {
+            if *at > cutoff {
+                break;
+            }
+            let (task, at) = (task.clone(), *at);
+            order.pop_front();
+            released.extend(self.close(&task, at));
+        }
+        released
+    }
+
+    fn reconcile(&self, key: KeyId, working: u32, asked: Instant) -> u32 {
+        let order = self.order();
+        let mine: Vec<(TaskId, Instant)> = order
+            .iter()
+            .filter(|(_, at)| *at < asked)
+            .filter(|(task, at)| {
+                self.tasks
+                    .get(task)
+                    .is_some_and(|opened| opened.key == key && opened.at == *at)
+            })
+            .cloned()
+            .collect();
+        drop(order);
+        let counted = u32::try_from(mine.len()).unwrap_or(u32::MAX);
+        // More of keyrelay's tasks than the upstream works on: the oldest are done, only
+        // nobody has polled them. Fewer: someone else uses the key too.
+        let excess = counted.saturating_sub(working);
+        let released = mine
+            .iter()
+            .take(excess as usize)
+            .filter(|(task, at)| self.close(task, *at).is_some())
+            .count();
+        self.change(key, |load| load.external = working.saturating_sub(counted));
+        u32::try_from(released).unwrap_or(u32::MAX)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    const A: KeyId = KeyId(0);
+    const B: KeyId = KeyId(1);
+
+    fn id(n: u64) -> TaskId {
+        TaskId::Num(n)
+    }
+
+    fn load(pending: u32, open: u32, external: u32) -> Load {
+        Load {
+            pending,
+            open,
+            external,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn holds_stop_at_the_limit_and_open_tasks_count_against_it() {
+        let store = MemoryLoad::new();
+        assert!(store.try_hold(A, Some(2)));
+        assert!(store.try_hold(A, Some(2)));
+        assert!(!store.try_hold(A, Some(2)), "two of two in use");
+        assert!(store.try_hold(B, Some(2)), "other keys are not affected");
+        store.open(A, id(1), Instant::now());
+        assert_eq!(store.load(A), load(1, 1, 0));
+        assert!(
+            !store.try_hold(A, Some(2)),
+            "the open task still holds its thread"
+        );
+        store.unhold(A);
+        assert!(store.try_hold(A, Some(2)));
+        assert!(store.try_hold(A, None), "no limit, no refusal");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_task_finishes_once() {
+        let store = MemoryLoad::new();
+        store.try_hold(A, None);
+        store.open(A, id(1), Instant::now());
+        assert_eq!(store.finish(&id(1)), Some(A));
+        assert_eq!(store.finish(&id(1)), None, "a second final answer");
+        assert_eq!(store.finish(&id(9)), None, "never opened");
+        assert_eq!(store.load(A), Load::default());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_id_opened_again_moves_to_its_new_key() {
+        let store = MemoryLoad::new();
+        store.try_hold(A, None);
+        store.open(A, id(1), Instant::now());
+        store.try_hold(B, None);
+        store.open(B, id(1), Instant::now());
+        assert_eq!((store.load(A).open, store.load(B).open), (0, 1));
+        assert_eq!(store.finish(&id(1)), Some(B));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stale_tasks_are_released_oldest_first_and_finished_ones_skipped() {
+        let store = MemoryLoad::new();
+        let t0 = Instant::now();
+        for n in 1..=3 {
+            store.try_hold(A, None);
+            store.open(A, id(n), t0);
+        }
+        tokio::time::advance(Duration::from_secs(10)).await;
+        store.try_hold(B, None);
+        store.open(B, id(4), Instant::now());
+        store.finish(&id(2));
+        assert_eq!(store.release_stale(t0), vec![A, A]);
+        assert_eq!(store.load(A), Load::default());
+        assert_eq!(store.load(B).open, 1, "younger than the cutoff");
+        assert_eq!(
+            store.finish(&id(1)),
+            None,
+            "released tasks do not finish twice"
+        );
+        assert_eq!(store.release_stale(Instant::now()), vec![B]);
+        assert!(store.order().is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn reconcile_releases_the_oldest_tasks_the_upstream_no_longer_works_on() {
+        let store = MemoryLoad::new();
+        for n in 1..=4 {
+            store.try_hold(A, None);
+            store.open(A, id(n), Instant::now());
+            tokio::time::advance(Duration::from_secs(1)).await;
+        }
+        let asked = Instant::now();
+        // Opened while the read was under way: neither released nor counted.
+        store.try_hold(A, None);
+        store.open(A, id(5), asked);
+        assert_eq!(store.reconcile(A, 1, asked), 3);
+        assert_eq!(store.load(A), load(0, 2, 0));
+        assert_eq!(store.finish(&id(1)), None, "the oldest went first");
+        assert_eq!(store.finish(&id(4)), Some(A));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn reconcile_counts_threads_used_by_others_as_external() {
+        let store = MemoryLoad::new();
+        store.try_hold(A, None);
+        store.open(A, id(1), Instant::now());
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(store.reconcile(A, 4, Instant::now()), 0);
+        assert_eq!(store.load(A), load(0, 1, 3));
+        assert!(
+            !store.try_hold(A, Some(4)),
+            "others' threads count against the limit"
+        );
+        // The next read replaces the estimate.
+        assert_eq!(store.reconcile(A, 1, Instant::now()), 0);
+        assert_eq!(store.load(A).external, 0);
+    }
+}
