@@ -93,11 +93,29 @@ pub const DEFAULT_KEY_HEADERS: bool = true;
 /// A lost pin turns a poll into ERROR_WRONG_CAPTCHA_ID; disk is cheap.
 pub const DEFAULT_DURABLE_PINS: bool = true;
 
+/// Backup keys are opt-in: every key is a primary unless it says otherwise.
+pub const DEFAULT_TIER: u32 = 0;
+/// Long enough to ride out a burst (a task frees a thread every few seconds on a busy key),
+/// short enough that a caller still hears "busy" in time to back off by itself.
+pub const DEFAULT_QUEUE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Far above one team's concurrency; bounds the memory queued submits hold.
+pub const DEFAULT_MAX_QUEUED: usize = 1000;
+/// Solves take up to two minutes and the official SDK stops polling after three; a task
+/// still unpolled after five is abandoned, and its thread is free upstream again.
+pub const DEFAULT_STALE_AFTER: Duration = Duration::from_secs(5 * 60);
+/// A key back from a cooldown (often: it was full) takes its full share over half a minute
+/// instead of the whole backlog at once.
+pub const DEFAULT_SLOW_START: Duration = Duration::from_secs(30);
+
 /// The validated configuration the proxy runs with.
 #[derive(Clone, Debug)]
 pub struct Config {
     /// Where scripts connect to keyrelay.
     pub listen: SocketAddr,
+    /// How a new task's key is chosen.
+    pub strategy: Strategy,
+    /// Thread accounting, the queue for a full pool, and slow start.
+    pub capacity: Capacity,
     /// The service requests are forwarded to.
     pub upstream: Upstream,
     /// How often balances and thread counts are refreshed and benched keys re-probed.
@@ -130,6 +148,9 @@ pub struct KeyConfig {
     pub weight: f64,
     /// The plan's thread count, if known.
     pub threads: Option<u32>,
+    /// Priority tier: keys of tier N+1 take tasks only while every key of tiers <= N is
+    /// out of rotation or full. 0, the default, is the primary tier.
+    pub tier: u32,
     /// Every key carries its own upstream (today always the global one) so that per-key
     /// providers can come later without reshaping the pool.
     pub upstream: Upstream,
@@ -165,6 +186,60 @@ pub struct Failover {
     pub retry_budget: f64,
     /// Retries per second always allowed, however few requests there were.
     pub retry_budget_min: u32,
+}
+
+/// How a new task's key is chosen among the keys of the lowest tier that has room.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Strategy {
+    /// At random, in proportion to weight × balance.
+    #[default]
+    Weighted,
+    /// The lowest share of threads in use; the higher weight among equals.
+    LeastLoaded,
+    /// Each usable key in turn.
+    RoundRobin,
+}
+
+impl Strategy {
+    /// Every strategy, for messages.
+    pub const ALL: [Strategy; 3] = [
+        Strategy::Weighted,
+        Strategy::LeastLoaded,
+        Strategy::RoundRobin,
+    ];
+
+    /// The name `proxy.toml` and logs use.
+    pub fn label(self) -> &'static str {
+        match self {
+            Strategy::Weighted => "weighted",
+            Strategy::LeastLoaded => "least-loaded",
+            Strategy::RoundRobin => "round-robin",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Strategy> {
+        Strategy::ALL.into_iter().find(|s| s.label() == text)
+    }
+}
+
+impl std::fmt::Display for Strategy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.label())
+    }
+}
+
+/// `[capacity]`: thread accounting and what happens when every key is full.
+#[derive(Clone, Debug)]
+pub struct Capacity {
+    /// How long a submit may wait for a thread when every key is full; zero answers at once.
+    pub queue_timeout: Duration,
+    /// Submits allowed to wait at once; more are answered at once.
+    pub max_queued: usize,
+    /// An accepted task with no final answer after this long no longer holds a thread.
+    pub stale_after: Duration,
+    /// A key back in rotation ramps its share up over this long; zero gives it its full
+    /// share at once.
+    pub slow_start: Duration,
 }
 
 /// `[pins]`: the task id -> key table.
@@ -296,6 +371,8 @@ impl Config {
     pub fn for_keys(upstream: Upstream, keys: Vec<KeyConfig>) -> Config {
         Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            strategy: Strategy::default(),
+            capacity: Capacity::default(),
             upstream,
             refresh_interval: DEFAULT_REFRESH_INTERVAL,
             keys,
@@ -318,13 +395,14 @@ impl Config {
 // === impl KeyConfig ===
 
 impl KeyConfig {
-    /// A key with weight 1 and no thread count.
+    /// A key with weight 1, tier 0 and no thread count.
     pub fn new(name: &str, key: &str, upstream: Upstream) -> KeyConfig {
         KeyConfig {
             name: name.to_owned(),
             key: ApiKey::new(key),
             weight: DEFAULT_WEIGHT,
             threads: None,
+            tier: DEFAULT_TIER,
             upstream,
         }
     }
@@ -348,6 +426,17 @@ impl Default for Failover {
             ip_ban_pause: DEFAULT_IP_BAN_PAUSE,
             retry_budget: DEFAULT_RETRY_BUDGET,
             retry_budget_min: DEFAULT_RETRY_BUDGET_MIN,
+        }
+    }
+}
+
+impl Default for Capacity {
+    fn default() -> Capacity {
+        Capacity {
+            queue_timeout: DEFAULT_QUEUE_TIMEOUT,
+            max_queued: DEFAULT_MAX_QUEUED,
+            stale_after: DEFAULT_STALE_AFTER,
+            slow_start: DEFAULT_SLOW_START,
         }
     }
 }

@@ -7,7 +7,7 @@ use toml::Value;
 
 use super::raw::RawKey;
 use super::validate::{a_type, Problems};
-use super::{KeyConfig, Upstream, DEFAULT_WEIGHT};
+use super::{KeyConfig, Upstream, DEFAULT_TIER, DEFAULT_WEIGHT};
 use crate::ApiKey;
 
 /// Longest accepted key name; names become metric label values and log fields.
@@ -26,6 +26,7 @@ struct Entry {
     key: Option<ApiKey>,
     weight: f64,
     threads: Option<u32>,
+    tier: u32,
 }
 
 impl Entry {
@@ -83,6 +84,7 @@ pub(super) fn pool(
                 key: entry.key?,
                 weight: entry.weight,
                 threads: entry.threads,
+                tier: entry.tier,
                 upstream: upstream.clone(),
             })
         })
@@ -158,6 +160,7 @@ fn file_entry(
         key: None,
         weight: DEFAULT_WEIGHT,
         threads: None,
+        tier: DEFAULT_TIER,
     };
     let path = entry.path(None);
     entry.key = match raw.key {
@@ -179,6 +182,7 @@ fn file_entry(
     };
     entry.weight = weight(p, &path, raw.weight);
     entry.threads = threads(p, &path, raw.threads);
+    entry.tier = tier(p, &path, raw.tier);
     entry
 }
 
@@ -220,6 +224,7 @@ fn env_entries(
             key,
             weight: DEFAULT_WEIGHT,
             threads: None,
+            tier: DEFAULT_TIER,
         });
     }
     if entries.len() == before {
@@ -338,6 +343,27 @@ fn threads(p: &mut Problems, path: &str, raw: Option<Value>) -> Option<u32> {
                 format!("must be a whole number, got {}", a_type(&other)),
             );
             None
+        }
+    }
+}
+
+fn tier(p: &mut Problems, path: &str, raw: Option<Value>) -> u32 {
+    let field = format!("{path}.tier");
+    match raw {
+        None => DEFAULT_TIER,
+        Some(Value::Integer(n)) => u32::try_from(n).unwrap_or_else(|_| {
+            p.add(
+                field,
+                format!("must be between 0 and {}, got {n}", u32::MAX),
+            );
+            DEFAULT_TIER
+        }),
+        Some(other) => {
+            p.add(
+                field,
+                format!("must be a whole number, got {}", a_type(&other)),
+            );
+            DEFAULT_TIER
         }
     }
 }

@@ -11,6 +11,7 @@ use toml::Value;
 #[serde(deny_unknown_fields)]
 pub(super) struct RawConfig {
     pub listen: Option<String>,
+    pub strategy: Option<String>,
     pub upstream: Option<String>,
     pub refresh_interval: Option<Value>,
     pub keys_env: Option<String>,
@@ -20,6 +21,8 @@ pub(super) struct RawConfig {
     pub keys: Option<Value>,
     #[serde(default)]
     pub failover: RawFailover,
+    #[serde(default)]
+    pub capacity: RawCapacity,
     #[serde(default)]
     pub pins: RawPins,
     #[serde(default)]
@@ -40,6 +43,7 @@ pub(super) struct RawKey {
     pub key: Option<Value>,
     pub weight: Option<Value>,
     pub threads: Option<Value>,
+    pub tier: Option<Value>,
 }
 
 /// `[failover]`.
@@ -59,6 +63,16 @@ pub(super) struct RawFailover {
     pub ip_ban_pause: Option<Value>,
     pub retry_budget: Option<f64>,
     pub retry_budget_min: Option<u32>,
+}
+
+/// `[capacity]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawCapacity {
+    pub queue_timeout: Option<Value>,
+    pub max_queued: Option<usize>,
+    pub stale_after: Option<Value>,
+    pub slow_start: Option<Value>,
 }
 
 /// `[pins]`.

@@ -8,7 +8,7 @@ use humantime::format_duration;
 use super::Config;
 
 /// Column headers of the key table.
-const HEADERS: [&str; 4] = ["name", "weight", "threads", "fingerprint"];
+const HEADERS: [&str; 5] = ["name", "tier", "weight", "threads", "fingerprint"];
 
 pub(super) fn render(config: &Config) -> String {
     let f = &config.failover;
@@ -51,15 +51,26 @@ pub(super) fn render(config: &Config) -> String {
         format_duration(t.solve),
         format_duration(t.refresh)
     );
+    let c = &config.capacity;
+    let _ = writeln!(
+        out,
+        "strategy {}; capacity: queue_timeout {}, max_queued {}, stale_after {}, slow_start {}",
+        config.strategy,
+        format_duration(c.queue_timeout),
+        c.max_queued,
+        format_duration(c.stale_after),
+        format_duration(c.slow_start)
+    );
     let count = config.keys.len();
     let _ = writeln!(out, "{count} key{}:", if count == 1 { "" } else { "s" });
 
-    let rows: Vec<[String; 4]> = config
+    let rows: Vec<[String; 5]> = config
         .keys
         .iter()
         .map(|k| {
             [
                 k.name.clone(),
+                k.tier.to_string(),
                 k.weight.to_string(),
                 k.threads.map_or_else(|| "-".to_owned(), |n| n.to_string()),
                 k.key.fingerprint(),

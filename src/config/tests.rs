@@ -565,7 +565,7 @@ fn key_entries_must_be_tables_without_unknown_fields() {
     );
     assert_problem(
         &format!("[[keys]]\nkee = \"{KEY_A}\"\n"),
-        "keys[0]: unknown field `kee`, expected one of `name`, `key`, `weight`, `threads`",
+        "keys[0]: unknown field `kee`, expected one of `name`, `key`, `weight`, `threads`, `tier`",
     );
 }
 
@@ -789,7 +789,7 @@ fn other_parse_errors_near_keys_mask_them_too() {
 fn debug_and_summary_show_no_key() {
     let env = env_of(&[("POOL", KEY_C)]);
     let text = format!(
-        "keys_env = \"POOL\"\n[[keys]]\nname = \"a\"\nkey = \"{KEY_A}\"\nthreads = 5\n[[keys]]\nkey = \"{KEY_B}\"\nweight = 2.5\n"
+        "keys_env = \"POOL\"\n[[keys]]\nname = \"a\"\nkey = \"{KEY_A}\"\nthreads = 5\n[[keys]]\nkey = \"{KEY_B}\"\nweight = 2.5\ntier = 1\n"
     );
     let config = parse_with(&text, &env);
     assert_no_secret(&format!("{config:?}"));
@@ -803,11 +803,12 @@ fn debug_and_summary_show_no_key() {
          transient_failures 3, transient_cooldown 30s, backoff 100ms to 2s\n\
          pins: ttl 2h, max_pins 1000000; limits: max_body 16777216 bytes; key_headers true\n\
          timeouts: connect 10s, request 1m, solve 3m, refresh 15s\n\
+         strategy weighted; capacity: queue_timeout 5s, max_queued 1000, stale_after 5m, slow_start 30s\n\
          3 keys:\n\
-         \x20 name      weight  threads  fingerprint\n\
-         \x20 a         1       5        …cd01\n\
-         \x20 keyBBBBB  2.5     -        …cd02\n\
-         \x20 keyCCCCC  1       -        …cd03\n"
+         \x20 name      tier  weight  threads  fingerprint\n\
+         \x20 a         0     1       5        …cd01\n\
+         \x20 keyBBBBB  1     2.5     -        …cd02\n\
+         \x20 keyCCCCC  0     1       -        …cd03\n"
     );
 }
 
@@ -847,4 +848,63 @@ fn load_names_a_missing_file() {
         "{shown}"
     );
     assert!(std::error::Error::source(&error).is_some());
+}
+
+// === capacity, strategy and tiers ===
+
+#[test]
+fn capacity_strategy_and_tier_default_when_absent() {
+    let config = parse(&one_key());
+    assert_eq!(config.strategy, Strategy::Weighted);
+    assert_eq!(config.capacity.queue_timeout, DEFAULT_QUEUE_TIMEOUT);
+    assert_eq!(config.capacity.max_queued, DEFAULT_MAX_QUEUED);
+    assert_eq!(config.capacity.stale_after, DEFAULT_STALE_AFTER);
+    assert_eq!(config.capacity.slow_start, DEFAULT_SLOW_START);
+    assert_eq!(config.keys[0].tier, 0);
+}
+
+#[test]
+fn capacity_strategy_and_tier_are_read() {
+    let text = format!(
+        "strategy = \"least-loaded\"\n[capacity]\nqueue_timeout = \"0s\"\nmax_queued = 0\n\
+         stale_after = \"90s\"\nslow_start = \"0s\"\n{}tier = 2\n",
+        one_key()
+    );
+    let config = parse(&text);
+    assert_eq!(config.strategy, Strategy::LeastLoaded);
+    assert_eq!(config.capacity.queue_timeout, Duration::ZERO);
+    assert_eq!(config.capacity.max_queued, 0);
+    assert_eq!(config.capacity.stale_after, Duration::from_secs(90));
+    assert_eq!(config.capacity.slow_start, Duration::ZERO);
+    assert_eq!(config.keys[0].tier, 2);
+    let rr = parse(&format!("strategy = \"round-robin\"\n{}", one_key()));
+    assert_eq!(rr.strategy, Strategy::RoundRobin);
+}
+
+#[test]
+fn an_unknown_strategy_names_the_known_ones() {
+    assert_problem(
+        &format!("strategy = \"least_conn\"\n{}", one_key()),
+        "strategy: \"least_conn\" is not a strategy; use one of \"weighted\", \"least-loaded\", \"round-robin\"",
+    );
+}
+
+#[test]
+fn a_stale_timeout_must_be_positive_and_a_tier_a_whole_number() {
+    assert_problem(
+        &format!("[capacity]\nstale_after = \"0s\"\n{}", one_key()),
+        "capacity.stale_after: must be greater than 0",
+    );
+    assert_problem(
+        &format!("{}tier = -1\n", one_key()),
+        "keys[0] (\"a\").tier: must be between 0 and 4294967295, got -1",
+    );
+    assert_problem(
+        &format!("{}tier = \"backup\"\n", one_key()),
+        "keys[0] (\"a\").tier: must be a whole number, got a string",
+    );
+    assert_problem(
+        &format!("[capacity]\nqueue_timeout = 5\n{}", one_key()),
+        "capacity.queue_timeout: write durations as a string with a unit, e.g. \"30s\" (got the integer 5)",
+    );
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use toml::Value;
 
-use super::raw::{RawConfig, RawFailover, RawLimits, RawPins, RawTimeouts};
+use super::raw::{RawCapacity, RawConfig, RawFailover, RawLimits, RawPins, RawTimeouts};
 use super::*;
 
 /// Longest duration any setting accepts. Far beyond every sensible value, and near enough
@@ -39,6 +39,8 @@ pub(super) fn validate(
     let mut problems = Problems::default();
     let p = &mut problems;
     let listen = listen(p, raw.listen);
+    let strategy = strategy(p, raw.strategy);
+    let capacity = capacity(p, raw.capacity);
     let upstream = upstream(p, raw.upstream);
     let refresh_interval = duration(
         p,
@@ -60,6 +62,8 @@ pub(super) fn validate(
     }
     Ok(Config {
         listen,
+        strategy,
+        capacity,
         upstream,
         refresh_interval,
         keys,
@@ -88,6 +92,53 @@ fn listen(p: &mut Problems, raw: Option<String>) -> SocketAddr {
         );
         default()
     })
+}
+
+fn strategy(p: &mut Problems, raw: Option<String>) -> Strategy {
+    let Some(text) = raw else {
+        return Strategy::default();
+    };
+    Strategy::parse(&text).unwrap_or_else(|| {
+        let known: Vec<String> = Strategy::ALL
+            .iter()
+            .map(|s| format!("{:?}", s.label()))
+            .collect();
+        p.add(
+            "strategy",
+            format!(
+                "{text:?} is not a strategy; use one of {}",
+                known.join(", ")
+            ),
+        );
+        Strategy::default()
+    })
+}
+
+fn capacity(p: &mut Problems, raw: RawCapacity) -> Capacity {
+    Capacity {
+        queue_timeout: duration(
+            p,
+            "capacity.queue_timeout",
+            raw.queue_timeout,
+            DEFAULT_QUEUE_TIMEOUT,
+            Zero::Allowed,
+        ),
+        max_queued: raw.max_queued.unwrap_or(DEFAULT_MAX_QUEUED),
+        stale_after: duration(
+            p,
+            "capacity.stale_after",
+            raw.stale_after,
+            DEFAULT_STALE_AFTER,
+            Zero::Rejected,
+        ),
+        slow_start: duration(
+            p,
+            "capacity.slow_start",
+            raw.slow_start,
+            DEFAULT_SLOW_START,
+            Zero::Allowed,
+        ),
+    }
 }
 
 fn upstream(p: &mut Problems, raw: Option<String>) -> Upstream {
