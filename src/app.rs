@@ -11,11 +11,12 @@ use tokio::sync::broadcast;
 use tokio::time::Instant;
 use tower::retry::budget::{Budget, TpsBudget};
 
+use crate::capacity::{Capacity, MemoryLoad};
 use crate::config::Config;
 use crate::health::{HealthEvent, HealthStore, MemoryHealth, StateKind, Transition};
 use crate::metrics::Metrics;
 use crate::pins::{JournalPins, MemoryPins, PinStore};
-use crate::pool::{KeyEntry, KeyPool};
+use crate::pool::{KeyEntry, KeyPool, Selection};
 use crate::proxy::probe::ProbeMisses;
 use crate::registry::{KeyRegistry, RegistryFull};
 use crate::reload::Applied;
@@ -63,6 +64,9 @@ struct Inner {
     registry: Arc<KeyRegistry>,
     /// Outlives snapshots, keyed by key id, so health is not reset by a rebuild.
     health: Arc<dyn HealthStore>,
+    /// Threads in use per key and the queue for a full pool; outlives snapshots, so a
+    /// reload neither forgets running tasks nor drops queued submits.
+    capacity: Arc<Capacity>,
     metrics: Metrics,
     client: UpstreamClient,
     events: broadcast::Sender<Event>,
@@ -123,7 +127,8 @@ impl App {
         let client = UpstreamClient::new(config.timeouts.connect)?;
         let metrics = Metrics::new()?;
         let registry = Arc::new(KeyRegistry::new());
-        let pool = build_pool(&config, &registry, health.clone())?;
+        let capacity = Arc::new(Capacity::new(Box::new(MemoryLoad::new())));
+        let pool = build_pool(&config, &registry, health.clone(), capacity.clone())?;
         let pins = open_pins(&config, &registry)?;
         let retry_budget = TpsBudget::new(
             RETRY_BUDGET_WINDOW,
@@ -136,6 +141,7 @@ impl App {
             pins,
             registry,
             health,
+            capacity,
             metrics,
             client,
             events,
@@ -164,6 +170,22 @@ impl App {
 
     pub fn health(&self) -> &dyn HealthStore {
         &*self.0.health
+    }
+
+    /// Threads in use per key, leases, and the queue for a full pool.
+    pub fn capacity(&self) -> &Capacity {
+        &self.0.capacity
+    }
+
+    /// A task got its final answer: its thread is free again (counted the first time only).
+    pub fn finish_task(&self, task: &crate::pins::TaskId) {
+        if self.0.capacity.finish(task).is_some() {
+            self.0
+                .metrics
+                .thread_releases
+                .with_label_values(&["final"])
+                .inc();
+        }
     }
 
     pub fn metrics(&self) -> &Metrics {
@@ -248,7 +270,12 @@ impl App {
     pub fn apply_config(&self, mut config: Config) -> Result<Applied, RegistryFull> {
         let old = self.snapshot();
         let needs_restart = keep_start_only_settings(&old.config, &mut config);
-        let pool = build_pool(&config, &self.0.registry, self.0.health.clone())?;
+        let pool = build_pool(
+            &config,
+            &self.0.registry,
+            self.0.health.clone(),
+            self.0.capacity.clone(),
+        )?;
         let names = |pool: &KeyPool| -> Vec<String> {
             pool.keys().iter().map(|k| k.name.clone()).collect()
         };
@@ -272,6 +299,8 @@ impl App {
             needs_restart,
         };
         self.0.snapshot.store(Arc::new(Snapshot { config, pool }));
+        // New keys, capacities or tiers may give queued submits somewhere to go.
+        self.0.capacity.nudge();
         if !applied.added.is_empty() {
             // New keys have no balance yet; read it now rather than at the next round.
             tokio::spawn(crate::refresh::refresh_all_owned(self.clone()));
@@ -285,6 +314,7 @@ impl App {
         self.0.metrics.render(
             &snapshot.pool,
             &*self.0.pins,
+            self.0.capacity.queued(),
             self.upstream_paused().is_some(),
             Instant::now(),
         )
@@ -371,7 +401,13 @@ fn build_pool(
     config: &Config,
     registry: &KeyRegistry,
     health: Arc<dyn HealthStore>,
+    capacity: Arc<Capacity>,
 ) -> Result<KeyPool, RegistryFull> {
     let keys = registry.admit(&config.keys)?;
-    Ok(KeyPool::new(keys, health, config.failover.min_balance))
+    Ok(KeyPool::new(
+        keys,
+        health,
+        capacity,
+        Selection::from_config(config),
+    ))
 }

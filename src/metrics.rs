@@ -42,7 +42,15 @@ pub struct Metrics {
     key_threads: IntGaugeVec,
     key_working_threads: IntGaugeVec,
     key_tasks_in_flight: IntGaugeVec,
+    key_threads_in_use: IntGaugeVec,
     tasks_pinned: IntGauge,
+    queue_length: IntGauge,
+    /// How long submits waited for a thread, by how the wait ended.
+    pub queue_wait: HistogramVec,
+    /// Submits answered "busy" because every key was full, by why the wait ended.
+    pub pool_full: IntCounterVec,
+    /// Threads given back by tasks, by why: final answer, stale timeout, reconciliation.
+    pub thread_releases: IntCounterVec,
     /// Submit attempts by key and how the key answered.
     pub key_submits: IntCounterVec,
     /// Upstream error codes (and transport failures) by key.
@@ -171,6 +179,44 @@ impl Metrics {
                 per_key(
                     "keyrelay_key_tasks_in_flight",
                     "Tasks submitted through keyrelay with this key and not yet finished."
+                )?
+            ),
+            key_threads_in_use: register!(
+                r,
+                per_key(
+                    "keyrelay_key_threads_in_use",
+                    "Threads of the key counted as in use: submits on their way, open tasks, and others' use seen by threadsinfo."
+                )?
+            ),
+            queue_length: register!(
+                r,
+                IntGauge::new(
+                    "keyrelay_queue_length",
+                    "Submits waiting for a thread because every key that could take them is full."
+                )?
+            ),
+            queue_wait: register!(
+                r,
+                histogram(
+                    "keyrelay_queue_wait_seconds",
+                    "Time submits waited for a thread, by result: admitted, refused, no_key.",
+                    &["result"],
+                )?
+            ),
+            pool_full: register!(
+                r,
+                counter(
+                    "keyrelay_pool_full_total",
+                    "Submits answered busy because every key was full, by reason: queue_timeout, queue_full, no_queue.",
+                    &["reason"],
+                )?
+            ),
+            thread_releases: register!(
+                r,
+                counter(
+                    "keyrelay_thread_releases_total",
+                    "Threads given back by tasks, by reason: final (answer polled), stale (never polled), reconciled (threadsinfo showed it done).",
+                    &["reason"],
                 )?
             ),
             tasks_pinned: register!(
@@ -312,10 +358,12 @@ impl Metrics {
         &self,
         pool: &KeyPool,
         pins: &dyn PinStore,
+        queued: usize,
         paused: bool,
         now: Instant,
     ) -> String {
         self.upstream_paused.set(i64::from(paused));
+        self.queue_length.set(queued as i64);
         self.keys_configured.set(pool.keys().len() as i64);
         self.keys_active.set(pool.active_count(now) as i64);
         self.tasks_pinned.set(pins.len() as i64);
@@ -361,15 +409,22 @@ impl Metrics {
                     let _ = self.key_working_threads.remove_label_values(&[name]);
                 }
             }
+            let load = pool.load(key);
             self.key_tasks_in_flight
                 .with_label_values(&[name])
-                .set(i64::from(pins.in_flight(key.id)));
+                .set(i64::from(load.open));
+            self.key_threads_in_use
+                .with_label_values(&[name])
+                .set(i64::from(load.in_use()));
             // Per-key counters exist from the first scrape at 0, so rate() and ratios over
             // them work before the first event instead of reading as absent.
             for outcome in SUBMIT_OUTCOMES {
                 self.key_submits.with_label_values(&[name, outcome]);
             }
             self.refresh_failures.with_label_values(&[name]);
+        }
+        for reason in ["no_queue", "queue_full", "queue_timeout"] {
+            self.pool_full.with_label_values(&[reason]);
         }
         let mut out = Vec::new();
         TextEncoder::new()

@@ -56,6 +56,8 @@ pub async fn refresh_all(app: &App) {
             .map(|key| refresh_key(app, key, timeout)),
     )
     .await;
+    // New capacity figures or restored keys may give queued submits somewhere to go.
+    app.capacity().nudge();
     let active = snapshot.pool.active_count(Instant::now());
     tracing::debug!(
         active,
@@ -79,9 +81,13 @@ async fn refresh_key(app: &App, key: &KeyEntry, timeout: Duration) {
     }
     key.stats.set_balance(balance.as_ref().ok().copied());
     // threadsinfo is CaptchaAI's own action; other services may not answer it.
+    let asked = Instant::now();
     let threads = read_threads(app, key, timeout).await.ok();
     key.stats
         .set_threads(threads.map(|t| (t.threads, t.working_threads)));
+    if let Some(info) = threads {
+        reconcile(app, key, info.working_threads, asked);
+    }
 
     let snapshot = app.snapshot();
     let view = app.health().view(key.id, Instant::now());
@@ -91,6 +97,19 @@ async fn refresh_key(app: &App, key: &KeyEntry, timeout: Duration) {
     } && threads.is_none_or(|t| t.threads > 0);
     if view.state == StateKind::Benched && usable {
         app.record_health(key, HealthEvent::Restore);
+    }
+}
+
+/// Aligns keyrelay's count of the key's threads with the upstream's: tasks the upstream no
+/// longer works on give their threads back, others' use of the key is counted.
+fn reconcile(app: &App, key: &KeyEntry, working: u32, asked: Instant) {
+    let released = app.capacity().reconcile(key.id, working, asked);
+    if released > 0 {
+        app.metrics()
+            .thread_releases
+            .with_label_values(&["reconciled"])
+            .inc_by(u64::from(released));
+        tracing::debug!(key = %key.name, released, working, "threads reconciled with threadsinfo");
     }
 }
 

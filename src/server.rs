@@ -23,6 +23,10 @@ const PIN_SYNC_INTERVAL: Duration = Duration::from_secs(1);
 /// How often expired pins are dropped.
 const PIN_SWEEP_INTERVAL: Duration = Duration::from_secs(60);
 
+/// How often tasks past `capacity.stale_after` give their threads back: a small fraction of
+/// the default five minutes, and a cheap look at the front of a queue.
+const STALE_SWEEP_INTERVAL: Duration = Duration::from_secs(5);
+
 /// After an accept error (for example, out of file descriptors), wait before retrying so the
 /// loop does not spin.
 const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
@@ -43,6 +47,7 @@ pub async fn run(
     background.spawn(refresh::run(app.clone()));
     background.spawn(sweep_pins(app.clone()));
     background.spawn(sync_pins(app.clone()));
+    background.spawn(release_stale(app.clone()));
 
     let graceful = GracefulShutdown::new();
     // Limits are read at start: the listener is the one thing a reload cannot rebuild.
@@ -112,6 +117,34 @@ async fn sweep_pins(app: App) {
         if let Ok(dropped) = tokio::task::spawn_blocking(move || store.pins().sweep(now)).await {
             if dropped > 0 {
                 tracing::debug!(dropped, "expired pins dropped");
+            }
+        }
+    }
+}
+
+/// Gives back the threads of tasks nobody polled to the end: after `capacity.stale_after`
+/// (read each round, so a reload applies) an open task no longer counts against its key.
+pub async fn release_stale(app: App) {
+    let mut tick = tokio::time::interval(STALE_SWEEP_INTERVAL);
+    loop {
+        tick.tick().await;
+        let stale_after = app.snapshot().config.capacity.stale_after;
+        let Some(cutoff) = Instant::now().checked_sub(stale_after) else {
+            continue;
+        };
+        let released = app.capacity().release_stale(cutoff);
+        if released.is_empty() {
+            continue;
+        }
+        app.metrics()
+            .thread_releases
+            .with_label_values(&["stale"])
+            .inc_by(released.len() as u64);
+        let snapshot = app.snapshot();
+        for key in snapshot.pool.keys() {
+            let count = released.iter().filter(|id| **id == key.id).count();
+            if count > 0 {
+                tracing::info!(key = %key.name, tasks = count, ?stale_after, "stale tasks no longer hold threads");
             }
         }
     }

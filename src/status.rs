@@ -42,7 +42,12 @@ pub struct KeyStatus {
     pub balance: Option<f64>,
     pub threads: Option<u32>,
     pub working_threads: Option<u32>,
+    /// Tasks accepted through keyrelay and not yet finished.
     pub tasks_in_flight: u32,
+    /// Threads counted against the key's capacity: submits on their way, open tasks, and
+    /// others' use that threadsinfo showed.
+    pub threads_in_use: u32,
+    pub tier: u32,
     pub last_error: Option<LastError>,
     pub counts: Counts,
 }
@@ -97,7 +102,9 @@ pub fn pool_status(app: &App) -> PoolStatus {
                 balance: key.stats.balance(),
                 threads: key.thread_capacity(),
                 working_threads: key.stats.threads().map(|(_, working)| working),
-                tasks_in_flight: app.pins().in_flight(key.id),
+                tasks_in_flight: pool.load(key).open,
+                threads_in_use: pool.load(key).in_use(),
+                tier: key.tier,
                 last_error: key.stats.last_error().map(|(code, at)| LastError {
                     code,
                     at: rfc3339(at),

@@ -2,6 +2,8 @@
 //! `threadsinfo` answer pool totals, pingback actions go to every key, and actions keyrelay
 //! does not know are forwarded with a key in rotation.
 
+use std::time::Duration;
+
 use futures_util::future::join_all;
 use tokio::time::Instant;
 
@@ -49,18 +51,39 @@ fn format_balance(total: f64) -> String {
     }
 }
 
-/// `threadsinfo`: pool totals over keys in rotation, the same keys admission uses, so a
-/// client that checks threads after a "no free thread" answer sees a consistent picture.
-/// The service answers this action in JSON only.
+/// How long after refusing a submit for want of a thread `threadsinfo` keeps reporting no
+/// free thread. The official SDK asks right after the refusal, and reads "threads free, yet
+/// refused" as an account without a plan (a fatal error); a thread freed in between must
+/// not turn a busy pool into that.
+const BUSY_ECHO: Duration = Duration::from_secs(10);
+
+/// `threadsinfo`: pool totals over keys in rotation, as admission counts them, so a client
+/// that checks threads after a "no free thread" answer sees the same picture keyrelay acted
+/// on. A key with a known capacity counts its threads and its threads in use; a key without
+/// one takes any number of tasks, so it counts one free thread above its use. The service
+/// answers this action in JSON only.
 pub(super) fn threads(ctx: &Ctx) -> Handled {
     let pool = &ctx.snapshot.pool;
     let now = Instant::now();
     let (mut threads, mut working) = (0u64, 0u64);
     for key in pool.keys().iter().filter(|k| pool.in_rotation(k, now)) {
-        threads += u64::from(key.thread_capacity().unwrap_or(0));
-        working += u64::from(key.stats.threads().map_or(0, |(_, w)| w));
+        let used = u64::from(pool.load(key).in_use());
+        match key.thread_capacity().map(u64::from) {
+            Some(capacity) => {
+                threads += capacity;
+                working += used.min(capacity);
+            }
+            None => {
+                threads += used + 1;
+                working += used;
+            }
+        }
     }
-    let working = working.min(threads);
+    let capacity = ctx.app.capacity();
+    if capacity.queued() > 0 || capacity.refused_within(BUSY_ECHO, now) {
+        // Submits are waiting or were just refused: any thread that looks free is spoken for.
+        working = threads;
+    }
     let body = ThreadsAnswer {
         status: 1,
         threads,
@@ -126,7 +149,8 @@ pub(super) async fn other(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
     }
     let pool = &ctx.snapshot.pool;
     let rng = ctx.app.rng();
-    let Some(key) = pool.candidates(rng, Instant::now()).next() else {
+    // No thread is taken: these actions start no task.
+    let Some(key) = pool.candidates(rng, Instant::now()).ignoring_load().next() else {
         return ctx.local_error(
             "ERROR_ZERO_BALANCE",
             "keyrelay has no key in rotation; retry later",

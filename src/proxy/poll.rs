@@ -55,7 +55,7 @@ async fn poll_one(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
     );
     let is_get = matches!(parsed.action(), Some("get" | "get2"));
     if is_get && is_final(&attempt) {
-        ctx.app.pins().finish(&task);
+        ctx.app.finish_task(&task);
     }
     match attempt.deliverable() {
         Some(answer) => Handled::upstream(answer, outcome, &key, tries),
@@ -65,7 +65,7 @@ async fn poll_one(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
 
 /// Whether a poll's answer ends its task: a solution, or a verdict on the task itself
 /// (unsolvable, unknown id). "Not ready" and failures of the key or the service do not.
-pub(super) fn is_final(attempt: &Attempt) -> bool {
+fn is_final(attempt: &Attempt) -> bool {
     match attempt.outcome {
         Outcome::Success => attempt.reply != Reply::NotReady,
         Outcome::CallerError => true,
@@ -78,7 +78,7 @@ fn finish_items(ctx: &Ctx, ids: &[&str], items: &[String]) {
     for (id, item) in ids.iter().zip(items) {
         if item != NOT_READY && item != "CAPTCHA_NOT_READY" {
             if let Some(task) = TaskId::parse(id) {
-                ctx.app.pins().finish(&task);
+                ctx.app.finish_task(&task);
             }
         }
     }

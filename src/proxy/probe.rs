@@ -130,14 +130,12 @@ pub(super) async fn probe(
             continue;
         }
         let outcome = attempt.outcome.label();
-        let is_final = super::poll::is_final(&attempt);
         let Some(answer) = attempt.deliverable() else {
             continue;
         };
+        // Pinned, not opened: a task keyrelay did not see submitted holds no thread in its
+        // count (the refresh's threadsinfo counts it as the key's external load).
         ctx.app.pins().pin(task.clone(), key.id, Instant::now());
-        if is_final && matches!(parsed.action(), Some("get" | "get2")) {
-            ctx.app.pins().finish(task);
-        }
         misses.forget(task);
         count(ctx, "found");
         tracing::info!(key = %key.name, task_id = %task, "unknown task found on a key and pinned");

@@ -6,12 +6,16 @@ use tokio::time::Instant;
 
 use super::{Attempt, Ctx, Handled};
 use crate::app::{App, Event};
+use crate::capacity::{Lease, Refusal, Take, Waited};
 use crate::captcha::{Endpoint, Outcome, ParsedRequest, Reply};
 use crate::failover::{self, Next};
 use crate::health::HealthEvent;
 use crate::pins::TaskId;
-use crate::pool::KeyEntry;
+use crate::pool::{Candidates, KeyEntry};
 use crate::refresh;
+
+/// `failover::meaning_rank` of a "busy, retry later" answer.
+const BUSY: u8 = 3;
 
 /// The most meaningful failure seen so far, kept to answer the caller if every attempt fails.
 struct Failure<'a> {
@@ -26,24 +30,23 @@ pub(super) async fn submit(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
     }
     let started = Instant::now();
     let policy = ctx.policy();
-    let pool = &ctx.snapshot.pool;
+    let deadline = started + ctx.snapshot.config.capacity.queue_timeout;
     let mut rng = ctx.app.rng();
-    let mut candidates = pool.candidates(ctx.app.rng(), started);
+    let mut walk = Walk {
+        candidates: ctx.snapshot.pool.candidates(ctx.app.rng(), started),
+        retry_same: None,
+    };
     let mut worst: Option<Failure<'_>> = None;
     let mut attempts = 0u32;
     let mut previous: Option<(&Arc<KeyEntry>, &'static str)> = None;
-    // After a transient failure with no other key left to try, the same key is tried again:
-    // a lone key must still get its retries.
-    let mut retry_same: Option<&Arc<KeyEntry>> = None;
 
     while attempts < policy.max_attempts {
-        candidates.at(Instant::now());
-        let now = Instant::now();
-        let Some(key) = candidates
-            .next()
-            .or_else(|| retry_same.take().filter(|k| pool.in_rotation(k, now)))
-        else {
-            break;
+        let (key, lease) = match take_thread(ctx, &mut walk, deadline).await {
+            Waited::Got(taken) => taken,
+            Waited::NoKey => break,
+            Waited::Refused(refusal) => {
+                return pool_full(ctx, refusal, worst, attempts, started);
+            }
         };
         if attempts == 0 {
             ctx.app.deposit_retry();
@@ -58,7 +61,6 @@ pub(super) async fn submit(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
                 note_failover(&ctx.app, from, reason);
             }
         }
-        retry_same = None;
         attempts += 1;
         let attempt = ctx.attempt(key, parsed, &[]).await;
         ctx.app.metrics().count_submit(&key.name, attempt.outcome);
@@ -85,14 +87,17 @@ pub(super) async fn submit(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
             tokio::spawn(settle_zero_balance(ctx.app.clone(), key.clone()));
         }
         match decision.next {
-            Next::Answer => return answer(ctx, key, attempt, attempts, started),
+            Next::Answer => return answer(ctx, key, lease, attempt, attempts, started),
             Next::Failover => {
+                drop(lease);
                 previous = Some((key, attempt.code));
                 keep_worst(&mut worst, attempt, key);
             }
             Next::Backoff => {
+                // The thread is not held while backing off: another task may use it.
+                drop(lease);
                 previous = Some((key, attempt.code));
-                retry_same = Some(key);
+                walk.retry_same = Some(key);
                 keep_worst(&mut worst, attempt, key);
                 tokio::time::sleep(failover::backoff(attempts, policy, &mut rng)).await;
             }
@@ -101,14 +106,132 @@ pub(super) async fn submit(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
     exhausted(ctx, worst, attempts, started)
 }
 
-fn answer(ctx: &Ctx, key: &KeyEntry, attempt: Attempt, attempts: u32, started: Instant) -> Handled {
+/// Where a submit is in its walk over the pool.
+struct Walk<'a, R> {
+    candidates: Candidates<'a, R>,
+    /// After a transient failure with no other key left to try, the same key is tried
+    /// again: a lone key must still get its retries.
+    retry_same: Option<&'a Arc<KeyEntry>>,
+}
+
+/// The next key to try and one of its threads. While every key that could take the task is
+/// full, waits in the pool's queue (FIFO, until `deadline`) for a thread to come free.
+async fn take_thread<'a, R: rand::Rng>(
+    ctx: &'a Ctx,
+    walk: &mut Walk<'a, R>,
+    deadline: Instant,
+) -> Waited<(&'a Arc<KeyEntry>, Lease<'a>)> {
+    let pool = &ctx.snapshot.pool;
+    let limits = &ctx.snapshot.config.capacity;
+    let take = || {
+        walk.candidates.at(Instant::now());
+        while let Some(key) = walk.candidates.next() {
+            match pool.hold(key) {
+                Some(lease) => {
+                    walk.retry_same = None;
+                    return Take::Got((key, lease));
+                }
+                // Its last thread went to another request since the pick: look again, and
+                // the key counts as full this time.
+                None => walk.candidates.put_back(key),
+            }
+        }
+        let full = walk.candidates.saw_full();
+        match walk
+            .retry_same
+            .filter(|k| pool.in_rotation(k, Instant::now()))
+        {
+            Some(key) => match pool.hold(key) {
+                Some(lease) => {
+                    walk.retry_same = None;
+                    Take::Got((key, lease))
+                }
+                None => Take::Full,
+            },
+            None if full => Take::Full,
+            None => Take::NoKey,
+        }
+    };
+    let capacity = ctx.app.capacity();
+    let queued_at = Instant::now();
+    let recheck = || pool.next_return(Instant::now());
+    let waited = capacity
+        .wait_for(deadline, limits.max_queued, recheck, take)
+        .await;
+    let waited_for = queued_at.elapsed();
+    if !waited_for.is_zero() {
+        let result = match &waited {
+            Waited::Got(_) => "admitted",
+            Waited::NoKey => "no_key",
+            Waited::Refused(_) => "refused",
+        };
+        ctx.app
+            .metrics()
+            .queue_wait
+            .with_label_values(&[result])
+            .observe(waited_for.as_secs_f64());
+    }
+    waited
+}
+
+/// Every key that could take the task is full, and the wait for a thread was refused or
+/// ran out. The answer is the one the official SDK treats as "all threads busy, wait and
+/// resubmit", and keyrelay's `threadsinfo` says the same for a while after it.
+fn pool_full(
+    ctx: &Ctx,
+    refusal: Refusal,
+    worst: Option<Failure<'_>>,
+    attempts: u32,
+    started: Instant,
+) -> Handled {
+    ctx.app
+        .metrics()
+        .pool_full
+        .with_label_values(&[refusal.label()])
+        .inc();
+    tracing::warn!(
+        endpoint = ctx.endpoint.label(),
+        reason = refusal.label(),
+        attempts,
+        queued = ctx.app.capacity().queued(),
+        latency_ms = started.elapsed().as_millis() as u64,
+        "submit refused: every key's threads are in use"
+    );
+    if let Some(busy) = worst.filter(|w| w.rank == BUSY) {
+        return busy_answer(ctx, busy, attempts);
+    }
+    let text = match refusal {
+        Refusal::NoQueue => "every key's threads are in use; retry later".to_owned(),
+        Refusal::QueueFull => format!(
+            "every key's threads are in use and {} submits already wait; retry later",
+            ctx.snapshot.config.capacity.max_queued
+        ),
+        Refusal::TimedOut => format!(
+            "every key's threads are in use; no thread came free within {}; retry later",
+            humantime::format_duration(ctx.snapshot.config.capacity.queue_timeout)
+        ),
+    };
+    ctx.local_error("ERROR_ZERO_BALANCE", &text, "pool_full")
+}
+
+fn answer(
+    ctx: &Ctx,
+    key: &KeyEntry,
+    lease: Lease<'_>,
+    attempt: Attempt,
+    attempts: u32,
+    started: Instant,
+) -> Handled {
     let task_id = match (&attempt.reply, attempt.outcome, ctx.endpoint) {
-        // solve.php answers the solution itself: there is no task to pin.
+        // solve.php answers the solution itself: there is no task to pin, and its thread
+        // is given back with the answer.
         (Reply::Ok(id), Outcome::Success, Endpoint::In) => TaskId::parse(id),
         _ => None,
     };
     if let Some(id) = &task_id {
-        ctx.app.pins().pin(id.clone(), key.id, Instant::now());
+        let now = Instant::now();
+        ctx.app.pins().pin(id.clone(), key.id, now);
+        lease.keep_for(id.clone(), now);
         ctx.app.emit(Event::Pinned {
             key: key.name.clone(),
             task_id: id.to_string(),
@@ -145,23 +268,8 @@ fn exhausted(ctx: &Ctx, worst: Option<Failure<'_>>, attempts: u32, started: Inst
         latency_ms = started.elapsed().as_millis() as u64,
         "submit failed on every key tried"
     );
-    if let Some(Failure {
-        rank: 3,
-        attempt,
-        key,
-    }) = worst
-    {
-        let code = attempt.code;
-        return match attempt.result {
-            Ok(answer) if answer.status.is_success() => {
-                Handled::upstream(answer, "pool_busy", key, attempts)
-            }
-            // A busy HTTP status (429) is turned into the service's own busy code.
-            _ => {
-                let text = format!("every key tried is busy ({code}); retry later");
-                ctx.local_error("ERROR_NO_SLOT_AVAILABLE", &text, "pool_busy")
-            }
-        };
+    if let Some(busy) = worst.filter(|w| w.rank == BUSY) {
+        return busy_answer(ctx, busy, attempts);
     }
     // No attempt at all means no key was in rotation when the walk began, even if a
     // cooldown has ended since: say so, rather than report "0 attempts failed".
@@ -175,6 +283,21 @@ fn exhausted(ctx: &Ctx, worst: Option<Failure<'_>>, attempts: u32, started: Inst
     }
     let text = format!("all {attempts} attempts failed upstream; retry later");
     ctx.local_error("ERROR_SERVER_ERROR", &text, "upstream_failed")
+}
+
+/// The upstream's own "busy" answer, relayed: clients know to wait and resubmit.
+fn busy_answer(ctx: &Ctx, busy: Failure<'_>, attempts: u32) -> Handled {
+    let code = busy.attempt.code;
+    match busy.attempt.result {
+        Ok(answer) if answer.status.is_success() => {
+            Handled::upstream(answer, "pool_busy", busy.key, attempts)
+        }
+        // A busy HTTP status (429) is turned into the service's own busy code.
+        _ => {
+            let text = format!("every key tried is busy ({code}); retry later");
+            ctx.local_error("ERROR_NO_SLOT_AVAILABLE", &text, "pool_busy")
+        }
+    }
 }
 
 fn note_failover(app: &App, from: &KeyEntry, reason: &'static str) {
@@ -211,11 +334,16 @@ fn log_submit(
 async fn settle_zero_balance(app: App, key: Arc<KeyEntry>) {
     let snapshot = app.snapshot();
     let policy = &snapshot.config.failover;
+    let asked = Instant::now();
     let info = refresh::read_threads(&app, &key, snapshot.config.timeouts.refresh).await;
     let event = match info {
         Ok(info) if info.threads > 0 && info.working_threads >= info.threads => {
             key.stats
                 .set_threads(Some((info.threads, info.working_threads)));
+            // Someone else holds the threads keyrelay thought free: count them, so the key
+            // is not handed tasks it would refuse again once its cooldown ends.
+            app.capacity()
+                .reconcile(key.id, info.working_threads, asked);
             HealthEvent::Cool {
                 reason: "ERROR_ZERO_BALANCE",
                 duration: policy.busy_cooldown,
