@@ -361,9 +361,8 @@ impl Metrics {
                     let _ = self.key_working_threads.remove_label_values(&[name]);
                 }
             }
-            self.key_tasks_in_flight
-                .with_label_values(&[name])
-                .set(i64::from(pins.in_flight(key.id)));
+            // TODO(capacity-ledger)
+            self.key_tasks_in_flight.with_label_values(&[name]).set(0);
             // Per-key counters exist from the first scrape at 0, so rate() and ratios over
             // them work before the first event instead of reading as absent.
             for outcome in SUBMIT_OUTCOMES {

@@ -97,7 +97,7 @@ pub fn pool_status(app: &App) -> PoolStatus {
                 balance: key.stats.balance(),
                 threads: key.thread_capacity(),
                 working_threads: key.stats.threads().map(|(_, working)| working),
-                tasks_in_flight: app.pins().in_flight(key.id),
+                tasks_in_flight: 0, // TODO(capacity-ledger)
                 last_error: key.stats.last_error().map(|(code, at)| LastError {
                     code,
                     at: rfc3339(at),

@@ -7,7 +7,7 @@ use futures_util::future::join_all;
 use tokio::time::Instant;
 
 use super::{probe, Attempt, Ctx, Handled};
-use crate::captcha::{self, Outcome, ParsedRequest, Reply};
+use crate::captcha::{self, ParsedRequest};
 use crate::failover::{self, Next};
 use crate::pins::TaskId;
 use crate::pool::KeyEntry;
@@ -53,34 +53,10 @@ async fn poll_one(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
         latency_ms = started.elapsed().as_millis() as u64,
         "poll"
     );
-    let is_get = matches!(parsed.action(), Some("get" | "get2"));
-    if is_get && is_final(&attempt) {
-        ctx.app.pins().finish(&task);
-    }
+    // TODO(capacity-ledger): a final get/get2 answer ended its task here (is_final + finish).
     match attempt.deliverable() {
         Some(answer) => Handled::upstream(answer, outcome, &key, tries),
         None => unanswered(ctx, parsed),
-    }
-}
-
-/// Whether a poll's answer ends its task: a solution, or a verdict on the task itself
-/// (unsolvable, unknown id). "Not ready" and failures of the key or the service do not.
-pub(super) fn is_final(attempt: &Attempt) -> bool {
-    match attempt.outcome {
-        Outcome::Success => attempt.reply != Reply::NotReady,
-        Outcome::CallerError => true,
-        _ => false,
-    }
-}
-
-/// Finishes every task of an `ids=` answer whose item is final.
-fn finish_items(ctx: &Ctx, ids: &[&str], items: &[String]) {
-    for (id, item) in ids.iter().zip(items) {
-        if item != NOT_READY && item != "CAPTCHA_NOT_READY" {
-            if let Some(task) = TaskId::parse(id) {
-                ctx.app.pins().finish(&task);
-            }
-        }
     }
 }
 
@@ -186,12 +162,8 @@ async fn poll_many(ctx: &Ctx, parsed: &ParsedRequest, ids: &str) -> Handled {
         let (attempt, tries) = with_retries(ctx, &key, parsed, &[]).await;
         let outcome = attempt.outcome.label();
         return match attempt.deliverable() {
-            Some(answer) => {
-                if let Some(items) = captcha::split_ids_reply(&answer.body, ids.len()) {
-                    finish_items(ctx, &ids, &items);
-                }
-                Handled::upstream(answer, outcome, &key, tries)
-            }
+            // TODO(capacity-ledger): each final item ended its task here (finish_items).
+            Some(answer) => Handled::upstream(answer, outcome, &key, tries),
             None => unanswered(ctx, parsed),
         };
     }
@@ -215,8 +187,7 @@ async fn poll_many(ctx: &Ctx, parsed: &ParsedRequest, ids: &str) -> Handled {
             }
             continue;
         };
-        let group_ids: Vec<&str> = slots.iter().map(|s| ids[*s]).collect();
-        finish_items(ctx, &group_ids, &parts);
+        // TODO(capacity-ledger): each final item ended its task here (finish_items).
         for (slot, part) in slots.iter().zip(parts) {
             items[*slot] = part;
         }
