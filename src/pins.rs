@@ -49,17 +49,14 @@ impl std::fmt::Display for TaskId {
     }
 }
 
-/// The narrow interface to task pins.
+/// The narrow interface to task pins: which key created each task, until the pin expires or
+/// is evicted. Whether a task is still running is not the store's business: thread accounting
+/// belongs to the capacity ledger.
 pub trait PinStore: Send + Sync + 'static {
     /// Records that `key` created `task`.
     fn pin(&self, task: TaskId, key: KeyId, now: Instant);
     /// The key that created `task`, if the pin is known and not expired.
     fn owner(&self, task: &TaskId, now: Instant) -> Option<KeyId>;
-    /// Marks `task` finished (it got its final answer). Returns its key the first time only,
-    /// so repeated polls of a solved task do not count it down twice.
-    fn finish(&self, task: &TaskId) -> Option<KeyId>;
-    /// Tasks of `key` pinned and not yet finished: its threads in use through keyrelay.
-    fn in_flight(&self, key: KeyId) -> u32;
     /// Drops expired pins; returns how many were dropped.
     fn sweep(&self, now: Instant) -> usize;
     /// Makes every pin recorded so far durable, where the store is durable at all. Called

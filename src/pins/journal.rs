@@ -1,5 +1,5 @@
-//! Durable pins: [`JournalPins`] answers from a [`MemoryPins`] and appends every pin and
-//! finish to `<dir>/pins.journal`, so pins survive a restart and a `kill -9`.
+//! Durable pins: [`JournalPins`] answers from a [`MemoryPins`] and appends every pin to
+//! `<dir>/pins.journal`, so pins survive a restart and a `kill -9`.
 //!
 //! # File format
 //!
@@ -8,33 +8,35 @@
 //! ```text
 //! record  = len: u32 | crc: u32 | payload (len bytes)    crc = CRC-32 (IEEE) of payload
 //! payload = 0x01 PIN    | task | name_len: u8 | key name (UTF-8) | created: u64 (unix millis)
-//!         | 0x02 FINISH | task
+//!         | 0x02 FINISH | task                      legacy: read and ignored, never written
 //! task    = 0x00 | id: u64                          TaskId::Num
 //!         | 0x01 | id_len: u16 | id bytes (UTF-8)   TaskId::Text
 //! ```
 //!
 //! Keys are stored by name, not by `KeyId`, because ids are positions in the config and may
-//! change between runs. Replay applies records in order: a PIN (re)pins its id, a FINISH marks
-//! the id's latest pin finished. The first record that is cut short, fails its CRC, claims a
-//! length of 0 or more than the largest possible payload, or does not decode exactly (unknown
-//! type, bad UTF-8, trailing bytes) ends the replay: every record before it is kept, the file
-//! is truncated to that offset, and the bytes cut off are reported as `corrupt_bytes_dropped`.
-//! Pins of keys no longer configured and expired pins are dropped at load, and the file is
-//! then compacted so that they leave the disk too.
+//! change between runs. Replay applies records in order: a PIN (re)pins its id. A FINISH is a
+//! legacy record: older versions wrote one when a task got its final answer, for thread
+//! accounting, which is not the pin store's job any more. Replay checks a FINISH like any
+//! record and then ignores it, so an older journal loads with all its pins, and the
+//! compaction at open leaves the FINISH records out. The first record that is cut short, fails
+//! its CRC, claims a length of 0 or more than the largest possible payload, or does not decode
+//! exactly (unknown type, bad UTF-8, trailing bytes) ends the replay: every record before it
+//! is kept, the file is truncated to that offset, and the bytes cut off are reported as
+//! `corrupt_bytes_dropped`. Pins of keys no longer configured and expired pins are dropped at
+//! load, and the file is then compacted so that they leave the disk too.
 //!
 //! # Durability: fsync policy and crash window
 //!
-//! `pin()` and `finish()` append their record with one `write_all` to an unbuffered file
-//! opened in append mode, before the change is made in memory. When `pin()` returns, the
-//! record is in the kernel's page cache, so a `kill -9`, a panic or an OOM kill of keyrelay
-//! loses no acknowledged pin. fsync is kept off the request path: [`JournalPins::sync`]
+//! `pin()` appends its record with one `write_all` to an unbuffered file opened in append
+//! mode, before the change is made in memory. When `pin()` returns, the record is in the
+//! kernel's page cache, so a `kill -9`, a panic or an OOM kill of keyrelay loses no
+//! acknowledged pin. fsync is kept off the request path: [`JournalPins::sync`]
 //! (fdatasync) is meant to be called every second and at shutdown, and a compaction fsyncs its
 //! new file before renaming it over the journal and fsyncs the directory after. A power loss
 //! or kernel crash can therefore lose only the records appended since the start of the last
-//! `sync()` that completed: about the last second of pins and finishes. A lost pin makes
-//! polls of its task answer `ERROR_WRONG_CAPTCHA_ID`; a lost finish only counts a thread in
-//! flight for its key until the pin expires. A record torn by the crash is cut off at the next
-//! open. Creation times are stored as wall-clock unix milliseconds, so a wall clock stepped
+//! `sync()` that completed: about the last second of pins. A lost pin makes polls of its task
+//! answer `ERROR_WRONG_CAPTCHA_ID`. A record torn by the crash is cut off at the next open.
+//! Creation times are stored as wall-clock unix milliseconds, so a wall clock stepped
 //! between two runs makes the pins loaded by the second run expire early or late by the step.
 //!
 //! # Disk bound
@@ -50,9 +52,9 @@
 //!
 //! # Locking
 //!
-//! One `std::sync::Mutex` guards the file. `pin()` and `finish()` hold it across their append
-//! and their change in memory, never across an await, so a pin is never visible before its
-//! record is written, and a compaction's snapshot of memory matches a known journal offset.
+//! One `std::sync::Mutex` guards the file. `pin()` holds it across its append and its change
+//! in memory, never across an await, so a pin is never visible before its record is written,
+//! and a compaction's snapshot of memory matches a known journal offset.
 //! A compaction writes and fsyncs the snapshot without that lock, then takes it to copy the
 //! records appended meanwhile, rename and fsync the directory: appends wait only for that
 //! last step. The call that crosses the threshold pays for the compaction's I/O.
@@ -105,7 +107,7 @@ pub struct JournalPins {
 /// What `open` found on disk.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Recovery {
-    /// Pins loaded into memory, finished or not.
+    /// Pins loaded into memory.
     pub loaded: usize,
     /// Pins dropped because their TTL had passed.
     pub expired: usize,
@@ -113,8 +115,6 @@ pub struct Recovery {
     pub unknown_keys: usize,
     /// Bytes cut off the end of the file: a torn or corrupt tail.
     pub corrupt_bytes_dropped: u64,
-    /// Loaded pins whose task had already finished.
-    pub finished: usize,
 }
 
 /// The open journal file and what is known about its contents.
@@ -230,7 +230,6 @@ impl JournalPins {
             expired: loaded.expired,
             unknown_keys: loaded.unknown_keys,
             corrupt_bytes_dropped: dropped,
-            finished: loaded.finished,
         };
         let store = JournalPins {
             inner,
@@ -254,15 +253,14 @@ impl JournalPins {
         tracing::info!(
             path = %store.path.display(),
             loaded = recovery.loaded,
-            finished = recovery.finished,
             expired = recovery.expired,
             unknown_keys = recovery.unknown_keys,
             evicted_by_cap = loaded.evicted,
             corrupt_bytes_dropped = dropped,
             "pin journal replayed"
         );
-        // Each kept pin is one PIN record, plus a FINISH if finished; anything more is dead.
-        if records != recovery.loaded + recovery.finished {
+        // Each kept pin is one PIN record; anything more (legacy FINISH records too) is dead.
+        if records != recovery.loaded {
             if let Err(e) = store.compact(options.clock.instant) {
                 tracing::error!(error = %e, "cannot compact the pin journal after replay; it stays as it is");
             }
@@ -413,8 +411,8 @@ impl JournalPins {
             }
             _ => {}
         }
-        // Pins and finishes hold the journal lock across their append and their change in
-        // memory, so this snapshot is exactly what the first `mark.len` bytes replay to.
+        // Pins hold the journal lock across their append and their change in memory, so this
+        // snapshot is exactly what the first `mark.len` bytes replay to.
         let (live, mark) = {
             let journal = self.lock();
             let mark = Mark {
@@ -451,17 +449,10 @@ impl JournalPins {
                 unwritable += 1;
                 continue;
             };
-            let finish = if pin.open {
-                None
-            } else {
-                encode_finish(&pin.task).ok()
-            };
-            for record in std::iter::once(record).chain(finish) {
-                out.write_all(&record)
-                    .map_err(at(tmp, "cannot write the compaction file"))?;
-                len += record.len() as u64;
-                records += 1;
-            }
+            out.write_all(&record)
+                .map_err(at(tmp, "cannot write the compaction file"))?;
+            len += record.len() as u64;
+            records += 1;
         }
         out.flush()
             .map_err(at(tmp, "cannot write the compaction file"))?;
@@ -533,30 +524,6 @@ impl PinStore for JournalPins {
         self.inner.owner(task, now)
     }
 
-    fn finish(&self, task: &TaskId) -> Option<KeyId> {
-        let (key, due) = {
-            let mut journal = self.lock();
-            // Repeated polls of a solved task must not grow the journal.
-            if !self.inner.is_open(task) {
-                return None;
-            }
-            match encode_finish(task) {
-                Ok(record) => self.append(&mut journal, &record),
-                Err(e) => tracing::error!(task = %task, error = %e, "finish not journaled"),
-            }
-            let key = self.inner.finish(task);
-            (key, self.compaction_due(&journal, false))
-        };
-        if due {
-            self.auto_compact(Instant::now());
-        }
-        key
-    }
-
-    fn in_flight(&self, key: KeyId) -> u32 {
-        self.inner.in_flight(key)
-    }
-
     fn sweep(&self, now: Instant) -> usize {
         let dropped = self.inner.sweep(now);
         let due = self.compaction_due(&self.lock(), true);
@@ -604,16 +571,14 @@ struct Loaded {
     loaded: usize,
     expired: usize,
     unknown_keys: usize,
-    finished: usize,
     evicted: usize,
 }
 
-/// A task's latest PIN, with the FINISH records after it applied.
+/// A task's PIN record, kept if no later PIN supersedes it.
 struct Candidate {
     task: TaskId,
     key: Option<KeyId>,
     created_ms: u64,
-    open: bool,
 }
 
 /// Applies decoded records to an empty `inner`.
@@ -639,14 +604,9 @@ fn load(
                     task,
                     key,
                     created_ms,
-                    open: true,
                 });
             }
-            Record::Finish { task } => {
-                if let Some(&at) = latest.get(&task) {
-                    candidates[at].open = false;
-                }
-            }
+            Record::Finish => {}
         }
     }
 
@@ -669,21 +629,13 @@ fn load(
     }
     // The newest pins win, as they would have if the cap had evicted while running.
     let evicted = kept.len().saturating_sub(options.max_pins.max(1));
-    let mut finished = 0;
     for (candidate, key, created) in kept.into_iter().skip(evicted) {
-        if candidate.open {
-            inner.pin(candidate.task, key, created);
-        } else {
-            inner.pin(candidate.task.clone(), key, created);
-            inner.finish(&candidate.task);
-            finished += 1;
-        }
+        inner.pin(candidate.task, key, created);
     }
     Loaded {
         loaded: inner.len(),
         expired,
         unknown_keys,
-        finished,
         evicted,
     }
 }
@@ -743,9 +695,8 @@ enum Record<'a> {
         key: &'a str,
         created_ms: u64,
     },
-    Finish {
-        task: TaskId,
-    },
+    /// A legacy FINISH: checked like any record, then skipped.
+    Finish,
 }
 
 /// The records before the first bad one, and where that one starts.
@@ -772,6 +723,8 @@ fn encode_pin(task: &TaskId, key: &str, created_ms: u64) -> Result<Vec<u8>, Enco
     Ok(seal(record))
 }
 
+/// A legacy FINISH record, which only tests still write: to build an older version's journal.
+#[cfg(test)]
 fn encode_finish(task: &TaskId) -> Result<Vec<u8>, EncodeError> {
     let mut record = new_record(FINISH);
     put_task(&mut record, task)?;
@@ -850,7 +803,10 @@ fn decode_payload(payload: &[u8]) -> Option<Record<'_>> {
                 created_ms: r.u64()?,
             }
         }
-        FINISH => Record::Finish { task: r.task()? },
+        FINISH => {
+            r.task()?;
+            Record::Finish
+        }
         _ => return None,
     };
     r.0.is_empty().then_some(record)
@@ -959,13 +915,12 @@ mod tests {
         )
     }
 
-    fn recovery(loaded: usize, finished: usize) -> Recovery {
+    fn recovery(loaded: usize) -> Recovery {
         Recovery {
             loaded,
             expired: 0,
             unknown_keys: 0,
             corrupt_bytes_dropped: 0,
-            finished,
         }
     }
 
@@ -1016,7 +971,7 @@ mod tests {
                     key: "k7",
                     created_ms: 42
                 },
-                Record::Finish { task: id(9) },
+                Record::Finish,
             ]
         );
     }
@@ -1031,7 +986,7 @@ mod tests {
         assert!(encode_pin(&id(1), &long_name[..255], 0).is_ok());
         let long_id = TaskId::Text("i".repeat(65_536).into());
         assert_eq!(
-            encode_finish(&long_id).unwrap_err().to_string(),
+            encode_pin(&long_id, "k1", 0).unwrap_err().to_string(),
             "task id is 65536 bytes; the journal stores at most 65535"
         );
         // The longest record a writer can produce is still accepted by replay.
@@ -1044,19 +999,18 @@ mod tests {
     // --- restart ---
 
     #[tokio::test(start_paused = true)]
-    async fn pins_and_finishes_survive_a_reopen() {
+    async fn pins_survive_a_reopen() {
         let dir = tempfile::tempdir().unwrap();
         let (pins, first) = open(dir.path());
-        assert_eq!(first, recovery(0, 0), "a missing file is an empty store");
+        assert_eq!(first, recovery(0), "a missing file is an empty store");
         let now = Instant::now();
         pins.pin(id(1), KeyId(0), now);
         pins.pin(id(2), KeyId(0), now);
         pins.pin(TaskId::Text("abc-1".into()), KeyId(3), now);
-        assert_eq!(pins.finish(&id(2)), Some(KeyId(0)));
         drop(pins);
 
         let (pins, recovered) = open(dir.path());
-        assert_eq!(recovered, recovery(3, 1));
+        assert_eq!(recovered, recovery(3));
         let now = Instant::now();
         assert_eq!(pins.owner(&id(1), now), Some(KeyId(0)));
         assert_eq!(pins.owner(&id(2), now), Some(KeyId(0)));
@@ -1064,9 +1018,7 @@ mod tests {
             pins.owner(&TaskId::Text("abc-1".into()), now),
             Some(KeyId(3))
         );
-        assert_eq!((pins.in_flight(KeyId(0)), pins.in_flight(KeyId(3))), (1, 1));
-        assert_eq!(pins.finish(&id(2)), None, "finished before the restart");
-        assert_eq!(pins.finish(&id(1)), Some(KeyId(0)));
+        assert_eq!(pins.len(), 3);
     }
 
     #[tokio::test(start_paused = true)]
@@ -1074,18 +1026,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (pins, _) = open(dir.path());
         pins.pin(id(1), KeyId(0), Instant::now());
-        pins.finish(&id(1));
         pins.pin(id(1), KeyId(1), Instant::now());
         drop(pins);
 
         let (pins, recovered) = open(dir.path());
-        assert_eq!(
-            recovered,
-            recovery(1, 0),
-            "the finish belonged to the older pin"
-        );
+        assert_eq!(recovered, recovery(1));
         assert_eq!(pins.owner(&id(1), Instant::now()), Some(KeyId(1)));
-        assert_eq!((pins.in_flight(KeyId(0)), pins.in_flight(KeyId(1))), (0, 1));
         // The superseded records were compacted away at open.
         assert_eq!(pins.disk_bytes(), NUM_PIN_BYTES);
     }
@@ -1096,15 +1042,12 @@ mod tests {
         let (pins, _) = open(dir.path());
         for n in 0..50 {
             pins.pin(id(n), KeyId((n % 5) as u16), Instant::now());
-            if n % 2 == 0 {
-                pins.finish(&id(n));
-            }
         }
         // What kill -9 leaves: no destructor, no sync; only what write_all handed the kernel.
         std::mem::forget(pins);
 
         let (pins, recovered) = open(dir.path());
-        assert_eq!(recovered, recovery(50, 25));
+        assert_eq!(recovered, recovery(50));
         let now = Instant::now();
         for n in 0..50 {
             assert_eq!(
@@ -1112,9 +1055,6 @@ mod tests {
                 Some(KeyId((n % 5) as u16)),
                 "task {n}"
             );
-        }
-        for key in 0..5 {
-            assert_eq!(pins.in_flight(KeyId(key)), 5, "key {key}");
         }
     }
 
@@ -1135,7 +1075,7 @@ mod tests {
             recovered,
             Recovery {
                 unknown_keys: 2,
-                ..recovery(2, 0)
+                ..recovery(2)
             }
         );
         let now = Instant::now();
@@ -1162,20 +1102,54 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn only_the_first_finish_of_a_pinned_task_is_written() {
+    async fn a_journal_with_legacy_finish_records_loads_every_pin_and_drops_them_at_open() {
         let dir = tempfile::tempdir().unwrap();
-        let (pins, _) = open(dir.path());
-        pins.pin(id(1), KeyId(0), Instant::now());
-        assert_eq!(pins.disk_bytes(), NUM_PIN_BYTES);
-        assert_eq!(pins.finish(&id(1)), Some(KeyId(0)));
-        assert_eq!(pins.disk_bytes(), NUM_PIN_BYTES + NUM_FINISH_BYTES);
-        assert_eq!(pins.finish(&id(1)), None);
-        assert_eq!(pins.finish(&id(2)), None, "never pinned");
-        assert_eq!(pins.disk_bytes(), NUM_PIN_BYTES + NUM_FINISH_BYTES);
+        let now_ms = Clock::now().unix_millis(Instant::now());
+        let text = TaskId::Text("abc-1".into());
+        let pin = |task: &TaskId, key: &str| encode_pin(task, key, now_ms).unwrap();
+        let finish = |task: &TaskId| encode_finish(task).unwrap();
+        // As an older version wrote it: a FINISH after each final answer, also for a task
+        // pinned again later and for one whose pin had already gone.
+        let legacy = [
+            pin(&id(1), "k0"),
+            pin(&id(2), "k1"),
+            finish(&id(1)),
+            pin(&text, "k2"),
+            finish(&text),
+            finish(&id(9)),
+            pin(&id(3), "k0"),
+            finish(&id(3)),
+            pin(&id(3), "k1"),
+        ]
+        .concat();
+        fs::write(dir.path().join(FILE_NAME), &legacy).unwrap();
+
+        let (pins, recovered) = open(dir.path());
+        assert_eq!(recovered, recovery(4), "no record is taken for corruption");
+        let now = Instant::now();
+        assert_eq!(pins.owner(&id(1), now), Some(KeyId(0)));
+        assert_eq!(pins.owner(&id(2), now), Some(KeyId(1)));
+        assert_eq!(pins.owner(&text, now), Some(KeyId(2)));
+        assert_eq!(pins.owner(&id(3), now), Some(KeyId(1)));
+        assert_eq!(pins.owner(&id(9), now), None);
+        let compacted = [
+            pin(&id(1), "k0"),
+            pin(&id(2), "k1"),
+            pin(&text, "k2"),
+            pin(&id(3), "k1"),
+        ]
+        .concat();
         assert_eq!(
-            fs::metadata(dir.path().join(FILE_NAME)).unwrap().len(),
-            pins.disk_bytes()
+            journal_bytes(dir.path()),
+            compacted,
+            "only PIN records are left on disk"
         );
+        assert_eq!(pins.disk_bytes(), compacted.len() as u64);
+        drop(pins);
+
+        let (_, recovered) = open(dir.path());
+        assert_eq!(recovered, recovery(4));
+        assert_eq!(journal_bytes(dir.path()), compacted);
     }
 
     // --- expiry and disk bound ---
@@ -1197,7 +1171,7 @@ mod tests {
             recovered,
             Recovery {
                 expired: 1,
-                ..recovery(1, 0)
+                ..recovery(1)
             }
         );
         assert_eq!(pins.owner(&id(1), Instant::now()), None);
@@ -1275,7 +1249,7 @@ mod tests {
             recovered,
             Recovery {
                 expired: 10,
-                ..recovery(0, 0)
+                ..recovery(0)
             }
         );
         assert_eq!(journal_bytes(dir.path()), b"", "the next open removes them");
@@ -1314,9 +1288,6 @@ mod tests {
         for n in 1..=20 {
             pins.pin(id(n), KeyId((n % 4) as u16), Instant::now());
         }
-        for n in 1..=4 {
-            pins.finish(&id(n));
-        }
         tokio::time::advance(Duration::from_secs(1)).await;
         pins.pin(id(5), KeyId(3), Instant::now());
         tokio::time::advance(Duration::from_secs(3600)).await;
@@ -1334,33 +1305,31 @@ mod tests {
             .iter()
             .filter_map(|r| match r {
                 Record::Pin { task, .. } => Some(task.clone()),
-                Record::Finish { .. } => None,
+                Record::Finish => None,
             })
             .collect();
         assert_eq!(
             pinned,
             expected_order.iter().map(|n| id(*n)).collect::<Vec<_>>()
         );
-        assert_eq!(records.len(), 20 + 4, "one FINISH per finished pin");
+        assert_eq!(
+            records.len(),
+            20,
+            "one PIN record per live pin, nothing else"
+        );
 
         let before: Vec<_> = (1..=20)
             .map(|n| pins.owner(&id(n), Instant::now()))
             .collect();
         // The expired task 100 still counts in memory until a sweep; it is not on disk.
         assert_eq!(pins.sweep(Instant::now()), 1);
-        let in_flight: Vec<_> = (0..4).map(|k| pins.in_flight(KeyId(k))).collect();
-        assert_eq!(in_flight, [4, 3, 4, 5]);
         drop(pins);
         let (pins, recovered) = reopen_after(dir.path(), Duration::from_secs(2 * 3600));
-        assert_eq!(recovered, recovery(20, 4));
+        assert_eq!(recovered, recovery(20));
         let after: Vec<_> = (1..=20)
             .map(|n| pins.owner(&id(n), Instant::now()))
             .collect();
         assert_eq!(after, before);
-        assert_eq!(
-            (0..4).map(|k| pins.in_flight(KeyId(k))).collect::<Vec<_>>(),
-            in_flight
-        );
         assert_eq!(
             journal_bytes(dir.path()),
             bytes,
@@ -1377,9 +1346,6 @@ mod tests {
             scope.spawn(|| {
                 for n in 0..20_000 {
                     pins.pin(id(n), KeyId((n % 3) as u16), Instant::now());
-                    if n % 4 == 0 {
-                        pins.finish(&id(n));
-                    }
                 }
                 done.store(true, Ordering::Release);
             });
@@ -1394,17 +1360,14 @@ mod tests {
         std::mem::forget(pins);
 
         let (pins, recovered) = open_with(dir.path(), options(100_000));
-        assert_eq!(recovered, recovery(20_000, 5_000));
+        assert_eq!(recovered, recovery(20_000));
         for n in (0..20_000).step_by(997) {
             assert_eq!(
                 pins.owner(&id(n), Instant::now()),
                 Some(KeyId((n % 3) as u16))
             );
         }
-        assert_eq!(
-            pins.disk_bytes(),
-            20_000 * NUM_PIN_BYTES + 5_000 * NUM_FINISH_BYTES
-        );
+        assert_eq!(pins.disk_bytes(), 20_000 * NUM_PIN_BYTES);
     }
 
     // --- corruption and I/O errors ---
@@ -1440,7 +1403,7 @@ mod tests {
                 recovered,
                 Recovery {
                     corrupt_bytes_dropped: dropped,
-                    ..recovery(2, 0)
+                    ..recovery(2)
                 },
                 "cut at {cut}"
             );
@@ -1451,11 +1414,11 @@ mod tests {
             pins.pin(last.clone(), KeyId(2), Instant::now());
             drop(pins);
             let (pins, recovered) = open(dir.path());
-            assert_eq!(recovered, recovery(3, 0), "cut at {cut}");
+            assert_eq!(recovered, recovery(3), "cut at {cut}");
             assert_eq!(pins.owner(&last, Instant::now()), Some(KeyId(2)));
         }
         let (_dir, _, recovered) = open_bytes(&full);
-        assert_eq!(recovered, recovery(3, 0));
+        assert_eq!(recovered, recovery(3));
     }
 
     #[test]
@@ -1480,7 +1443,7 @@ mod tests {
                 recovered,
                 Recovery {
                     corrupt_bytes_dropped: dropped,
-                    ..recovery(2, 0)
+                    ..recovery(2)
                 },
                 "{what}"
             );
@@ -1530,7 +1493,7 @@ mod tests {
                 recovered,
                 Recovery {
                     corrupt_bytes_dropped: dropped,
-                    ..recovery(3, 0)
+                    ..recovery(3)
                 },
                 "{what}"
             );
@@ -1548,14 +1511,14 @@ mod tests {
             recovered,
             Recovery {
                 corrupt_bytes_dropped: 4096,
-                ..recovery(0, 0)
+                ..recovery(0)
             }
         );
         assert_eq!(journal_bytes(dir.path()), b"");
         pins.pin(id(1), KeyId(0), Instant::now());
         drop(pins);
         let (_, recovered) = open(dir.path());
-        assert_eq!(recovered, recovery(1, 0));
+        assert_eq!(recovered, recovery(1));
     }
 
     #[test]
@@ -1595,7 +1558,7 @@ mod tests {
         pins.pin(id(3), KeyId(1), Instant::now());
         drop(pins);
         let (pins, recovered) = open(dir.path());
-        assert_eq!(recovered, recovery(3, 0));
+        assert_eq!(recovered, recovery(3));
         assert_eq!(pins.owner(&id(2), Instant::now()), Some(KeyId(1)));
     }
 
@@ -1618,6 +1581,6 @@ mod tests {
         pins.sync().unwrap();
         drop(pins);
         let (_, recovered) = open(dir.path());
-        assert_eq!(recovered, recovery(2, 0));
+        assert_eq!(recovered, recovery(2));
     }
 }

@@ -14,8 +14,6 @@ use crate::health::KeyId;
 pub struct MemoryPins {
     /// Lookups on the poll path run concurrently; dashmap shards the lock.
     map: DashMap<TaskId, Pin>,
-    /// Unfinished pins per key, kept in step with `map` by every insert, finish and removal.
-    open: DashMap<KeyId, u32>,
     /// Pins in insertion order, which is also expiry order because the TTL is uniform.
     /// A std `Mutex`, not a tokio one: it is held only to push or pop, never across an await.
     order: Mutex<VecDeque<(TaskId, Instant)>>,
@@ -23,12 +21,12 @@ pub struct MemoryPins {
     max_pins: usize,
 }
 
+/// One pin: its key and when it was made, nothing more. There is one per task, so every byte
+/// here is paid once per pin.
 #[derive(Clone, Copy, Debug)]
 struct Pin {
     key: KeyId,
     created: Instant,
-    /// Not yet finished: counts towards its key's tasks in flight.
-    open: bool,
 }
 
 impl MemoryPins {
@@ -36,7 +34,6 @@ impl MemoryPins {
     pub fn new(ttl: Duration, max_pins: usize) -> MemoryPins {
         MemoryPins {
             map: DashMap::new(),
-            open: DashMap::new(),
             order: Mutex::new(VecDeque::new()),
             ttl,
             max_pins: max_pins.max(1),
@@ -46,26 +43,7 @@ impl MemoryPins {
     /// Removes the oldest queue entry, and its pin unless the id was pinned again since.
     fn pop_oldest(&self, order: &mut VecDeque<(TaskId, Instant)>) {
         if let Some((task, created)) = order.pop_front() {
-            if let Some((_, pin)) = self.map.remove_if(&task, |_, pin| pin.created == created) {
-                self.closed(pin);
-            }
-        }
-    }
-
-    fn opened(&self, key: KeyId) {
-        *self.open.entry(key).or_insert(0) += 1;
-    }
-
-    /// Accounts for a pin that is gone from the map.
-    fn closed(&self, pin: Pin) {
-        if pin.open {
-            self.count_down(pin.key);
-        }
-    }
-
-    fn count_down(&self, key: KeyId) {
-        if let Some(mut count) = self.open.get_mut(&key) {
-            *count = count.saturating_sub(1);
+            self.map.remove_if(&task, |_, pin| pin.created == created);
         }
     }
 }
@@ -76,15 +54,9 @@ pub(super) struct LivePin {
     pub task: TaskId,
     pub key: KeyId,
     pub created: Instant,
-    pub open: bool,
 }
 
 impl MemoryPins {
-    /// Whether `task` is pinned and not yet finished, so `finish` would count it down.
-    pub(super) fn is_open(&self, task: &TaskId) -> bool {
-        self.map.get(task).is_some_and(|pin| pin.open)
-    }
-
     /// Pins not expired at `now`, oldest first: replaying them in this order into an empty
     /// store rebuilds the same eviction order.
     pub(super) fn live(&self, now: Instant) -> Vec<LivePin> {
@@ -104,7 +76,6 @@ impl MemoryPins {
                     task: task.clone(),
                     key: pin.key,
                     created: pin.created,
-                    open: pin.open,
                 });
             }
         }
@@ -115,15 +86,7 @@ impl MemoryPins {
 impl PinStore for MemoryPins {
     fn pin(&self, task: TaskId, key: KeyId, now: Instant) {
         let mut order = self.order.lock().expect("pin queue lock poisoned");
-        let pin = Pin {
-            key,
-            created: now,
-            open: true,
-        };
-        if let Some(replaced) = self.map.insert(task.clone(), pin) {
-            self.closed(replaced);
-        }
-        self.opened(key);
+        self.map.insert(task.clone(), Pin { key, created: now });
         order.push_back((task, now));
         // The queue may hold stale entries for re-pinned ids; its own bound keeps those few.
         while !order.is_empty()
@@ -136,23 +99,6 @@ impl PinStore for MemoryPins {
     fn owner(&self, task: &TaskId, now: Instant) -> Option<KeyId> {
         let pin = *self.map.get(task)?;
         (now.saturating_duration_since(pin.created) < self.ttl).then_some(pin.key)
-    }
-
-    fn finish(&self, task: &TaskId) -> Option<KeyId> {
-        let mut pin = self.map.get_mut(task)?;
-        if !pin.open {
-            return None;
-        }
-        pin.open = false;
-        let key = pin.key;
-        // The map's shard lock is released before the count's is taken.
-        drop(pin);
-        self.count_down(key);
-        Some(key)
-    }
-
-    fn in_flight(&self, key: KeyId) -> u32 {
-        self.open.get(&key).map_or(0, |count| *count)
     }
 
     fn sweep(&self, now: Instant) -> usize {
@@ -233,37 +179,20 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn in_flight_counts_open_tasks_until_finished_or_dropped() {
-        let pins = MemoryPins::new(Duration::from_secs(60), 3);
-        let now = Instant::now();
-        pins.pin(id(1), KeyId(0), now);
-        pins.pin(id(2), KeyId(0), now);
-        pins.pin(id(3), KeyId(1), now);
-        assert_eq!((pins.in_flight(KeyId(0)), pins.in_flight(KeyId(1))), (2, 1));
-        assert_eq!(pins.finish(&id(1)), Some(KeyId(0)));
-        assert_eq!(
-            pins.finish(&id(1)),
-            None,
-            "a second final answer does not count"
-        );
-        assert_eq!(pins.finish(&id(9)), None);
-        assert_eq!(pins.in_flight(KeyId(0)), 1);
-        // Eviction by the cap drops task 1 (finished) then task 2 (open).
-        pins.pin(id(4), KeyId(1), now);
-        pins.pin(id(5), KeyId(1), now);
-        assert_eq!((pins.in_flight(KeyId(0)), pins.in_flight(KeyId(1))), (0, 3));
-        // Expiry drops the rest.
-        tokio::time::advance(Duration::from_secs(60)).await;
-        pins.sweep(Instant::now());
-        assert_eq!(pins.in_flight(KeyId(1)), 0);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn re_pinning_moves_the_open_task_to_its_new_key() {
+    async fn re_pinning_moves_the_task_to_its_new_key() {
         let pins = MemoryPins::new(Duration::from_secs(60), 10);
         pins.pin(id(1), KeyId(0), Instant::now());
         pins.pin(id(1), KeyId(1), Instant::now());
-        assert_eq!((pins.in_flight(KeyId(0)), pins.in_flight(KeyId(1))), (0, 1));
+        assert_eq!(pins.owner(&id(1), Instant::now()), Some(KeyId(1)));
+        assert_eq!(pins.len(), 1);
+    }
+
+    #[test]
+    fn a_pin_holds_its_key_and_creation_time_only() {
+        assert_eq!(
+            std::mem::size_of::<Pin>(),
+            std::mem::size_of::<(KeyId, Instant)>()
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -277,28 +206,19 @@ mod tests {
         // Re-pinned: its first queue entry is stale and must not be listed.
         pins.pin(id(1), KeyId(2), t1);
         pins.pin(id(3), KeyId(0), t1);
-        pins.finish(&id(3));
-        let live = |n, key, created, open| LivePin {
+        let live = |n, key, created| LivePin {
             task: id(n),
             key: KeyId(key),
             created,
-            open,
         };
         assert_eq!(
             pins.live(t1),
-            vec![
-                live(2, 1, t0, true),
-                live(1, 2, t1, true),
-                live(3, 0, t1, false)
-            ]
+            vec![live(2, 1, t0), live(1, 2, t1), live(3, 0, t1)]
         );
-        assert!(pins.is_open(&id(1)));
-        assert!(!pins.is_open(&id(3)));
-        assert!(!pins.is_open(&id(9)));
         // Task 2 expires at t0 + 60 s even before a sweep removes it.
         assert_eq!(
             pins.live(t0 + Duration::from_secs(60)),
-            vec![live(1, 2, t1, true), live(3, 0, t1, false)]
+            vec![live(1, 2, t1), live(3, 0, t1)]
         );
     }
 
