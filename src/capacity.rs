@@ -139,14 +139,15 @@ impl Capacity {
     /// then each time a thread is given back, and at the latest at `recheck()` or every
     /// second, for room that comes back by the clock (a cooldown ending). The wait is
     /// refused when it is off (`max_queued == 0` or a past `deadline`), when `max_queued`
-    /// submits already wait, or when the deadline passes.
+    /// submits already wait, or when the deadline passes. Also returns how long the submit
+    /// was queued, `None` if it was served (or refused) without queueing.
     pub async fn wait_for<T>(
         &self,
         deadline: Instant,
         max_queued: usize,
         recheck: impl Fn() -> Option<Instant>,
         take: impl FnMut() -> Take<T>,
-    ) -> Waited<T> {
+    ) -> (Waited<T>, Option<Duration>) {
         self.queue.wait(deadline, max_queued, recheck, take).await
     }
 }

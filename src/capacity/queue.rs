@@ -109,22 +109,23 @@ impl Queue {
         Waited::Refused(refusal)
     }
 
+    /// Returns how it ended, and how long the submit was queued (`None` if it was not).
     pub(super) async fn wait<T>(
         &self,
         deadline: Instant,
         max_queued: usize,
         recheck: impl Fn() -> Option<Instant>,
         mut take: impl FnMut() -> Take<T>,
-    ) -> Waited<T> {
+    ) -> (Waited<T>, Option<Duration>) {
         if self.len() == 0 {
             match take() {
-                Take::Got(got) => return Waited::Got(got),
-                Take::NoKey => return Waited::NoKey,
+                Take::Got(got) => return (Waited::Got(got), None),
+                Take::NoKey => return (Waited::NoKey, None),
                 Take::Full => {}
             }
         }
         if max_queued == 0 || deadline <= Instant::now() {
-            return self.refuse(Refusal::NoQueue);
+            return (self.refuse(Refusal::NoQueue), None);
         }
         let placed = self
             .len
@@ -132,9 +133,21 @@ impl Queue {
                 (n < max_queued).then_some(n + 1)
             });
         if placed.is_err() {
-            return self.refuse(Refusal::QueueFull);
+            return (self.refuse(Refusal::QueueFull), None);
         }
         let _place = Place(&self.len);
+        let queued = Instant::now();
+        let waited = self.wait_in_line(deadline, recheck, take).await;
+        (waited, Some(queued.elapsed()))
+    }
+
+    /// The part of `wait` spent in the queue: first the turn, then looks until a thread.
+    async fn wait_in_line<T>(
+        &self,
+        deadline: Instant,
+        recheck: impl Fn() -> Option<Instant>,
+        mut take: impl FnMut() -> Take<T>,
+    ) -> Waited<T> {
         let Ok(Ok(_turn)) = tokio::time::timeout_at(deadline, self.turnstile.acquire()).await
         else {
             // The semaphore is never closed, so this is the deadline.
@@ -187,11 +200,11 @@ mod tests {
         }
     }
 
-    fn got<T>(waited: Waited<T>) -> bool {
+    fn got<T>((waited, _): (Waited<T>, Option<Duration>)) -> bool {
         matches!(waited, Waited::Got(_))
     }
 
-    fn refusal<T>(waited: Waited<T>) -> Option<Refusal> {
+    fn refusal<T>((waited, _): (Waited<T>, Option<Duration>)) -> Option<Refusal> {
         match waited {
             Waited::Refused(refusal) => Some(refusal),
             _ => None,
@@ -240,6 +253,11 @@ mod tests {
         let started = Instant::now();
         let deadline = started + Duration::from_secs(3);
         let waited = queue.wait(deadline, 10, || None, || threads.take()).await;
+        assert_eq!(
+            waited.1,
+            Some(Duration::from_secs(3)),
+            "queued until the deadline"
+        );
         assert_eq!(refusal(waited), Some(Refusal::TimedOut));
         assert_eq!(started.elapsed(), Duration::from_secs(3));
         assert!(queue.refused_within(Duration::from_secs(1), Instant::now()));
@@ -304,6 +322,7 @@ mod tests {
             }
         };
         let waited = queue.wait(deadline, 10, || Some(opens_at), take).await;
+        assert_eq!(waited.1, Some(Duration::from_millis(250)));
         assert!(got(waited));
         assert_eq!(Instant::now(), opens_at, "no later than the recheck time");
     }
@@ -312,10 +331,11 @@ mod tests {
     async fn no_key_at_all_is_not_queued() {
         let queue = Queue::default();
         let deadline = Instant::now() + Duration::from_secs(5);
-        let waited = queue
+        let (waited, queued) = queue
             .wait(deadline, 10, || None, || Take::<()>::NoKey)
             .await;
         assert!(matches!(waited, Waited::NoKey));
+        assert_eq!(queued, None);
         assert!(!queue.refused_within(Duration::from_secs(1), Instant::now()));
     }
 }

@@ -152,14 +152,13 @@ async fn take_thread<'a, R: rand::Rng>(
             None => Take::NoKey,
         }
     };
-    let capacity = ctx.app.capacity();
-    let queued_at = Instant::now();
     let recheck = || pool.next_return(Instant::now());
-    let waited = capacity
+    let (waited, queued) = ctx
+        .app
+        .capacity()
         .wait_for(deadline, limits.max_queued, recheck, take)
         .await;
-    let waited_for = queued_at.elapsed();
-    if !waited_for.is_zero() {
+    if let Some(queued) = queued {
         let result = match &waited {
             Waited::Got(_) => "admitted",
             Waited::NoKey => "no_key",
@@ -169,7 +168,7 @@ async fn take_thread<'a, R: rand::Rng>(
             .metrics()
             .queue_wait
             .with_label_values(&[result])
-            .observe(waited_for.as_secs_f64());
+            .observe(queued.as_secs_f64());
     }
     waited
 }
