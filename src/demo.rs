@@ -1,12 +1,14 @@
 //! `keyrelay demo`: the simulator and the proxy in one process, a pool with a healthy key, a
-//! heavier key, a key revoked mid-run and a key that runs out of balance, and a script-like
-//! workload driven through the proxy, narrated as it happens.
+//! heavier key, a key revoked mid-run, a key that runs out of balance and a backup key, and
+//! a script-like workload driven through the proxy, narrated as it happens: one task at a
+//! time first, then a burst of scripts at once, more than the pool has threads.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures_util::future::join_all;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
@@ -30,6 +32,15 @@ const KEYS: [(&str, &str, f64); 4] = [
     ("drained", "demo-drained-0000000000000000004", 1.0),
 ];
 
+/// The backup key: tier 1, so it takes tasks only while the others are out or full.
+const SPARE: (&str, &str) = ("spare", "demo-spare-000000000000000000005");
+
+/// Threads of every demo key.
+const THREADS: u32 = 5;
+
+/// Scripts submitting at once in the burst: more than the pool's free threads.
+const BURST: usize = 25;
+
 /// Seed for key selection.
 const DEMO_SEED: u64 = 2026;
 
@@ -52,20 +63,27 @@ pub async fn run() -> Result<(), DemoError> {
         .key(sim_key(KEYS[2].1, 10.0, 0.01))
         // Enough for two tasks: the third submit finds the account empty.
         .key(sim_key(KEYS[3].1, 10.0, 4.0))
+        .key(sim_key(SPARE.1, 10.0, 0.01))
         .polls_to_ready(2)
         .spawn()
         .await?;
     let upstream = Upstream::parse(&sim.url()).map_err(|e| format!("simulator url: {e}"))?;
-    let keys = KEYS
+    let mut keys: Vec<KeyConfig> = KEYS
         .iter()
         .map(|(name, key, weight)| {
             let mut k = KeyConfig::new(name, key, upstream.clone());
             k.weight = *weight;
-            k.threads = Some(5);
+            k.threads = Some(THREADS);
             k
         })
         .collect();
-    let config = Config::for_keys(upstream, keys);
+    let mut spare = KeyConfig::new(SPARE.0, SPARE.1, upstream.clone());
+    spare.threads = Some(THREADS);
+    spare.tier = 1;
+    keys.push(spare);
+    let mut config = Config::for_keys(upstream, keys);
+    // Long enough for every script of the burst to get a thread as others finish.
+    config.capacity.queue_timeout = Duration::from_secs(30);
     // Seeded, so every run tells the same story.
     let app = App::with_seed(config, DEMO_SEED)?;
     let listener = TcpListener::bind("127.0.0.1:0").await?;
@@ -78,12 +96,16 @@ pub async fn run() -> Result<(), DemoError> {
     println!("keyrelay demo");
     println!("  simulated CaptchaAI  {}", sim.url());
     println!("  keyrelay proxy       http://{proxy_addr}");
-    println!("  pool: steady (weight 1), heavy (weight 2), revoked (weight 1), drained (weight 1)");
+    println!(
+        "  pool: steady (weight 1), heavy (weight 2), revoked (weight 1), drained (weight 1),"
+    );
+    println!("        spare (tier 1: a backup, used only while the others are out or full)");
+    println!("        {THREADS} threads each");
     println!();
 
     let mut events = app.subscribe();
     wait_for_first_refresh(&app).await;
-    println!("startup refresh read every key's balance; all four keys are in rotation.");
+    println!("startup refresh read every key's balance; all five keys are in rotation.");
     sim.set_state(KEYS[2].1, SimKeyState::Unknown);
     println!("the service now rejects 'revoked' (ERROR_KEY_DOES_NOT_EXIST); keyrelay has not noticed yet.");
     println!("'drained' holds balance for two tasks.");
@@ -92,7 +114,11 @@ pub async fn run() -> Result<(), DemoError> {
     let client: Client<HttpConnector, Full<Bytes>> =
         Client::builder(TokioExecutor::new()).build_http();
     let base = format!("http://{proxy_addr}");
-    let names: HashMap<&str, &str> = KEYS.iter().map(|(n, k, _)| (*k, *n)).collect();
+    let names: HashMap<&str, &str> = KEYS
+        .iter()
+        .map(|(n, k, _)| (*k, *n))
+        .chain([(SPARE.1, SPARE.0)])
+        .collect();
     let mut served: HashMap<String, usize> = HashMap::new();
     let (mut saw_revoked, mut saw_drained) = (false, false);
 
@@ -118,6 +144,9 @@ pub async fn run() -> Result<(), DemoError> {
     }
 
     println!();
+    burst(&app, &sim, &client, &base, &names, &mut served).await;
+
+    println!();
     println!("final pool state");
     print!("{}", pool_table(&app, &sim, &served));
     println!();
@@ -128,6 +157,8 @@ pub async fn run() -> Result<(), DemoError> {
             || l.starts_with("keyrelay_keys_configured")
             || l.starts_with("keyrelay_key_up")
             || l.starts_with("keyrelay_failovers_total")
+            || l.starts_with("keyrelay_key_threads_in_use")
+            || l.starts_with("keyrelay_pool_full_total")
     }) {
         println!("  {line}");
     }
@@ -136,6 +167,76 @@ pub async fn run() -> Result<(), DemoError> {
     let _ = server.await;
     sim.shutdown().await;
     Ok(())
+}
+
+/// The second act: `BURST` scripts at once against the keys still in rotation, more than
+/// they have threads. No key is handed a task beyond its threads: the backup takes the
+/// overflow, and the rest wait in keyrelay's queue until a thread frees.
+async fn burst(
+    app: &App,
+    sim: &SimHandle,
+    client: &Client<HttpConnector, Full<Bytes>>,
+    base: &str,
+    names: &HashMap<&str, &str>,
+    served: &mut HashMap<String, usize>,
+) {
+    let snapshot = app.snapshot();
+    let now = Instant::now();
+    let primaries: Vec<&str> = snapshot
+        .pool
+        .keys()
+        .iter()
+        .filter(|k| k.tier == 0 && snapshot.pool.in_rotation(k, now))
+        .map(|k| k.name.as_str())
+        .collect();
+    println!(
+        "a burst: {BURST} scripts submit at once. {} have {} threads between them, spare {THREADS} more.",
+        primaries.join(" and "),
+        primaries.len() as u32 * THREADS
+    );
+    let metrics = app.metrics();
+    let busy_answers = || -> u64 {
+        snapshot
+            .pool
+            .keys()
+            .iter()
+            .map(|k| metrics.submits(&k.name, "key_full"))
+            .sum()
+    };
+    let busy_before = busy_answers();
+    let results = join_all((1..=BURST).map(|n| solve_one(client, base, 100 + n))).await;
+    let mut solved = 0;
+    for result in results {
+        match result {
+            Ok((task_id, _)) => {
+                solved += 1;
+                let owner = sim
+                    .task_owner(task_id)
+                    .and_then(|k| names.get(k.as_str()).copied())
+                    .unwrap_or("?");
+                *served.entry(owner.to_owned()).or_default() += 1;
+            }
+            Err(e) => println!("  a script failed: {e}"),
+        }
+    }
+    for key in snapshot.pool.keys() {
+        if snapshot.pool.in_rotation(key, Instant::now()) {
+            let peak = sim.peak_threads(key.key.expose());
+            println!(
+                "  {:<8} at most {peak} of its {THREADS} threads at once",
+                key.name
+            );
+        }
+    }
+    let waited = metrics
+        .queue_wait
+        .with_label_values(&["admitted"])
+        .get_sample_count();
+    println!(
+        "  {solved} of {BURST} solved; {waited} waited in keyrelay's queue for a thread; \
+         the service answered \"no free thread\" {} times",
+        busy_answers() - busy_before
+    );
 }
 
 fn sim_key(key: &str, balance: f64, cost: f64) -> SimKey {

@@ -93,7 +93,7 @@ fn check_reports_a_missing_file() {
 }
 
 #[test]
-fn demo_shows_rotation_failover_and_metrics() {
+fn demo_shows_rotation_failover_capacity_and_metrics() {
     let out = keyrelay(&["demo"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let text = stdout(&out);
@@ -101,8 +101,12 @@ fn demo_shows_rotation_failover_and_metrics() {
         "served by",
         "failover: 'revoked' answered ERROR_KEY_DOES_NOT_EXIST",
         "key 'drained' benched: threadsinfo shows free threads",
+        "a burst: 25 scripts submit at once",
+        "spare    at most 5 of its 5 threads at once",
+        "25 of 25 solved;",
+        "the service answered \"no free thread\" 0 times",
         "final pool state",
-        "keyrelay_keys_active 2",
+        "keyrelay_keys_active 3",
         "keyrelay_key_up{key=\"heavy\"} 1",
     ] {
         assert!(
@@ -114,6 +118,17 @@ fn demo_shows_rotation_failover_and_metrics() {
         !text.contains("demo-steady-0000"),
         "the demo printed a key:\n{text}"
     );
+    // The backup key takes no task while the primaries have room: none in the first act.
+    let first_act = text.split("a burst:").next().unwrap_or_default();
+    assert!(!first_act.contains("served by spare"), "{text}");
+    for line in text.lines().filter(|l| l.contains("threads at once")) {
+        let peak: u32 = line
+            .split_whitespace()
+            .nth(3)
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no peak in {line:?}"));
+        assert!(peak <= 5, "a key exceeded its threads: {line}");
+    }
 }
 
 #[test]
