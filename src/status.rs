@@ -19,6 +19,10 @@ pub struct PoolStatus {
     pub keys_active: usize,
     pub keys_configured: usize,
     pub tasks_pinned: usize,
+    /// How new tasks' keys are chosen.
+    pub strategy: &'static str,
+    /// Submits waiting for a thread now.
+    pub queued: usize,
     pub keys: Vec<KeyStatus>,
 }
 
@@ -126,6 +130,8 @@ pub fn pool_status(app: &App) -> PoolStatus {
         keys_active: pool.active_count(now),
         keys_configured: pool.keys().len(),
         tasks_pinned: app.pins().len(),
+        strategy: pool.strategy().label(),
+        queued: app.capacity().queued(),
         keys,
     }
 }
@@ -152,10 +158,10 @@ const HTML_REFRESH: Duration = Duration::from_secs(5);
 pub fn to_html(status: &PoolStatus) -> String {
     let mut rows = String::new();
     for key in &status.keys {
-        let threads = match (key.working_threads, key.threads) {
-            (Some(w), Some(t)) => format!("{w} / {t}"),
-            (None, Some(t)) => format!("? / {t}"),
-            _ => "-".to_owned(),
+        // What admission compares: threads counted in use against the capacity.
+        let threads = match key.threads {
+            Some(t) => format!("{} / {t}", key.threads_in_use),
+            None => format!("{} / -", key.threads_in_use),
         };
         let last_error = key
             .last_error
@@ -169,12 +175,13 @@ pub fn to_html(status: &PoolStatus) -> String {
         };
         let _ = writeln!(
             rows,
-            "<tr><td>{name}</td><td><code>{fp}</code></td>\
+            "<tr><td>{name}</td><td class=\"num\">{tier}</td><td><code>{fp}</code></td>\
              <td><span class=\"badge {state_class}\">{state}</span></td>\
              <td>{reason}</td><td>{since}</td><td class=\"num\">{balance}</td>\
              <td class=\"num\">{threads}</td><td class=\"num\">{in_flight}</td>\
              <td class=\"num\">{ok} / {failed}</td><td>{last_error}</td></tr>",
             name = escape(&key.name),
+            tier = key.tier,
             fp = escape(&key.fingerprint),
             state = escape(state_text),
             reason = escape(key.reason.unwrap_or("-")),
@@ -210,9 +217,10 @@ td.num {{ text-align: right; font-variant-numeric: tabular-nums; }}
 </style></head><body>
 <h1>keyrelay {version}</h1>
 <p><span class="badge {pool_class}">{active} of {configured} keys in rotation</span>
+ &middot; strategy {strategy} &middot; {queued} submits waiting for a thread
  &middot; {pinned} tasks pinned &middot; up {uptime}s &middot; this page reloads every {refresh}s</p>
 <table>
-<tr><th>Key</th><th>Fingerprint</th><th>State</th><th>Reason</th><th>Since</th><th>Balance</th><th>Threads used</th><th>In flight</th><th>Submits ok / failed</th><th>Last error</th></tr>
+<tr><th>Key</th><th>Tier</th><th>Fingerprint</th><th>State</th><th>Reason</th><th>Since</th><th>Balance</th><th>Threads used</th><th>In flight</th><th>Submits ok / failed</th><th>Last error</th></tr>
 {rows}</table>
 </body></html>
 "#,
@@ -221,6 +229,8 @@ td.num {{ text-align: right; font-variant-numeric: tabular-nums; }}
         active = status.keys_active,
         configured = status.keys_configured,
         pinned = status.tasks_pinned,
+        strategy = status.strategy,
+        queued = status.queued,
         uptime = status.uptime_seconds,
     )
 }

@@ -528,3 +528,34 @@ async fn settle() {
         tokio::task::yield_now().await;
     }
 }
+
+#[tokio::test]
+async fn a_reload_switches_the_strategy_and_tiers_live() {
+    let sim = sim_with_threads(&[(KEY_A, 100), (KEY_B, 100), (KEY_C, 100)]).await;
+    let config = config_for(
+        &sim,
+        &[("a", KEY_A, 1.0), ("b", KEY_B, 1.0), ("c", KEY_C, 1.0)],
+    );
+    let harness = Harness::start(sim, config.clone()).await;
+
+    let mut round_robin = config.clone();
+    round_robin.strategy = Strategy::RoundRobin;
+    harness
+        .app
+        .apply_config(round_robin.clone())
+        .expect("reload applies");
+    let mut served = Vec::new();
+    for _ in 0..6 {
+        served.push(key_header(&harness.get(&submit_path(true)).await));
+    }
+    assert_eq!(served, ["a", "b", "c", "a", "b", "c"]);
+
+    // a and b become backups: only c is served while it has room.
+    let mut tiers = round_robin;
+    tiers.keys[0].tier = 1;
+    tiers.keys[1].tier = 1;
+    harness.app.apply_config(tiers).expect("reload applies");
+    for _ in 0..4 {
+        assert_eq!(key_header(&harness.get(&submit_path(true)).await), "c");
+    }
+}

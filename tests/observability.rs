@@ -198,7 +198,20 @@ async fn status_json_describes_every_key_without_its_value() {
     // As last read by the startup refresh; the next read is minutes away.
     assert_eq!(a["balance"], 10.0);
     assert_eq!(a["threads"], 5);
+    assert_eq!(a["tier"], 0);
     assert_eq!(a["counts"]["submits_ok"], 1);
+    assert_eq!(status["strategy"], "weighted");
+    assert_eq!(status["queued"], 0);
+    // The first task was polled to its answer; the last one is still open on its key.
+    let in_use: u64 = keys
+        .iter()
+        .map(|k| k["threads_in_use"].as_u64().unwrap())
+        .sum();
+    let in_flight: u64 = keys
+        .iter()
+        .map(|k| k["tasks_in_flight"].as_u64().unwrap())
+        .sum();
+    assert_eq!((in_use, in_flight), (1, 1), "{status}");
     assert_eq!(a["last_error"]["code"], "http_5xx");
     h.stop().await;
 }
@@ -228,6 +241,8 @@ async fn status_html_is_a_self_contained_page() {
     assert!(html.starts_with("<!doctype html>"));
     assert!(html.contains("<meta http-equiv=\"refresh\""));
     assert!(html.contains("2 of 3 keys in rotation"));
+    assert!(html.contains("strategy weighted &middot; 0 submits waiting for a thread"));
+    assert!(html.contains("<th>Threads used</th>"));
     assert!(html.contains("<span class=\"badge benched\">benched</span>"));
     assert!(html.contains("ERROR_KEY_DOES_NOT_EXIST"));
     for external in ["src=", "href=", "http://", "https://"] {
