@@ -1,0 +1,169 @@
+//! Criterion micro-benchmarks of the pure functions on every request's path: parsing a
+//! request and rewriting its key (each body encoding), parsing and classifying an upstream
+//! answer, and choosing a key in pools of 3 and 100. Run with `cargo bench --bench hot_paths`.
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
+use keyrelay::capacity::{Capacity, MemoryLoad};
+use keyrelay::captcha::{classify, parse_reply, ParsedRequest};
+use keyrelay::config::{KeyConfig, Strategy, Upstream};
+use keyrelay::health::{KeyId, MemoryHealth};
+use keyrelay::pool::{KeyEntry, KeyPool, Selection};
+use rand::rngs::SmallRng;
+use rand::SeedableRng;
+use tokio::time::Instant;
+
+const POOL_KEY: &str = "poolpoolpoolpoolpoolpoolpool0001";
+const CALLER_KEY: &str = "callercallercallercallercaller99";
+
+/// One request as a client sends it: (label, query, content type, body).
+fn requests() -> Vec<(&'static str, Option<String>, Option<&'static str>, Bytes)> {
+    let image = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg";
+    let boundary = "----keyrelaybench";
+    let file = vec![0x89u8; 10 * 1024];
+    let mut multipart = Vec::new();
+    for (name, value) in [("key", CALLER_KEY), ("method", "post"), ("json", "1")] {
+        multipart.extend_from_slice(
+            format!("--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"\r\n\r\n{value}\r\n")
+                .as_bytes(),
+        );
+    }
+    multipart.extend_from_slice(
+        format!("--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"c.png\"\r\nContent-Type: image/png\r\n\r\n").as_bytes(),
+    );
+    multipart.extend_from_slice(&file);
+    multipart.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+    vec![
+        (
+            "get_query",
+            Some(format!(
+                "key={CALLER_KEY}&method=userrecaptcha&googlekey=6Le-wvkSAAAAAPBMRTvw0Q4Muexq9bi0DJwx_mJ-&pageurl=https://example.com/login&json=1"
+            )),
+            None,
+            Bytes::new(),
+        ),
+        (
+            "post_urlencoded",
+            None,
+            Some("application/x-www-form-urlencoded"),
+            Bytes::from(format!(
+                "key={CALLER_KEY}&method=base64&json=1&soft_id=4580&body={image}"
+            )),
+        ),
+        (
+            "post_multipart_10k",
+            None,
+            Some("multipart/form-data; boundary=----keyrelaybench"),
+            Bytes::from(multipart),
+        ),
+        (
+            "post_json",
+            None,
+            Some("application/json"),
+            Bytes::from(format!(
+                "{{\"key\":\"{CALLER_KEY}\",\"method\":\"base64\",\"json\":1,\"body\":\"{image}\"}}"
+            )),
+        ),
+    ]
+}
+
+fn parse_and_rewrite(c: &mut Criterion) {
+    let mut group = c.benchmark_group("parse_and_rewrite");
+    for (label, query, content_type, body) in requests() {
+        group.bench_function(label, |b| {
+            b.iter(|| {
+                let parsed =
+                    ParsedRequest::parse(query.as_deref(), content_type, black_box(body.clone()))
+                        .expect("a valid request");
+                black_box(parsed.rewrite(&[("key", POOL_KEY)]))
+            })
+        });
+    }
+    group.finish();
+}
+
+fn answers(c: &mut Criterion) {
+    let mut group = c.benchmark_group("parse_and_classify_answer");
+    let bodies: [(&str, &[u8]); 4] = [
+        ("plain_ok", b"OK|73000000001"),
+        ("json_ok", br#"{"status":1,"request":"73000000001"}"#),
+        ("plain_error", b"ERROR_NO_SLOT_AVAILABLE"),
+        (
+            "json_token",
+            br#"{"status":1,"request":"03AGdBq24PBCbwiDRaS_MJ7Z...","user_agent":"Mozilla/5.0"}"#,
+        ),
+    ];
+    for (label, body) in bodies {
+        group.bench_function(label, |b| {
+            b.iter(|| {
+                let reply = parse_reply(black_box(body));
+                black_box(classify(200, &reply))
+            })
+        });
+    }
+    group.finish();
+}
+
+fn pool_of(size: usize, strategy: Strategy) -> KeyPool {
+    let upstream = Upstream::parse("http://127.0.0.1:1").expect("a valid url");
+    let keys = (0..size)
+        .map(|i| {
+            let mut config =
+                KeyConfig::new(&format!("k{i}"), &format!("key-{i:028}"), upstream.clone());
+            config.threads = Some(50);
+            config.weight = 1.0 + (i % 3) as f64;
+            let entry = KeyEntry::from_config(KeyId(i as u16), &config);
+            entry.stats.set_balance(Some(10.0 + i as f64));
+            Arc::new(entry)
+        })
+        .collect();
+    KeyPool::new(
+        keys,
+        Arc::new(MemoryHealth::new()),
+        Arc::new(Capacity::new(Box::new(MemoryLoad::new()))),
+        Selection {
+            strategy,
+            min_balance: 0.01,
+            slow_start: Duration::from_secs(30),
+        },
+    )
+}
+
+fn selection(c: &mut Criterion) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("a runtime");
+    // tokio's Instant needs a runtime context for its clock.
+    let _guard = runtime.enter();
+    let mut group = c.benchmark_group("select_key");
+    for size in [3, 100] {
+        for strategy in [
+            Strategy::Weighted,
+            Strategy::LeastLoaded,
+            Strategy::RoundRobin,
+        ] {
+            let pool = pool_of(size, strategy);
+            let mut rng = SmallRng::seed_from_u64(1);
+            group.bench_function(format!("{}/{size}_keys", strategy.label()), |b| {
+                b.iter_batched(
+                    Instant::now,
+                    |now| {
+                        let key = pool.candidates(&mut rng, now).next().expect("a key");
+                        // Take and give back a thread, as a submit does.
+                        drop(black_box(pool.hold(key)));
+                    },
+                    BatchSize::SmallInput,
+                )
+            });
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, parse_and_rewrite, answers, selection);
+criterion_main!(benches);
