@@ -1,4 +1,5 @@
-//! `in.php` and `solve.php`: weighted failover across keys, and pinning of accepted tasks.
+//! `in.php` and `solve.php`: a thread of a key for each attempt (waiting in the queue when every
+//! key is full), failover across keys, and pinning of accepted tasks.
 
 use std::sync::Arc;
 
