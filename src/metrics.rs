@@ -426,6 +426,9 @@ impl Metrics {
         for reason in ["no_queue", "queue_full", "queue_timeout"] {
             self.pool_full.with_label_values(&[reason]);
         }
+        for result in ["admitted", "refused", "no_key"] {
+            self.queue_wait.with_label_values(&[result]);
+        }
         let mut out = Vec::new();
         TextEncoder::new()
             .encode(&self.registry.gather(), &mut out)
