@@ -1,7 +1,7 @@
 //! In-process thread accounting: per-key counts, the open tasks behind them, and the order
 //! they were opened in, for stale release and reconciliation.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::sync::Mutex;
 
 use dashmap::DashMap;
@@ -24,11 +24,15 @@ pub struct MemoryLoad {
     /// Open tasks: accepted, no final answer yet.
     tasks: DashMap<TaskId, Opened>,
     /// Open tasks in the order they were opened (oldest first), with their open time.
-    /// Entries of tasks finished since are skipped when met; the stale release drops them
-    /// from the front, so the queue holds at most the tasks of the last `stale_after`.
+    /// Entries of tasks finished since are skipped when met and dropped from the front by
+    /// the stale release; when they outnumber the open tasks the queue is compacted, so it
+    /// stays within twice the open tasks (plus `COMPACT_SLACK`) however fast tasks finish.
     /// A std `Mutex`: held for pushes and short scans, never across an await.
     order: Mutex<VecDeque<(TaskId, Instant)>>,
 }
+
+/// Finished entries tolerated in the open-order queue beyond the open tasks themselves.
+const COMPACT_SLACK: usize = 1024;
 
 #[derive(Clone, Copy, Debug)]
 struct Opened {
@@ -47,6 +51,24 @@ impl MemoryLoad {
 
     fn change(&self, key: KeyId, change: impl FnOnce(&mut Load)) {
         change(&mut self.keys.entry(key).or_default());
+    }
+
+    /// Keeps one entry per open task, its latest, in order. Amortised: the queue is then at
+    /// most the open tasks, so the next compaction is at least as many opens away.
+    fn compact(&self, order: &mut VecDeque<(TaskId, Instant)>) {
+        let mut seen = HashSet::new();
+        let mut kept: Vec<(TaskId, Instant)> = order
+            .drain(..)
+            .rev()
+            .filter(|(task, at)| self.is_open(task, *at) && seen.insert(task.clone()))
+            .collect();
+        kept.reverse();
+        *order = kept.into();
+    }
+
+    /// Whether `task` is open, and since `at` (not finished and opened again since).
+    fn is_open(&self, task: &TaskId, at: Instant) -> bool {
+        self.tasks.get(task).is_some_and(|opened| opened.at == at)
     }
 
     /// Removes `task` if it is still the one opened at `at`; its key if so.
@@ -75,6 +97,9 @@ impl LoadStore for MemoryLoad {
         let mut order = self.order();
         let replaced = self.tasks.insert(task.clone(), Opened { key, at: now });
         order.push_back((task, now));
+        if order.len() > self.tasks.len().saturating_mul(2) + COMPACT_SLACK {
+            self.compact(&mut order);
+        }
         drop(order);
         // An id the upstream handed out twice is one task: the older count goes.
         if let Some(old) = replaced {
@@ -112,6 +137,8 @@ impl LoadStore for MemoryLoad {
 
     fn reconcile(&self, key: KeyId, working: u32, asked: Instant) -> u32 {
         let order = self.order();
+        // An id opened twice at one instant has two entries; it is one task.
+        let mut seen = HashSet::new();
         let mine: Vec<(TaskId, Instant)> = order
             .iter()
             .filter(|(_, at)| *at < asked)
@@ -120,6 +147,7 @@ impl LoadStore for MemoryLoad {
                     .get(task)
                     .is_some_and(|opened| opened.key == key && opened.at == *at)
             })
+            .filter(|(task, _)| seen.insert(task.clone()))
             .cloned()
             .collect();
         drop(order);
@@ -237,6 +265,31 @@ mod tests {
         assert_eq!(store.load(A), load(0, 2, 0));
         assert_eq!(store.finish(&id(1)), None, "the oldest went first");
         assert_eq!(store.finish(&id(4)), Some(A));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_open_order_stays_bounded_when_tasks_finish_or_repeat() {
+        let store = MemoryLoad::new();
+        // One long-running task, then many that finish at once, and one id handed out
+        // again and again (a stub upstream does that).
+        store.try_hold(A, None);
+        store.open(A, id(0), Instant::now());
+        for n in 1..=10_000 {
+            store.try_hold(A, None);
+            store.open(A, id(n), Instant::now());
+            store.finish(&id(n));
+            store.try_hold(B, None);
+            store.open(B, id(99_999), Instant::now());
+        }
+        assert!(
+            store.order().len() <= 2 * 2 + COMPACT_SLACK + 1,
+            "{}",
+            store.order().len()
+        );
+        assert_eq!(store.load(A).open, 1);
+        assert_eq!(store.load(B).open, 1);
+        // The long-running task is still found by age.
+        assert_eq!(store.release_stale(Instant::now()), vec![A, B]);
     }
 
     #[tokio::test(start_paused = true)]
