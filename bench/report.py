@@ -1,0 +1,194 @@
+#!/usr/bin/env python3
+"""Turns bench/run.sh's raw figures into the markdown table of bench/results/latest.md.
+
+Input: one figure per line, tab-separated: round, target (A B C), scenario, metric, value.
+Round 0 holds one-off figures (memory, startup); rounds 1..N the interleaved runs, of which
+the median is shown. Errors are summed over rounds rather than taken as a median.
+"""
+
+import argparse
+import collections
+import datetime
+import os
+import platform
+import statistics
+
+TARGETS = ("A", "B", "C")
+OK, MISS = "✓", "✗"
+
+
+def load(path):
+    runs = collections.defaultdict(list)  # (target, scenario, metric) -> [values]
+    once = {}  # (scenario, metric) -> value
+    for line in open(path):
+        rnd, target, scenario, metric, value = line.rstrip("\n").split("\t")
+        if rnd == "0":
+            once[(scenario, metric)] = float(value)
+        else:
+            runs[(target, scenario, metric)].append(float(value))
+    return runs, once
+
+
+def fmt(value, digits=0):
+    return f"{value:,.{digits}f}"
+
+
+def ratio(c, b):
+    return c / b if b else float("nan")
+
+
+def mark(ok):
+    return OK if ok else MISS
+
+
+class Table:
+    def __init__(self, runs):
+        self.runs = runs
+        self.rows = []
+
+    def med(self, t, sc, metric):
+        values = self.runs.get((t, sc, metric))
+        return statistics.median(values) if values else None
+
+    def spread(self, t, sc, metric):
+        """Half the range across rounds, as a share of the median: the ± of a cell."""
+        values = self.runs.get((t, sc, metric)) or []
+        m = statistics.median(values) if values else 0
+        return (max(values) - min(values)) / 2 / m * 100 if len(values) > 1 and m else 0
+
+    def section(self, title):
+        self.rows.append(f"| **{title}** | | | | | |")
+
+    def row(self, name, cells, vs="", goal=""):
+        self.rows.append(f"| {name} | " + " | ".join(cells) + f" | {vs} | {goal} |")
+
+    def metric_row(self, sc, metric, name, digits=0, goal=None, lower_is_better=True,
+                   with_spread=False):
+        meds = {t: self.med(t, sc, metric) for t in TARGETS}
+        if any(v is None for v in meds.values()):
+            return
+        cells = []
+        for t in TARGETS:
+            cell = fmt(meds[t], digits)
+            if with_spread:
+                cell += f" ±{self.spread(t, sc, metric):.0f}%"
+            cells.append(cell)
+        r = ratio(meds["C"], meds["B"])
+        goal_text = ""
+        if goal is not None:
+            met = r <= goal if lower_is_better else r >= goal
+            goal_text = f"{'≤' if lower_is_better else '≥'} {goal:.1f}× {mark(met)}"
+        self.row(name, cells, f"{r:.2f}×", goal_text)
+
+    def errors_row(self, sc):
+        sums = {t: sum(self.runs.get((t, sc, "errors"), [])) for t in TARGETS}
+        self.row("errors (non-2xx + socket), all rounds", [fmt(sums[t]) for t in TARGETS])
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("raw")
+    p.add_argument("--command", required=True)
+    p.add_argument("--seconds", type=int, required=True)
+    p.add_argument("--rate", type=int, required=True)
+    p.add_argument("--connections", required=True)
+    p.add_argument("--rounds", type=int, required=True)
+    p.add_argument("--duration", type=int, required=True)
+    p.add_argument("--server-cpu", required=True)
+    p.add_argument("--client-cpu", required=True)
+    p.add_argument("--versions", required=True)
+    a = p.parse_args()
+    runs, once = load(a.raw)
+    tab = Table(runs)
+
+    for mode, label in (("get", "GET /in.php?…"), ("post", "POST /in.php, 219-byte urlencoded body")):
+        for c in a.connections.split():
+            sc = f"{mode}-c{c}"
+            tab.section(f"{label}, closed loop, wrk -t1 -c{c}")
+            tab.metric_row(sc, "rps", "req/s", goal=1.0, lower_is_better=False,
+                           with_spread=True)
+            tab.metric_row(sc, "p50_us", "p50 µs")
+            tab.metric_row(sc, "p99_us", "p99 µs")
+            tab.metric_row(sc, "cpu_us", "server CPU µs/req", digits=1, with_spread=True)
+            tab.errors_row(sc)
+
+    sc = f"open-{a.rate}"
+    tab.section(f"GET /in.php?… at a fixed {a.rate:,} req/s, open loop, oha")
+    tab.metric_row(sc, "rps", "req/s achieved")
+    tab.metric_row(sc, "p50_us", "p50 µs")
+    med = {t: tab.med(t, sc, "p50_us") for t in TARGETS}
+    if all(v is not None for v in med.values()):
+        added_b, added_c = med["B"] - med["A"], med["C"] - med["A"]
+        r = ratio(added_c, added_b)
+        tab.row("added p50 µs over A (the proxy hop)",
+                ["—", fmt(added_b), fmt(added_c)], f"{r:.2f}×",
+                f"≤ 1.0× {mark(added_c <= added_b)}")
+    tab.metric_row(sc, "p99_us", "p99 µs")
+    tab.metric_row(sc, "p999_us", "p99.9 µs")
+    tab.metric_row(sc, "cpu_us", "server CPU µs/req", digits=1, goal=1.0, with_spread=True)
+    tab.errors_row(sc)
+
+    tab.section("keyrelay memory and startup")
+    idle = once.get(("memory", "idle_rss_kb"))
+    if idle is not None:
+        mb = idle * 1024 / 1e6
+        tab.row("idle RSS", ["", "", f"{mb:.1f} MB"], "", f"≤ 20 MB {mark(mb <= 20)}")
+    loaded = once.get(("memory", "loaded_rss_kb"))
+    if loaded is not None:
+        tab.row("RSS after the load rounds", ["", "", f"{loaded * 1024 / 1e6:.1f} MB"])
+    pins = once.get(("memory", "pins"))
+    if pins:
+        before = once[("memory", "pins_idle_rss_kb")]
+        after = once[("memory", "pins_rss_kb")]
+        per_pin = (after - before) * 1024 / pins
+        secs = once.get(("memory", "pins_seconds"), 0)
+        tab.row(f"RSS with {fmt(pins)} tasks pinned (reached in {secs:.0f} s)",
+                ["", "", f"{after * 1024 / 1e6:.1f} MB"])
+        tab.row("bytes per pinned task: (RSS − idle RSS) / pins", ["", "", fmt(per_pin)], "",
+                f"≤ 100 {mark(per_pin <= 100)}")
+        mark_pins = once.get(("memory", "pins_mark"), 0)
+        if mark_pins and pins > mark_pins:
+            marginal = (after - once[("memory", "pins_mark_rss_kb")]) * 1024 / (pins - mark_pins)
+            tab.row(f"marginal bytes per pin, from {fmt(mark_pins)} to {fmt(pins)} pins",
+                    ["", "", fmt(marginal)])
+    healthz = once.get(("startup", "healthz_ms"))
+    if healthz is not None:
+        tab.row("exec → first /healthz answered", ["", "", f"{healthz:.1f} ms"], "",
+                f"≤ 100 ms {mark(healthz <= 100)}")
+    inphp = once.get(("startup", "inphp_ms"))
+    if inphp is not None:
+        tab.row("exec → first in.php relayed", ["", "", f"{inphp:.1f} ms"])
+
+    steal = [v for (t, sc, m), vs in runs.items() if m == "steal_pct" for v in vs]
+    other = [v for (t, sc, m), vs in runs.items() if m == "other_pct" for v in vs]
+    cpu_model = "unknown CPU"
+    for line in open("/proc/cpuinfo"):
+        if line.startswith("model name"):
+            cpu_model = line.split(":", 1)[1].strip()
+            break
+
+    today = datetime.date.today().isoformat()
+    print(f"### Results of {today}\n")
+    print(f"- Machine: {os.cpu_count()} cores ({cpu_model}), Linux {platform.release()}; "
+          f"servers pinned to core {a.server_cpu}, load generator to core {a.client_cpu}.")
+    print(f"- Command: `{a.command}`: {a.rounds} interleaved rounds (A B C) of "
+          f"{a.duration} s per run, medians; the whole run took {a.seconds} s.")
+    print(f"- Versions: {a.versions}.")
+    if steal:
+        print(f"- Steal time over the runs: median {statistics.median(steal):.2f} %, "
+              f"max {max(steal):.2f} % of all CPU time.")
+    if other:
+        noisy = sum(v > 5 for v in other)
+        print(f"- Other load (CPU used by anything but the servers and the load generator) "
+              f"during the runs: median {statistics.median(other):.1f} %, max "
+              f"{max(other):.1f} % of all CPU time; {noisy} of {len(other)} runs above 5 %.")
+    print("- A: nginx stub answering `OK|123456789`; B: nginx `proxy_pass` to A; "
+          "C: keyrelay (3 keys) to A. CPU is the server's own (A: the stub; B, C: the "
+          "proxy, not the stub behind it). ± is half the range across rounds.\n")
+    print("| measurement | A: direct stub | B: nginx proxy_pass | C: keyrelay | C vs B | goal |")
+    print("| --- | --: | --: | --: | --: | --- |")
+    print("\n".join(tab.rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,648 @@
+#!/usr/bin/env bash
+# keyrelay's proxy hop against nginx proxy_pass, side by side, on loopback only.
+#
+#   bench/run.sh                                  # defaults: 10 s per run, 3 rounds
+#   BENCH_DURATION=5 BENCH_ROUNDS=3 bench/run.sh  # a quicker pass
+#
+# Three targets, all answering GET/POST /in.php with "OK|123456789":
+#   A  nginx stub (`return 200`): the physical limit, no proxy at all;
+#   B  nginx proxy_pass to A (upstream keepalive): the yardstick;
+#   C  keyrelay (3 keys) with A as its upstream.
+# Each measurement runs A B C, A B C, ... for BENCH_ROUNDS rounds; the table shows medians.
+# See bench/README.md for what is measured and docs/performance.md for how to read it.
+#
+# Knobs (environment):
+#   BENCH_DURATION=10       seconds per run (wrk and oha)
+#   BENCH_ROUNDS=3          interleaved rounds (A B C each), medians reported
+#   BENCH_CONNECTIONS="16 64"  closed-loop connection counts
+#   BENCH_RATE=2000         open-loop request rate (req/s)
+#   BENCH_OHA_CONNECTIONS=16  oha connections for the open loop
+#   BENCH_WARMUP=2          seconds of warm-up load per target before round 1
+#   BENCH_SKIP_PINS=0       1 skips the 1M-pin memory step
+#   BENCH_PINS=1000000      pins to reach in the memory step
+#   BENCH_PINS_TIMEOUT=300  seconds the memory step may take at most
+#   BENCH_STARTUP_RUNS=5    keyrelay starts timed for the startup figure
+#   BENCH_SERVER_CPU=0      core for the servers (stub nginx, proxy under test)
+#   BENCH_CLIENT_CPU=1      core for the load generator
+#   BENCH_MAX_RUNTIME=2700  seconds after which the whole run is stopped (build excluded)
+#   BENCH_RESULTS=bench/results/latest.md  where the table is written
+#   BENCH_OHA_VERSION=1.16.0  oha version installed when oha is missing
+#   KEYRELAY_BIN=path       use this binary instead of `cargo build --release`
+#   CARGO_TARGET_DIR        honoured by the build
+#
+# It listens on 127.0.0.1 only, on free ports, stops every process it started and removes
+# its temp dir on any exit (normal, error, Ctrl-C, SIGTERM). Missing tools are installed:
+# nginx, wrk (and curl, python3, util-linux, procps) with apt-get, oha with
+# `cargo install --locked` into bench/.tools, once.
+
+set -euo pipefail
+
+BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(dirname "$BENCH_DIR")
+
+DURATION=${BENCH_DURATION:-10}
+ROUNDS=${BENCH_ROUNDS:-3}
+CONNECTIONS=${BENCH_CONNECTIONS:-16 64}
+RATE=${BENCH_RATE:-2000}
+OHA_CONNECTIONS=${BENCH_OHA_CONNECTIONS:-16}
+WARMUP=${BENCH_WARMUP:-2}
+SKIP_PINS=${BENCH_SKIP_PINS:-0}
+PINS=${BENCH_PINS:-1000000}
+PINS_TIMEOUT=${BENCH_PINS_TIMEOUT:-300}
+STARTUP_RUNS=${BENCH_STARTUP_RUNS:-5}
+SERVER_CPU=${BENCH_SERVER_CPU:-0}
+CLIENT_CPU=${BENCH_CLIENT_CPU:-1}
+MAX_RUNTIME=${BENCH_MAX_RUNTIME:-2700}
+RESULTS=${BENCH_RESULTS:-$BENCH_DIR/results/latest.md}
+OHA_VERSION=${BENCH_OHA_VERSION:-1.16.0}
+
+# The pool: three fake 32-character keys. The key a client sends is replaced by keyrelay,
+# so the load generator sends yet another one.
+POOL_KEYS=(benchkey000000000000000000000001 benchkey000000000000000000000002
+           benchkey000000000000000000000003)
+CLIENT_KEY=0123456789abcdef0123456789abcdef
+GET_QUERY="key=$CLIENT_KEY&method=userrecaptcha&googlekey=6Le-wvkSAAAAAPBMRTvw0Q4Muexq9bi0DJwx_mJ-&pageurl=https%3A%2F%2Fexample.com%2Flogin&json=1"
+STUB_ANSWER='OK|123456789'
+
+check_knobs() {
+  local name
+  for name in DURATION ROUNDS RATE OHA_CONNECTIONS WARMUP PINS PINS_TIMEOUT STARTUP_RUNS \
+    SERVER_CPU CLIENT_CPU MAX_RUNTIME; do
+    [[ ${!name} =~ ^[0-9]+$ ]] || die "BENCH_$name must be a whole number, got '${!name}'"
+  done
+  ((DURATION > 0 && ROUNDS > 0 && RATE > 0 && STARTUP_RUNS > 0)) ||
+    die "BENCH_DURATION, BENCH_ROUNDS, BENCH_RATE and BENCH_STARTUP_RUNS must be > 0"
+  [[ $CONNECTIONS =~ ^[0-9]+( [0-9]+)*$ ]] ||
+    die "BENCH_CONNECTIONS must be numbers separated by spaces, got '$CONNECTIONS'"
+  [[ $SKIP_PINS == [01] ]] || die "BENCH_SKIP_PINS must be 0 or 1, got '$SKIP_PINS'"
+}
+
+log() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+# --- process bookkeeping ----------------------------------------------------------------
+# Every process is started with setsid, so it leads its own process group: one kill of
+# the group reaches all of it (nginx's workers, oha's threads, wrk under timeout), and a
+# Ctrl-C on the terminal reaches only this script, whose trap then stops the rest.
+
+# setsid(1) forks, so that $! would no longer be the new group's id, only when its caller
+# leads a process group; without job control (the default in a script) a background
+# child never does.
+set +m
+
+PGIDS=()    # process groups still running
+TMP=""      # temp dir, removed on exit
+LAST_PID="" # pid (= process group) of the last start_bg
+
+forget_pg() {
+  local keep=() pg
+  for pg in "${PGIDS[@]}"; do [[ $pg == "$1" ]] || keep+=("$pg"); done
+  PGIDS=("${keep[@]}")
+}
+
+stop_pg() {
+  local pg=$1 i
+  # The pid too: a child stopped right after its fork has not called setsid yet.
+  kill -TERM -- "-$pg" "$pg" 2>/dev/null || true
+  for i in $(seq 50); do
+    kill -0 -- "-$pg" 2>/dev/null || break
+    sleep 0.1
+  done
+  kill -KILL -- "-$pg" "$pg" 2>/dev/null || true
+  wait "$pg" 2>/dev/null || true
+  forget_pg "$pg"
+}
+
+cleanup() {
+  local rc=$? pg
+  trap - EXIT INT TERM
+  for pg in "${PGIDS[@]}"; do stop_pg "$pg"; done
+  [[ -n $TMP && -d $TMP ]] && rm -rf "$TMP"
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'log "interrupted"; exit 130' INT
+trap 'log "terminated"; exit 143' TERM
+
+# start_bg LOG CMD...: starts CMD in the background in a new session; sets LAST_PID.
+start_bg() {
+  local logfile=$1
+  shift
+  setsid "$@" >"$logfile" 2>&1 </dev/null &
+  LAST_PID=$!
+  PGIDS+=("$LAST_PID")
+}
+
+# run_fg LOG CMD...: like start_bg, then waits for it. `wait` returns at once on a signal,
+# so Ctrl-C is handled at once, not after the load generator's run.
+run_fg() {
+  start_bg "$@"
+  local pid=$LAST_PID rc=0
+  wait "$pid" || rc=$?
+  forget_pg "$pid"
+  return "$rc"
+}
+
+# A watchdog bounds the run: after MAX_RUNTIME it sends this script SIGTERM.
+start_watchdog() {
+  start_bg /dev/null bash -c "sleep $MAX_RUNTIME; kill -TERM $$"
+}
+
+# --- tools ------------------------------------------------------------------------------
+
+NGINX="" OHA="" BIN="" OHA_JSON=() OHA_THREADS=()
+
+as_root() {
+  if [[ $(id -u) == 0 ]]; then "$@"
+  elif command -v sudo >/dev/null; then sudo "$@"
+  else die "need root (or sudo) to run: $*"
+  fi
+}
+
+find_nginx() { command -v nginx || { [[ -x /usr/sbin/nginx ]] && echo /usr/sbin/nginx; } || true; }
+
+ensure_tools() {
+  local missing=()
+  [[ -n $(find_nginx) ]] || missing+=(nginx)
+  command -v wrk >/dev/null || missing+=(wrk)
+  command -v curl >/dev/null || missing+=(curl)
+  command -v python3 >/dev/null || missing+=(python3)
+  command -v taskset >/dev/null && command -v setsid >/dev/null || missing+=(util-linux)
+  command -v pgrep >/dev/null || missing+=(procps)
+  if ((${#missing[@]})); then
+    command -v apt-get >/dev/null || die "missing ${missing[*]} and no apt-get to install them"
+    # Debian's nginx-light is only a transitional package pulling in nginx plus a module
+    # since bookworm, so install nginx itself. Its package scripts may start the system
+    # nginx service on port 80; this script neither uses nor stops that service.
+    log "installing ${missing[*]} with apt-get"
+    as_root apt-get update -qq
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >&2
+  fi
+  NGINX=$(find_nginx)
+  [[ -n $NGINX ]] || die "nginx not found after install"
+
+  OHA=$(command -v oha || true)
+  [[ -n $OHA ]] || OHA=$BENCH_DIR/.tools/bin/oha
+  if [[ ! -x $OHA ]]; then
+    log "installing oha $OHA_VERSION into bench/.tools (a few minutes, once)"
+    cargo install oha --version "$OHA_VERSION" --locked --root "$BENCH_DIR/.tools" >&2
+  fi
+  # JSON output is --output-format json in oha >= 1.5 and -j before.
+  local help
+  help=$("$OHA" --help)
+  if grep -q -- '--output-format' <<<"$help"; then OHA_JSON=(--output-format json)
+  else OHA_JSON=(-j)
+  fi
+  # oha's default is one thread per physical core, whatever its affinity: with one core
+  # to itself, one thread is right.
+  if grep -q -- '--worker-threads' <<<"$help"; then OHA_THREADS=(--worker-threads 1); fi
+}
+
+build_keyrelay() {
+  if [[ -n ${KEYRELAY_BIN:-} ]]; then
+    BIN=$KEYRELAY_BIN
+  else
+    log "cargo build --release (target dir: ${CARGO_TARGET_DIR:-default})"
+    (cd "$REPO" && cargo build --release --bin keyrelay >&2)
+    local target_dir
+    target_dir=$(cd "$REPO" && cargo metadata --format-version 1 --no-deps |
+      python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
+    BIN=$target_dir/release/keyrelay
+  fi
+  [[ -x $BIN ]] || die "no keyrelay binary at $BIN"
+}
+
+check_cpus() {
+  local n
+  n=$(nproc)
+  if ((n < 2)); then
+    log "warning: only $n core; servers and load generator share it, figures are contended"
+    SERVER_CPU=0 CLIENT_CPU=0
+  elif [[ $SERVER_CPU == "$CLIENT_CPU" ]]; then
+    log "warning: BENCH_SERVER_CPU = BENCH_CLIENT_CPU; servers and load generator share a core"
+  fi
+  { taskset -c "$SERVER_CPU" true && taskset -c "$CLIENT_CPU" true; } ||
+    die "cannot pin to cores $SERVER_CPU and $CLIENT_CPU"
+}
+
+# --- measurements helpers ---------------------------------------------------------------
+
+# free_ports N: N distinct free loopback ports (all bound at once, so no repeats).
+free_ports() {
+  python3 - "$1" <<'EOF'
+import socket, sys
+socks = [socket.socket() for _ in range(int(sys.argv[1]))]
+for s in socks:
+    s.bind(("127.0.0.1", 0))
+print(" ".join(str(s.getsockname()[1]) for s in socks))
+EOF
+}
+
+# cpu_ns PGID...: for each process group, the CPU time (user + system) of its processes in
+# nanoseconds, threads that have exited included; one figure per group, on one line. Read
+# from each process's CPU clock (clock_getcpuclockid): /proc/<pid>/stat's utime + stime
+# count 10 ms ticks, too coarse for a few thousand requests at 20 µs each. Falls back to
+# the ticks if the clock is refused.
+cpu_ns() {
+  python3 - "$@" <<'EOF'
+import ctypes, ctypes.util, os, sys, time
+libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+tick_ns = 10**9 // os.sysconf("SC_CLK_TCK")
+groups = {int(g): 0 for g in sys.argv[1:]}
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()  # fields from the 3rd on
+        pgrp = int(fields[2])
+        if pgrp not in groups:
+            continue
+        clock = ctypes.c_int()
+        if libc.clock_getcpuclockid(int(pid), ctypes.byref(clock)) == 0:
+            groups[pgrp] += time.clock_gettime_ns(clock.value)
+        else:
+            groups[pgrp] += (int(fields[11]) + int(fields[12])) * tick_ns
+    except OSError:
+        pass  # exited meanwhile
+print(" ".join(str(groups[int(g)]) for g in sys.argv[1:]))
+EOF
+}
+
+# server_cpu TARGET: "<target's CPU ns> <all servers' CPU ns>".
+server_cpu() {
+  local ns
+  read -r -a ns <<<"$(cpu_ns "${PG[$1]}" "${PG[A]}" "${PG[B]}" "${PG[C]}")"
+  echo "${ns[0]} $((ns[1] + ns[2] + ns[3]))"
+}
+
+# machine_now: "total steal busy children" in clock ticks: all cores' time, steal, time
+# spent running anything (user nice system irq softirq), from the first line of
+# /proc/stat; and the CPU of this shell's reaped children (cutime + cstime of $$), which
+# is the load generator's once it has exited. Other load during a run is then
+# busy - servers - load generator.
+machine_now() {
+  local _ user nice system idle iowait irq softirq steal f
+  read -r _ user nice system idle iowait irq softirq steal _ </proc/stat
+  read -r -a f <<<"$(sed 's/.*) //' "/proc/$$/stat")"
+  echo "$((user + nice + system + idle + iowait + irq + softirq + steal)) $steal" \
+    "$((user + nice + system + irq + softirq)) $((f[13] + f[14]))"
+}
+
+rss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
+
+# wait_http URL PID WHAT: bounded wait (10 s) until URL answers 2xx; fails early if PID died.
+wait_http() {
+  local url=$1 pid=$2 what=$3 i
+  for i in $(seq 200); do
+    curl -sf -o /dev/null --max-time 1 "$url" && return 0
+    kill -0 "$pid" 2>/dev/null || die "$what exited during startup (log: $(tail -5 "$TMP/$what.log"))"
+    sleep 0.05
+  done
+  die "$what did not answer $url within 10 s"
+}
+
+# expect_stub_answer URL WHAT: one request through a target must give the stub's answer.
+expect_stub_answer() {
+  local body
+  body=$(curl -sf --max-time 2 "$1") || die "$2: request failed: $1"
+  [[ $body == "$STUB_ANSWER" ]] || die "$2: unexpected answer ${body:0:80}"
+}
+
+TICK_NS=$((1000000000 / $(getconf CLK_TCK)))
+
+# run_stats T0 T1 MACHINE0 MACHINE1 REQUESTS: the per-run figures shared by wrk and oha,
+# as "metric value" lines: server CPU per request, steal %, other load %.
+run_stats() {
+  awk -v t0="$1" -v t1="$2" -v m0="$3" -v m1="$4" -v n="$5" -v tick="$TICK_NS" 'BEGIN {
+    split(t0, a, " "); split(t1, b, " "); split(m0, x, " "); split(m1, y, " ")
+    if (n == 0) n = 1
+    total = (y[1] - x[1]) * tick; if (total == 0) total = 1
+    other = (y[3] - x[3]) * tick - (b[2] - a[2]) - (y[4] - x[4]) * tick
+    if (other < 0) other = 0
+    printf "cpu_us %.2f\nsteal_pct %.2f\nother_pct %.1f\n",
+      (b[1] - a[1]) / 1e3 / n, (y[2] - x[2]) * tick * 100 / total, other * 100 / total
+  }'
+}
+
+RAW="" # results, one per line: round target scenario metric value
+
+record() { printf '%s\t%s\t%s\t%s\t%s\n' "$@" >>"$RAW"; }
+
+# --- servers ----------------------------------------------------------------------------
+
+declare -A PG=()   # target (A B C) -> process group whose CPU is charged to it
+declare -A URL=()  # target -> base URL
+PORT_A="" PORT_B="" PORT_C="" PORT_SIM="" PORT_PINS="" PORT_START=""
+
+# nginx_conf NAME SERVER-BLOCKS: a minimal single-worker config kept inside the temp dir.
+nginx_conf() {
+  local name=$1 servers=$2
+  local dir=$TMP/nginx-$name
+  mkdir -p "$dir/tmp"
+  cat >"$dir/nginx.conf" <<EOF
+worker_processes 1;
+pid $dir/nginx.pid;
+error_log $dir/error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  # Temp paths inside the prefix: Debian's defaults under /var/lib/nginx need root.
+  client_body_temp_path $dir/tmp/body;
+  proxy_temp_path $dir/tmp/proxy;
+  fastcgi_temp_path $dir/tmp/fastcgi;
+  uwsgi_temp_path $dir/tmp/uwsgi;
+  scgi_temp_path $dir/tmp/scgi;
+  # nginx closes a keep-alive connection after 1000 requests by default; raised so that
+  # no target pays reconnects the others do not.
+  keepalive_requests 1000000;
+$servers
+}
+EOF
+}
+
+start_nginx() {
+  local name=$1 port=$2 dir=$TMP/nginx-$1
+  start_bg "$TMP/nginx-$name.log" taskset -c "$SERVER_CPU" \
+    "$NGINX" -p "$dir" -e "$dir/error.log" -c "$dir/nginx.conf" -g 'daemon off;'
+  wait_http "http://127.0.0.1:$port/healthz" "$LAST_PID" "nginx-$name"
+}
+
+keyrelay_conf() { # FILE LISTEN-PORT UPSTREAM-PORT
+  {
+    printf 'listen = "127.0.0.1:%s"\nupstream = "http://127.0.0.1:%s"\n' "$2" "$3"
+    local i=0 k
+    for k in "${POOL_KEYS[@]}"; do
+      i=$((i + 1))
+      printf '\n[[keys]]\nname = "bench-%s"\nkey = "%s"\n' "$i" "$k"
+    done
+    # In memory: the journal's disk writes are not what is measured.
+    printf '\n[pins]\ndurable = false\n'
+  } >"$1"
+}
+
+start_keyrelay() { # NAME CONFIG PORT
+  start_bg "$TMP/$1.log" taskset -c "$SERVER_CPU" "$BIN" --config "$2" --log warn
+  wait_http "http://127.0.0.1:$3/healthz" "$LAST_PID" "$1"
+}
+
+start_targets() {
+  read -r PORT_A PORT_B PORT_C PORT_SIM PORT_PINS PORT_START <<<"$(free_ports 6)"
+
+  nginx_conf stub "  server {
+    listen 127.0.0.1:$PORT_A;
+    default_type text/plain;
+    location / { return 200 \"$STUB_ANSWER\"; }
+  }"
+  start_nginx stub "$PORT_A"
+  PG[A]=$LAST_PID URL[A]=http://127.0.0.1:$PORT_A
+
+  nginx_conf proxy "  upstream stub {
+    server 127.0.0.1:$PORT_A;
+    keepalive 64;
+    keepalive_requests 1000000;
+  }
+  server {
+    listen 127.0.0.1:$PORT_B;
+    location / {
+      proxy_pass http://stub;
+      proxy_http_version 1.1;
+      proxy_set_header Connection \"\";
+    }
+  }"
+  start_nginx proxy "$PORT_B"
+  PG[B]=$LAST_PID URL[B]=http://127.0.0.1:$PORT_B
+
+  keyrelay_conf "$TMP/proxy.toml" "$PORT_C" "$PORT_A"
+  start_keyrelay keyrelay "$TMP/proxy.toml" "$PORT_C"
+  PG[C]=$LAST_PID URL[C]=http://127.0.0.1:$PORT_C
+  # Idle RSS: after startup and its first balance refresh, before any load.
+  sleep 2
+  record 0 C memory idle_rss_kb "$(rss_kb "${PG[C]}")"
+
+  local t
+  for t in A B C; do expect_stub_answer "${URL[$t]}/in.php?$GET_QUERY" "target $t"; done
+  log "targets up: A stub :$PORT_A  B nginx :$PORT_B  C keyrelay :$PORT_C" \
+    "(servers on core $SERVER_CPU, load on core $CLIENT_CPU)"
+}
+
+# --- closed loop: wrk -------------------------------------------------------------------
+
+# save_run ROUND TARGET SCENARIO: records the "metric value" lines on stdin and prints a
+# progress line.
+save_run() {
+  local metric value p999=""
+  local -A m=()
+  while read -r metric value; do
+    record "$1" "$2" "$3" "$metric" "$value"
+    m[$metric]=$value
+  done
+  [[ -z ${m[p999_us]:-} ]] || p999=$(printf '  p99.9 %6.0f µs' "${m[p999_us]}")
+  printf '  %-9s %s %8.0f req/s  p50 %5.0f µs  p99 %6.0f µs%s  cpu %6.2f µs/req  errors %s  steal %.1f%%  other load %.1f%%\n' \
+    "$3" "$2" "${m[rps]}" "${m[p50_us]}" "${m[p99_us]}" "$p999" "${m[cpu_us]}" \
+    "${m[errors]}" "${m[steal_pct]}" "${m[other_pct]}" >&2
+}
+
+# run_wrk ROUND TARGET MODE CONNECTIONS SECONDS: one wrk run; ROUND 0 is warm-up, not kept.
+run_wrk() {
+  local round=$1 t=$2 mode=$3 conns=$4 secs=$5 out=$TMP/wrk.out
+  local cpu0 cpu1 m0 m1
+  cpu0=$(server_cpu "$t")
+  m0=$(machine_now)
+  run_fg "$out" timeout $((secs + 30)) taskset -c "$CLIENT_CPU" \
+    wrk -t1 -c"$conns" -d"${secs}s" --timeout 5s -s "$BENCH_DIR/wrk.lua" \
+    "${URL[$t]}/in.php?$GET_QUERY" -- "$mode" || die "wrk failed: $(tail -3 "$out")"
+  m1=$(machine_now)
+  cpu1=$(server_cpu "$t")
+  ((round > 0)) || return 0
+  local line kv
+  local -A v=()
+  line=$(grep '^BENCH ' "$out") || die "no BENCH line from wrk: $(tail -3 "$out")"
+  for kv in ${line#BENCH }; do v[${kv%%=*}]=${kv#*=}; done
+  {
+    awk -v n="${v[requests]}" -v us="${v[duration_us]}" 'BEGIN { printf "rps %.1f\n", n * 1e6 / us }'
+    echo "p50_us ${v[p50_us]}"
+    echo "p99_us ${v[p99_us]}"
+    echo "errors $((v[connect] + v[read] + v[write] + v[status] + v[timeout]))"
+    run_stats "$cpu0" "$cpu1" "$m0" "$m1" "${v[requests]}"
+  } | save_run "$round" "$t" "$mode-c$conns"
+}
+
+# --- open loop: oha ---------------------------------------------------------------------
+
+run_oha() { # ROUND TARGET
+  local round=$1 t=$2 out=$TMP/oha.json cpu0 cpu1 m0 m1
+  cpu0=$(server_cpu "$t")
+  m0=$(machine_now)
+  # -w waits for requests in flight at the deadline instead of counting them as errors.
+  run_fg "$TMP/oha.log" timeout $((DURATION + 30)) taskset -c "$CLIENT_CPU" \
+    "$OHA" -q "$RATE" -z "${DURATION}s" -c "$OHA_CONNECTIONS" -w --latency-correction \
+    --no-tui "${OHA_THREADS[@]}" "${OHA_JSON[@]}" -o "$out" "${URL[$t]}/in.php?$GET_QUERY" ||
+    die "oha failed: $(tail -3 "$TMP/oha.log")"
+  m1=$(machine_now)
+  cpu1=$(server_cpu "$t")
+  python3 - "$out" >"$TMP/oha.stats" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+codes = {int(k): v for k, v in d.get("statusCodeDistribution", {}).items()}
+n = sum(codes.values())
+errors = sum(v for k, v in codes.items() if not 200 <= k < 300)
+errors += sum(d.get("errorDistribution", {}).values())
+pct = d["latencyPercentiles"]
+print(f"requests {n}")
+print(f"rps {n / d['summary']['total']:.1f}")
+for name, key in (("p50_us", "p50"), ("p99_us", "p99"), ("p999_us", "p99.9")):
+    print(f"{name} {pct[key] * 1e6:.1f}")
+print(f"errors {errors}")
+EOF
+  local n
+  n=$(awk '$1 == "requests" { print $2 }' "$TMP/oha.stats")
+  {
+    grep -v '^requests ' "$TMP/oha.stats"
+    run_stats "$cpu0" "$cpu1" "$m0" "$m1" "$n"
+  } | save_run "$round" "$t" "open-$RATE"
+}
+
+run_rounds() {
+  local t mode c r
+  log "warm-up: ${WARMUP}s per target"
+  for t in A B C; do
+    run_wrk 0 "$t" get 64 "$WARMUP"
+    run_wrk 0 "$t" post 64 "$WARMUP"
+  done
+  for r in $(seq "$ROUNDS"); do
+    log "round $r/$ROUNDS"
+    for mode in get post; do
+      for c in $CONNECTIONS; do
+        for t in A B C; do run_wrk "$r" "$t" "$mode" "$c" "$DURATION"; done
+      done
+    done
+    for t in A B C; do run_oha "$r" "$t"; done
+  done
+  record 0 C memory loaded_rss_kb "$(rss_kb "${PG[C]}")"
+}
+
+# --- memory per pin ---------------------------------------------------------------------
+# The stub answers one task id forever, so pins need an upstream that issues fresh ids:
+# keyrelay's own simulator, with keys that never run out of balance or threads (each
+# accepted task holds a simulated thread until polled, and none is polled here).
+
+pinned_now() {
+  curl -sf --max-time 2 "http://127.0.0.1:$PORT_PINS/metrics" |
+    awk '$1 == "keyrelay_tasks_pinned" { print $2; found = 1 } END { if (!found) print 0 }'
+}
+
+measure_pins() {
+  local sim_keys=() k
+  for k in "${POOL_KEYS[@]}"; do sim_keys+=(--key "$k,balance=1000000000,threads=4000000000,cost=0"); done
+  start_bg "$TMP/sim.log" taskset -c "$SERVER_CPU" "$BIN" simulate \
+    --listen "127.0.0.1:$PORT_SIM" --polls-to-ready 1 "${sim_keys[@]}"
+  local sim_pg=$LAST_PID i
+  # The simulator has no /healthz; any HTTP answer on res.php means it is up.
+  for i in $(seq 201); do
+    curl -s -o /dev/null --max-time 1 "http://127.0.0.1:$PORT_SIM/res.php" && break
+    ((i <= 200)) || die "simulator did not start (log: $(tail -3 "$TMP/sim.log"))"
+    sleep 0.05
+  done
+
+  keyrelay_conf "$TMP/pins.toml" "$PORT_PINS" "$PORT_SIM"
+  start_keyrelay keyrelay-pins "$TMP/pins.toml" "$PORT_PINS"
+  local pins_pg=$LAST_PID
+  sleep 2
+  local idle
+  idle=$(rss_kb "$pins_pg")
+
+  log "memory: submitting until $PINS tasks are pinned (at most ${PINS_TIMEOUT}s)"
+  start_bg "$TMP/wrk-pins.out" timeout $((PINS_TIMEOUT + 10)) taskset -c "$CLIENT_CPU" \
+    wrk -t1 -c64 -d"${PINS_TIMEOUT}s" --timeout 5s -s "$BENCH_DIR/wrk.lua" \
+    "http://127.0.0.1:$PORT_PINS/in.php?$GET_QUERY" -- get
+  local wrk_pg=$LAST_PID start=$SECONDS pinned=0 last=0 last_change=$SECONDS
+  # A checkpoint at a tenth of the way gives the marginal cost of a pin, without the
+  # one-off growth that 64 busy connections bring (buffers, allocator arenas).
+  local mark_pins=0 mark_rss=0
+  while kill -0 "$wrk_pg" 2>/dev/null; do
+    sleep 1
+    pinned=$(pinned_now)
+    ((pinned >= PINS)) && break
+    if ((mark_pins == 0 && pinned >= PINS / 10)); then
+      mark_rss=$(rss_kb "$pins_pg") mark_pins=$pinned
+    fi
+    if ((pinned > last)); then last=$pinned last_change=$SECONDS; fi
+    if ((SECONDS - last_change > 15)); then
+      log "warning: pins stuck at $pinned for 15 s; stopping the memory step"
+      break
+    fi
+  done
+  local secs=$((SECONDS - start))
+  stop_pg "$wrk_pg"
+  pinned=$(pinned_now)
+  local rss
+  rss=$(rss_kb "$pins_pg")
+  ((pinned >= PINS)) || log "warning: reached only $pinned of $PINS pins in ${secs}s"
+  log "memory: $pinned pins in ${secs}s; RSS ${idle} kB idle -> ${rss} kB"
+  record 0 C memory pins "$pinned"
+  record 0 C memory pins_idle_rss_kb "$idle"
+  record 0 C memory pins_rss_kb "$rss"
+  record 0 C memory pins_mark "$mark_pins"
+  record 0 C memory pins_mark_rss_kb "$mark_rss"
+  record 0 C memory pins_seconds "$secs"
+  stop_pg "$pins_pg"
+  stop_pg "$sim_pg"
+}
+
+# --- startup ----------------------------------------------------------------------------
+
+measure_startup() {
+  keyrelay_conf "$TMP/startup.toml" "$PORT_START" "$PORT_A"
+  log "startup: $STARTUP_RUNS timed starts"
+  run_fg "$TMP/startup.out" python3 "$BENCH_DIR/startup.py" --bin "$BIN" \
+    --config "$TMP/startup.toml" --port "$PORT_START" --query "$GET_QUERY" \
+    --runs "$STARTUP_RUNS" --server-cpu "$SERVER_CPU" --client-cpu "$CLIENT_CPU" ||
+    die "startup measurement failed: $(tail -3 "$TMP/startup.out")"
+  cat "$TMP/startup.out" >&2
+  grep -P '^\d' "$TMP/startup.out" >>"$RAW" || die "no startup figures"
+}
+
+versions() {
+  printf 'keyrelay %s, nginx %s, wrk %s, oha %s' \
+    "$(git -C "$REPO" describe --always --dirty 2>/dev/null || echo unknown)" \
+    "$("$NGINX" -v 2>&1 | sed 's|.*/||')" \
+    "$(wrk -v 2>&1 | awk 'NR == 1 { print $2 }')" \
+    "$("$OHA" --version | awk '{ print $2 }')"
+}
+
+# --- main -------------------------------------------------------------------------------
+
+main() {
+  local t0=$SECONDS
+  check_knobs
+  ensure_tools
+  build_keyrelay
+  check_cpus
+  TMP=$(mktemp -d "${TMPDIR:-/tmp}/keyrelay-bench.XXXXXX")
+  RAW=$TMP/raw.tsv
+  : >"$RAW"
+  start_watchdog
+  start_targets
+  measure_startup
+  run_rounds
+  if [[ $SKIP_PINS == 1 ]]; then log "memory per pin: skipped (BENCH_SKIP_PINS=1)"
+  else measure_pins
+  fi
+
+  mkdir -p "$(dirname "$RESULTS")"
+  local knobs="BENCH_DURATION=$DURATION BENCH_ROUNDS=$ROUNDS"
+  [[ $SKIP_PINS == 1 ]] && knobs+=" BENCH_SKIP_PINS=1"
+  [[ $PINS == 1000000 ]] || knobs+=" BENCH_PINS=$PINS"
+  [[ $CONNECTIONS == "16 64" ]] || knobs+=" BENCH_CONNECTIONS=\"$CONNECTIONS\""
+  [[ $RATE == 2000 ]] || knobs+=" BENCH_RATE=$RATE"
+  python3 "$BENCH_DIR/report.py" "$RAW" \
+    --command "$knobs bench/run.sh" \
+    --seconds $((SECONDS - t0)) \
+    --rate "$RATE" --connections "$CONNECTIONS" --rounds "$ROUNDS" --duration "$DURATION" \
+    --server-cpu "$SERVER_CPU" --client-cpu "$CLIENT_CPU" \
+    --versions "$(versions)" >"$RESULTS"
+  cp "$RAW" "${RESULTS%.md}.tsv"
+  cat "$RESULTS"
+  log "table written to $RESULTS (raw figures: ${RESULTS%.md}.tsv); took $((SECONDS - t0))s"
+}
+
+main "$@"

@@ -1,0 +1,39 @@
+-- wrk script for bench/run.sh.
+--
+--   wrk ... -s bench/wrk.lua URL -- get    GET the URL as given (query-string submit)
+--   wrk ... -s bench/wrk.lua URL -- post   POST /in.php with a 219-byte urlencoded body
+--
+-- It adds no per-request Lua (no request()/response() hooks), so wrk stays as fast as
+-- with a plain URL; done() prints one machine-readable line that run.sh parses:
+--   BENCH requests=N duration_us=N p50_us=N p99_us=N connect=N read=N write=N status=N timeout=N
+-- status counts answers that were not 2xx/3xx; the others are socket errors.
+
+-- A base64 submit as a script sends it: a 32-character key (keyrelay replaces it), a
+-- 152-character base64 image, urlencoded ("+", "/" and "=" escaped), and json=1.
+local post_body = "key=0123456789abcdef0123456789abcdef&method=base64&body="
+  .. "BwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyAhIiMkJSYnKCkqKywtLi8wMTIzNDU2Nzg5Ojs8PT4%2F"
+  .. "QEFCQ0RFRkdISUpLTE1OT1BRUlNUVVZXWFlaW1xdXl9gYWJjZGVmZ2hpamtsbW5vcHFyc3R1dnc%3D"
+  .. "&json=1"
+
+-- Arguments after "--" reach only init(), which runs in each thread's Lua state before
+-- wrk builds that thread's request (once, with wrk.format()), so the mode is set here.
+function init(args)
+  local mode = args[1] or "get"
+  if mode == "post" then
+    wrk.method = "POST"
+    wrk.path = "/in.php"
+    wrk.headers["Content-Type"] = "application/x-www-form-urlencoded"
+    wrk.body = post_body
+  elseif mode ~= "get" then
+    error("bench/wrk.lua: mode must be get or post, got " .. mode)
+  end
+end
+
+function done(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format(
+    "BENCH requests=%d duration_us=%d p50_us=%d p99_us=%d connect=%d read=%d write=%d status=%d timeout=%d\n",
+    summary.requests, summary.duration,
+    latency:percentile(50), latency:percentile(99),
+    e.connect, e.read, e.write, e.status, e.timeout))
+end
