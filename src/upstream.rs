@@ -1,5 +1,7 @@
-//! The HTTP client that talks to the captcha service: one pooled hyper-util client over
-//! rustls, per-request timeouts, and errors that say whether the request may have arrived.
+//! The HTTP client that talks to the captcha service: pooled HTTP/1 connections over rustls,
+//! per-request timeouts, and errors that say whether the request may have arrived.
+
+mod pool;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,10 +10,9 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::header::{self, HeaderMap, HeaderValue};
 use hyper::{Method, Request, StatusCode, Uri};
-use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
+
+use pool::{Origin, Pool};
 
 /// Answers from the service are a few hundred bytes; this only stops a broken or hostile
 /// upstream from making keyrelay buffer without limit.
@@ -76,7 +77,7 @@ pub struct Outgoing<'a> {
 /// Cheap to clone: the connection pool is shared.
 #[derive(Clone)]
 pub struct UpstreamClient {
-    client: Arc<Client<HttpsConnector<HttpConnector>, Full<Bytes>>>,
+    pool: Arc<Pool>,
 }
 
 impl UpstreamClient {
@@ -94,12 +95,8 @@ impl UpstreamClient {
             .https_or_http()
             .enable_http1()
             .wrap_connector(http);
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(POOL_IDLE_TIMEOUT)
-            .pool_timer(TokioTimer::new())
-            .build(https);
         Ok(UpstreamClient {
-            client: Arc::new(client),
+            pool: Arc::new(Pool::new(https, POOL_IDLE_TIMEOUT)),
         })
     }
 
@@ -108,20 +105,45 @@ impl UpstreamClient {
     /// # Errors
     /// See [`UpstreamError`]; every failure says whether the request may have arrived.
     pub async fn send(&self, out: Outgoing<'_>) -> Result<UpstreamAnswer, UpstreamError> {
-        let mut request = Request::builder()
-            .method(out.method)
-            .uri(out.uri)
-            .body(Full::new(out.body))
-            .expect("method and uri are already typed values");
-        copy_request_headers(out.headers, request.headers_mut());
-        let exchange = async {
-            let response = self.client.request(request).await.map_err(|e| {
-                if e.is_connect() {
-                    UpstreamError::Connect(error_chain(&e))
-                } else {
-                    UpstreamError::NoAnswer(error_chain(&e))
+        let timeout = out.timeout;
+        tokio::time::timeout(timeout, self.exchange(out))
+            .await
+            .map_err(|_| UpstreamError::Timeout(timeout))?
+    }
+
+    async fn exchange(&self, out: Outgoing<'_>) -> Result<UpstreamAnswer, UpstreamError> {
+        let (origin, mut request) = request_for(out)?;
+        let mut idle = self.pool.checkout(&origin);
+        loop {
+            let reused = idle.is_some();
+            let mut sender = match idle.take() {
+                Some(sender) => sender,
+                None => self
+                    .pool
+                    .connect(&origin)
+                    .await
+                    .map_err(|e| UpstreamError::Connect(error_chain(&*e)))?,
+            };
+            if let Err(e) = sender.ready().await {
+                // An idle connection the upstream closed meanwhile: dial a new one.
+                if reused {
+                    continue;
                 }
-            })?;
+                return Err(UpstreamError::Connect(error_chain(&e)));
+            }
+            let response = match sender.try_send_request(request).await {
+                Ok(response) => response,
+                Err(mut e) => match e.take_message() {
+                    // Not written to the connection, so certainly not delivered: an idle
+                    // connection closing under it is retried once on a fresh one.
+                    Some(unsent) if reused => {
+                        request = unsent;
+                        continue;
+                    }
+                    Some(_) => return Err(UpstreamError::Connect(error_chain(e.error()))),
+                    None => return Err(UpstreamError::NoAnswer(error_chain(e.error()))),
+                },
+            };
             let (parts, body) = response.into_parts();
             let body = Limited::new(body, MAX_ANSWER_BYTES)
                 .collect()
@@ -134,16 +156,40 @@ impl UpstreamClient {
                     }
                 })?
                 .to_bytes();
-            Ok(UpstreamAnswer {
+            // The whole answer is read, so the connection can take the next request.
+            self.pool.checkin(origin, sender);
+            return Ok(UpstreamAnswer {
                 status: parts.status,
                 headers: parts.headers,
                 body,
-            })
-        };
-        tokio::time::timeout(out.timeout, exchange)
-            .await
-            .map_err(|_| UpstreamError::Timeout(out.timeout))?
+            });
+        }
     }
+}
+
+/// The request in origin form (`/in.php?…`) with a Host header, and where it goes.
+fn request_for(out: Outgoing<'_>) -> Result<(Origin, Request<Full<Bytes>>), UpstreamError> {
+    let parts = out.uri.into_parts();
+    let (Some(authority), Some(path)) = (parts.authority, parts.path_and_query) else {
+        return Err(UpstreamError::Connect(
+            "the upstream URL has no host".to_owned(),
+        ));
+    };
+    let host = HeaderValue::from_str(authority.as_str())
+        .map_err(|e| UpstreamError::Connect(e.to_string()))?;
+    let origin = Origin {
+        https: parts.scheme.as_ref() == Some(&hyper::http::uri::Scheme::HTTPS),
+        authority,
+    };
+    let mut request = Request::builder()
+        .method(out.method)
+        .uri(Uri::from(path))
+        .body(Full::new(out.body))
+        .expect("method and uri are already typed values");
+    let headers = request.headers_mut();
+    headers.insert(header::HOST, host);
+    copy_request_headers(out.headers, headers);
+    Ok((origin, request))
 }
 
 /// Hop-by-hop headers (RFC 9110 §7.6.1) and those the client recomputes must not be copied.

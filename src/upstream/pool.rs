@@ -1,0 +1,126 @@
+//! Idle upstream connections, per origin: reused last-in first-out, dialled through the
+//! rustls connector when none is idle.
+//!
+//! hyper-util's pooled client spawns a task for every request to put its connection back,
+//! and rebuilds every URI; a request that reads its whole answer (as every keyrelay request
+//! does) can hand the connection back itself, so this pool is a list under a lock.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::future::poll_fn;
+use http_body_util::Full;
+use hyper::client::conn::http1::{self, SendRequest};
+use hyper::http::uri::{Authority, Scheme};
+use hyper::Uri;
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::connect::HttpConnector;
+use tokio::time::Instant;
+use tower::Service;
+
+/// The sending half of one upstream connection; its connection runs in a task of its own.
+pub(super) type Sender = SendRequest<Full<Bytes>>;
+
+/// More idle connections than this to one origin are closed: far above what one upstream
+/// needs between bursts, and a bound on file descriptors.
+const MAX_IDLE_PER_ORIGIN: usize = 512;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Where a connection goes.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(super) struct Origin {
+    pub https: bool,
+    pub authority: Authority,
+}
+
+impl Origin {
+    /// The URI a new connection is dialled with.
+    fn uri(&self) -> Result<Uri, hyper::http::Error> {
+        let scheme = if self.https {
+            Scheme::HTTPS
+        } else {
+            Scheme::HTTP
+        };
+        Uri::builder()
+            .scheme(scheme)
+            .authority(self.authority.clone())
+            .path_and_query("/")
+            .build()
+    }
+}
+
+struct Idle {
+    sender: Sender,
+    since: Instant,
+}
+
+pub(super) struct Pool {
+    connector: HttpsConnector<HttpConnector>,
+    /// Held for a push or a pop, never across an await.
+    idle: Mutex<HashMap<Origin, Vec<Idle>>>,
+    idle_timeout: Duration,
+}
+
+impl Pool {
+    pub(super) fn new(connector: HttpsConnector<HttpConnector>, idle_timeout: Duration) -> Pool {
+        Pool {
+            connector,
+            idle: Mutex::new(HashMap::new()),
+            idle_timeout,
+        }
+    }
+
+    /// The most recently used idle connection to `origin` that is still open. Connections
+    /// idle too long are dropped (which closes them) on the way.
+    pub(super) fn checkout(&self, origin: &Origin) -> Option<Sender> {
+        let now = Instant::now();
+        let mut idle = self.idle.lock().expect("upstream pool lock poisoned");
+        let list = idle.get_mut(origin)?;
+        while let Some(entry) = list.pop() {
+            if !entry.sender.is_closed() && now.duration_since(entry.since) < self.idle_timeout {
+                return Some(entry.sender);
+            }
+        }
+        None
+    }
+
+    /// Puts a connection whose exchange is complete back for the next request.
+    pub(super) fn checkin(&self, origin: Origin, sender: Sender) {
+        if sender.is_closed() {
+            return;
+        }
+        let now = Instant::now();
+        let mut idle = self.idle.lock().expect("upstream pool lock poisoned");
+        let list = idle.entry(origin).or_default();
+        // The oldest are at the front: an origin used less than before sheds them here.
+        let expired = list
+            .iter()
+            .take_while(|entry| now.duration_since(entry.since) >= self.idle_timeout)
+            .count();
+        list.drain(..expired);
+        if list.len() < MAX_IDLE_PER_ORIGIN {
+            list.push(Idle { sender, since: now });
+        }
+    }
+
+    /// A new connection to `origin` (TCP, and TLS for https), its connection task spawned.
+    ///
+    /// # Errors
+    /// The connector's or the handshake's error; nothing was sent.
+    pub(super) async fn connect(&self, origin: &Origin) -> Result<Sender, BoxError> {
+        let uri = origin.uri()?;
+        let mut connector = self.connector.clone();
+        poll_fn(|cx| connector.poll_ready(cx)).await?;
+        let io = connector.call(uri).await?;
+        let (sender, connection) = http1::Builder::new().handshake(io).await?;
+        tokio::spawn(async move {
+            if let Err(error) = connection.await {
+                tracing::debug!(%error, "upstream connection ended");
+            }
+        });
+        Ok(sender)
+    }
+}
