@@ -79,7 +79,7 @@ async fn threadsinfo(harness: &Harness) -> (u64, u64, u64) {
 fn key_header(answer: &Answer) -> String {
     answer
         .headers
-        .get("x-keyrelay-key")
+        .get(keyrelay::proxy::KEY_HEADER)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .to_owned()
@@ -289,7 +289,7 @@ async fn solve_php_holds_a_thread_for_the_whole_request() {
     let mut config = config_with_threads(&sim, &[("a", KEY_A, 1)]);
     config.capacity.queue_timeout = Duration::ZERO;
     let harness = Arc::new(Harness::start(sim, config).await);
-    // The solve takes "forever", until it is released by the fault running out.
+    // The solve takes two seconds (a simulator delay), and holds its thread meanwhile.
     harness.sim.add_fault(
         KEY_A,
         fault(
