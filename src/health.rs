@@ -8,8 +8,9 @@
 use std::fmt;
 use std::time::Duration;
 
-use dashmap::DashMap;
 use tokio::time::Instant;
+
+use crate::fast_map::FastMap;
 
 /// Identity of a key within the process; pins and health refer to keys by id. Today it is
 /// the key's position in the config, which is fixed for the life of the process. Hot reload
@@ -115,7 +116,7 @@ pub const TRANSIENT_REASON: &str = "transient";
 /// takes; nothing is awaited while it is held.
 #[derive(Debug, Default)]
 pub struct MemoryHealth {
-    entries: DashMap<KeyId, Entry>,
+    entries: FastMap<KeyId, Entry>,
 }
 
 #[derive(Clone, Copy, Debug)]

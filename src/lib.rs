@@ -31,6 +31,7 @@ pub mod captcha;
 pub mod config;
 pub mod demo;
 pub mod failover;
+pub mod fast_map;
 pub mod health;
 pub mod metrics;
 pub mod pins;

@@ -4,10 +4,10 @@
 use std::collections::{HashSet, VecDeque};
 use std::sync::Mutex;
 
-use dashmap::DashMap;
 use tokio::time::Instant;
 
 use super::{Load, LoadStore};
+use crate::fast_map::FastMap;
 use crate::health::KeyId;
 use crate::pins::TaskId;
 
@@ -20,9 +20,9 @@ use crate::pins::TaskId;
 pub struct MemoryLoad {
     /// The counts per key; admission checks and bumps them under the key's shard lock, so
     /// two submits racing for a key's last thread cannot both win.
-    keys: DashMap<KeyId, Load>,
+    keys: FastMap<KeyId, Load>,
     /// Open tasks: accepted, no final answer yet.
-    tasks: DashMap<TaskId, Opened>,
+    tasks: FastMap<TaskId, Opened>,
     /// Open tasks in the order they were opened (oldest first), with their open time.
     /// Entries of tasks finished since are skipped when met and dropped from the front by
     /// the stale release; when they outnumber the open tasks the queue is compacted, so it

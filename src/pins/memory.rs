@@ -4,16 +4,16 @@ use std::collections::{HashSet, VecDeque};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use dashmap::DashMap;
 use tokio::time::Instant;
 
 use super::{PinStore, TaskId};
+use crate::fast_map::FastMap;
 use crate::health::KeyId;
 
 /// In-memory pins with TTL expiry and oldest-first eviction.
 pub struct MemoryPins {
     /// Lookups on the poll path run concurrently; dashmap shards the lock.
-    map: DashMap<TaskId, Pin>,
+    map: FastMap<TaskId, Pin>,
     /// Pins in insertion order, which is also expiry order because the TTL is uniform.
     /// A std `Mutex`, not a tokio one: it is held only to push or pop, never across an await.
     order: Mutex<VecDeque<(TaskId, Instant)>>,
@@ -33,7 +33,7 @@ impl MemoryPins {
     /// An empty store keeping each pin for `ttl` and at most `max_pins` (at least one) pins.
     pub fn new(ttl: Duration, max_pins: usize) -> MemoryPins {
         MemoryPins {
-            map: DashMap::new(),
+            map: FastMap::default(),
             order: Mutex::new(VecDeque::new()),
             ttl,
             max_pins: max_pins.max(1),

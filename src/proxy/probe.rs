@@ -6,12 +6,12 @@
 
 use std::sync::Arc;
 
-use dashmap::DashMap;
 use futures_util::future::join_all;
 use tokio::time::{Duration, Instant};
 
 use super::{Ctx, Handled};
 use crate::captcha::{self, Outcome, ParsedRequest};
+use crate::fast_map::FastMap;
 use crate::pins::TaskId;
 use crate::pool::KeyEntry;
 use crate::upstream::UpstreamAnswer;
@@ -37,7 +37,7 @@ const NOT_MINE: [&str; 2] = ["ERROR_WRONG_CAPTCHA_ID", "ERROR_WRONG_ID_FORMAT"];
 #[derive(Default)]
 pub struct ProbeMisses {
     /// Sharded like the pins; entries are copied out, never held across an await.
-    until: DashMap<TaskId, Instant>,
+    until: FastMap<TaskId, Instant>,
 }
 
 impl ProbeMisses {
