@@ -180,11 +180,36 @@ impl App {
     /// A task got its final answer: its thread is free again (counted the first time only).
     pub fn finish_task(&self, task: &crate::pins::TaskId) {
         if self.0.capacity.finish(task).is_some() {
+            self.count_releases("final", 1);
+        }
+    }
+
+    /// Aligns `key`'s thread count with the upstream's `working` threads, read by a request
+    /// sent at `asked` (see `LoadStore::reconcile`), and counts the threads that gives back.
+    pub fn reconcile_threads(&self, key: &KeyEntry, working: u32, asked: Instant) {
+        let released = self.0.capacity.reconcile(key.id, working, asked);
+        if released > 0 {
+            self.count_releases("reconciled", u64::from(released));
+            tracing::debug!(key = %key.name, released, working, "threads reconciled with threadsinfo");
+        }
+    }
+
+    /// Gives back the threads of tasks open since before `cutoff` and counts them; one key
+    /// per task released.
+    pub fn release_stale_threads(&self, cutoff: Instant) -> Vec<crate::health::KeyId> {
+        let released = self.0.capacity.release_stale(cutoff);
+        self.count_releases("stale", released.len() as u64);
+        released
+    }
+
+    /// The one place thread releases are counted, by reason.
+    fn count_releases(&self, reason: &str, released: u64) {
+        if released > 0 {
             self.0
                 .metrics
                 .thread_releases
-                .with_label_values(&["final"])
-                .inc();
+                .with_label_values(&[reason])
+                .inc_by(released);
         }
     }
 

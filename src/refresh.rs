@@ -86,7 +86,7 @@ async fn refresh_key(app: &App, key: &KeyEntry, timeout: Duration) {
     key.stats
         .set_threads(threads.map(|t| (t.threads, t.working_threads)));
     if let Some(info) = threads {
-        reconcile(app, key, info.working_threads, asked);
+        app.reconcile_threads(key, info.working_threads, asked);
     }
 
     let snapshot = app.snapshot();
@@ -97,19 +97,6 @@ async fn refresh_key(app: &App, key: &KeyEntry, timeout: Duration) {
     } && threads.is_none_or(|t| t.threads > 0);
     if view.state == StateKind::Benched && usable {
         app.record_health(key, HealthEvent::Restore);
-    }
-}
-
-/// Aligns keyrelay's count of the key's threads with the upstream's: tasks the upstream no
-/// longer works on give their threads back, others' use of the key is counted.
-fn reconcile(app: &App, key: &KeyEntry, working: u32, asked: Instant) {
-    let released = app.capacity().reconcile(key.id, working, asked);
-    if released > 0 {
-        app.metrics()
-            .thread_releases
-            .with_label_values(&["reconciled"])
-            .inc_by(u64::from(released));
-        tracing::debug!(key = %key.name, released, working, "threads reconciled with threadsinfo");
     }
 }
 

@@ -132,14 +132,10 @@ pub async fn release_stale(app: App) {
         let Some(cutoff) = Instant::now().checked_sub(stale_after) else {
             continue;
         };
-        let released = app.capacity().release_stale(cutoff);
+        let released = app.release_stale_threads(cutoff);
         if released.is_empty() {
             continue;
         }
-        app.metrics()
-            .thread_releases
-            .with_label_values(&["stale"])
-            .inc_by(released.len() as u64);
         let snapshot = app.snapshot();
         for key in snapshot.pool.keys() {
             let count = released.iter().filter(|id| **id == key.id).count();

@@ -342,8 +342,7 @@ async fn settle_zero_balance(app: App, key: Arc<KeyEntry>) {
                 .set_threads(Some((info.threads, info.working_threads)));
             // Someone else holds the threads keyrelay thought free: count them, so the key
             // is not handed tasks it would refuse again once its cooldown ends.
-            app.capacity()
-                .reconcile(key.id, info.working_threads, asked);
+            app.reconcile_threads(&key, info.working_threads, asked);
             HealthEvent::Cool {
                 reason: "ERROR_ZERO_BALANCE",
                 duration: policy.busy_cooldown,
