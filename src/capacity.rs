@@ -110,11 +110,13 @@ impl Capacity {
         released
     }
 
-    /// See [`LoadStore::reconcile`]. Queued submits look again afterwards, since the key
-    /// may have room now.
+    /// See [`LoadStore::reconcile`]. Queued submits look again if tasks gave their threads
+    /// back.
     pub fn reconcile(&self, key: KeyId, working: u32, asked: Instant) -> u32 {
         let released = self.store.reconcile(key, working, asked);
-        self.queue.freed();
+        if released > 0 {
+            self.queue.freed();
+        }
         released
     }
 

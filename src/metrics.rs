@@ -423,8 +423,8 @@ impl Metrics {
             }
             self.refresh_failures.with_label_values(&[name]);
         }
-        for reason in ["no_queue", "queue_full", "queue_timeout"] {
-            self.pool_full.with_label_values(&[reason]);
+        for refusal in crate::capacity::Refusal::ALL {
+            self.pool_full.with_label_values(&[refusal.label()]);
         }
         for result in ["admitted", "refused", "no_key"] {
             self.queue_wait.with_label_values(&[result]);

@@ -86,6 +86,7 @@ pub fn pool_status(app: &App) -> PoolStatus {
         .iter()
         .map(|key| {
             let view = pool.health(key, now);
+            let load = pool.load(key);
             let name = key.name.as_str();
             let transitions = ["active", "cooling", "benched"]
                 .iter()
@@ -106,8 +107,8 @@ pub fn pool_status(app: &App) -> PoolStatus {
                 balance: key.stats.balance(),
                 threads: key.thread_capacity(),
                 working_threads: key.stats.threads().map(|(_, working)| working),
-                tasks_in_flight: pool.load(key).open,
-                threads_in_use: pool.load(key).in_use(),
+                tasks_in_flight: load.open,
+                threads_in_use: load.in_use(),
                 tier: key.tier,
                 last_error: key.stats.last_error().map(|(code, at)| LastError {
                     code,

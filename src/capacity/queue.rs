@@ -31,6 +31,9 @@ pub enum Refusal {
 }
 
 impl Refusal {
+    /// Every refusal, so their metric series can exist from the first scrape.
+    pub const ALL: [Refusal; 3] = [Refusal::NoQueue, Refusal::QueueFull, Refusal::TimedOut];
+
     /// Metric label.
     pub fn label(self) -> &'static str {
         match self {
