@@ -132,6 +132,32 @@ fn demo_shows_rotation_failover_capacity_and_metrics() {
 }
 
 #[test]
+fn the_demo_runs_on_one_thread_and_on_several() {
+    // One thread takes tokio's current-thread runtime, more its multi-threaded one: the
+    // whole demo (failover, a queued burst, refreshes) must work on both.
+    for threads in ["1", "3"] {
+        let out = keyrelay(&["--threads", threads, "demo"]);
+        assert!(
+            out.status.success(),
+            "--threads {threads}: {}",
+            stderr(&out)
+        );
+        assert!(
+            stdout(&out).contains("25 of 25 solved;"),
+            "--threads {threads}:\n{}",
+            stdout(&out)
+        );
+    }
+}
+
+#[test]
+fn zero_threads_is_refused_with_a_message() {
+    let out = keyrelay(&["--threads", "0", "check"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("--threads"), "{}", stderr(&out));
+}
+
+#[test]
 fn json_logs_are_one_object_per_line() {
     use std::io::{BufRead, BufReader};
     use std::process::Stdio;
@@ -146,6 +172,7 @@ fn json_logs_are_one_object_per_line() {
     .unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_keyrelay"))
         .args(["--config", path.to_str().unwrap(), "--log-format", "json"])
+        .args(["--threads", "2"])
         .env_remove("RUST_LOG")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -174,6 +201,10 @@ fn json_logs_are_one_object_per_line() {
     child.wait().unwrap();
     let (first, line) = start.expect("keyrelay logged its start");
     assert_eq!(line["level"], "INFO");
+    assert_eq!(
+        line["fields"]["threads"], 2,
+        "--threads 2 is logged: {first}"
+    );
     assert!(line["fields"]["addr"]
         .as_str()
         .unwrap()
