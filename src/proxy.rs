@@ -215,7 +215,7 @@ async fn api(app: App, endpoint: Endpoint, req: Request<Incoming>) -> Response<B
 }
 
 async fn dispatch_res(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
-    match parsed.action() {
+    match parsed.action().as_deref() {
         None => ctx.local_error(
             "ERROR_EMPTY_ACTION",
             "res.php needs an action parameter",

@@ -4,6 +4,7 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::ops::Range;
 
 use bytes::Bytes;
 
@@ -35,8 +36,33 @@ pub struct ParsedRequest {
     kind: BodyKind,
     /// Query pairs first, then body pairs, each in wire order; the last match wins. Names
     /// from the query, form and multipart bodies are as PHP keys them ([`php_name`]).
-    params: Vec<(String, String)>,
+    params: Vec<Param>,
     layout: Layout,
+}
+
+/// One param. Urlencoded names and values point into the query or body rather than being
+/// copied out, because a request is parsed for the few params keyrelay reads and then
+/// forwarded.
+#[derive(Clone)]
+struct Param {
+    name: Text,
+    value: Text,
+}
+
+#[derive(Clone, Copy)]
+enum Source {
+    Query,
+    Body,
+}
+
+#[derive(Clone)]
+enum Text {
+    /// Bytes of the query or body that are the text itself: UTF-8 with nothing to decode.
+    Plain(Source, Range<usize>),
+    /// Urlencoded bytes of the query or body, decoded when read.
+    Encoded(Source, Range<usize>),
+    /// Decoded at parse time: multipart and JSON params, and names that had escapes.
+    Owned(String),
 }
 
 /// What the body was split into at parse time, so that `rewrite` splices without re-parsing.
@@ -93,6 +119,9 @@ impl RequestError {
 impl ParsedRequest {
     /// Parses the raw query (no `?`), the Content-Type header value and the body.
     ///
+    /// Urlencoded values are not decoded here: [`ParsedRequest::param`] decodes the few that
+    /// keyrelay reads, and the rewrite copies the rest as they came.
+    ///
     /// # Errors
     /// A body whose Content-Type is unsupported, or which does not follow its encoding.
     /// The query never fails: it is decoded leniently, as PHP does.
@@ -103,21 +132,22 @@ impl ParsedRequest {
     ) -> Result<ParsedRequest, RequestError> {
         let query = query.unwrap_or_default().to_owned();
         let kind = body_kind(content_type, &body)?;
-        let mut params = decode_pairs(query.as_bytes());
+        let mut params = Vec::new();
+        index_pairs(Source::Query, query.as_bytes(), &mut params);
         let layout = match &kind {
             BodyKind::Empty => Layout::Raw,
             BodyKind::Form => {
-                params.extend(decode_pairs(&body));
+                index_pairs(Source::Body, &body, &mut params);
                 Layout::Raw
             }
             BodyKind::Multipart { boundary } => {
                 let parts = multipart::split(&body, boundary)?;
-                params.extend(multipart::text_params(&body, &parts));
+                params.extend(owned_params(multipart::text_params(&body, &parts)));
                 Layout::Multipart(parts)
             }
             BodyKind::Json => {
                 let members = json_body::parse(&body)?;
-                params.extend(json_body::params(&members));
+                params.extend(owned_params(json_body::params(&members)));
                 Layout::Json(members)
             }
         };
@@ -132,33 +162,51 @@ impl ParsedRequest {
 
     /// The value PHP's `$_REQUEST[name]` would hold: body beats query, last duplicate wins.
     /// File parts of a multipart body are not params. Names were normalised as PHP does
-    /// (` key`, `key\0x` and `key[]` are all `key`), so `name` is a plain name.
-    pub fn param(&self, name: &str) -> Option<&str> {
+    /// (` key`, `key\0x` and `key[]` are all `key`), so `name` is a plain name. Borrowed
+    /// unless the value had something to decode.
+    pub fn param(&self, name: &str) -> Option<Cow<'_, str>> {
         // Body pairs come after query pairs, so the last match is the winner on both counts.
         self.params
             .iter()
             .rev()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
+            .find(|param| self.text(&param.name) == name)
+            .map(|param| self.text(&param.value))
     }
 
-    /// Every (name, value) pair, query first then body, in wire order; names as PHP keys them.
-    pub fn params(&self) -> &[(String, String)] {
-        &self.params
+    /// Every (name, value) pair, query first then body, in wire order; names as PHP keys
+    /// them. Decodes every value, so it is for tests and tools, not the request path.
+    pub fn params(&self) -> Vec<(String, String)> {
+        self.params
+            .iter()
+            .map(|param| {
+                (
+                    self.text(&param.name).into_owned(),
+                    self.text(&param.value).into_owned(),
+                )
+            })
+            .collect()
     }
 
     /// Whether the caller asked for JSON answers (`json=1`, or `json=true`).
     pub fn wants_json(&self) -> bool {
-        self.param("json")
-            .map(str::trim)
-            .is_some_and(|v| v == "1" || v.eq_ignore_ascii_case("true"))
+        self.param("json").is_some_and(|v| {
+            let v = v.trim();
+            v == "1" || v.eq_ignore_ascii_case("true")
+        })
     }
 
     /// The `action` param, trimmed; `None` if absent or empty.
-    pub fn action(&self) -> Option<&str> {
-        self.param("action")
-            .map(str::trim)
-            .filter(|action| !action.is_empty())
+    pub fn action(&self) -> Option<Cow<'_, str>> {
+        let action = self.param("action")?;
+        let trimmed = action.trim();
+        if trimmed.is_empty() {
+            return None;
+        }
+        Some(match action {
+            Cow::Borrowed(text) => Cow::Borrowed(text.trim()),
+            Cow::Owned(text) if text.len() == trimmed.len() => Cow::Owned(text),
+            Cow::Owned(text) => Cow::Owned(text.trim().to_owned()),
+        })
     }
 
     /// The body's encoding.
@@ -179,7 +227,8 @@ impl ParsedRequest {
         let mut query = match splice_pairs(self.query.as_bytes(), set, &mut in_query) {
             // Only whole `&`-separated pairs and ASCII were spliced into valid UTF-8, so the
             // lossy conversion never replaces anything.
-            Some(spliced) => String::from_utf8_lossy(&spliced).into_owned(),
+            Some(spliced) => String::from_utf8(spliced)
+                .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()),
             None => self.query.clone(),
         };
 
@@ -204,12 +253,30 @@ impl ParsedRequest {
 
         Rewritten { query, body }
     }
+
+    fn text<'a>(&'a self, text: &'a Text) -> Cow<'a, str> {
+        let source = |source: Source| match source {
+            Source::Query => self.query.as_bytes(),
+            Source::Body => &self.body[..],
+        };
+        match text {
+            // Ranges were cut at ASCII delimiters of text checked to be UTF-8 at parse time.
+            Text::Plain(from, range) => Cow::Borrowed(
+                std::str::from_utf8(source(*from).get(range.clone()).unwrap_or_default())
+                    .unwrap_or_default(),
+            ),
+            Text::Encoded(from, range) => {
+                decode(source(*from).get(range.clone()).unwrap_or_default())
+            }
+            Text::Owned(text) => Cow::Borrowed(text),
+        }
+    }
 }
 
 /// Shows param names only: values include the caller's key and can be megabytes of image.
 impl fmt::Debug for ParsedRequest {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let names: Vec<&str> = self.params.iter().map(|(n, _)| n.as_str()).collect();
+        let names: Vec<Cow<'_, str>> = self.params.iter().map(|p| self.text(&p.name)).collect();
         f.debug_struct("ParsedRequest")
             .field("kind", &self.kind)
             .field("params", &names)
@@ -298,12 +365,56 @@ fn echo(input: &str) -> &str {
 
 // === urlencoded pairs (query and form bodies) ===
 
-/// Decodes `a=1&b=2` with percent and `+` decoding; invalid UTF-8 is replaced, never an error.
-/// Names are normalised as PHP does.
-fn decode_pairs(raw: &[u8]) -> Vec<(String, String)> {
-    form_urlencoded::parse(raw)
-        .map(|(name, value)| (php_name(&name).to_owned(), value.into_owned()))
-        .collect()
+/// Finds every `name=value` pair of `raw` (from `source`) and files it in `params` with its
+/// name decoded and normalised as PHP does, and its value left encoded in place. Empty pairs
+/// (`&&`) are skipped, as PHP skips them.
+fn index_pairs(source: Source, raw: &[u8], params: &mut Vec<Param>) {
+    let mut start = 0;
+    for pair in raw.split(|&b| b == b'&') {
+        let pair_start = start;
+        start += pair.len() + 1;
+        if pair.is_empty() {
+            continue;
+        }
+        let name_len = memchr::memchr(b'=', pair).unwrap_or(pair.len());
+        let value_start = (name_len + 1).min(pair.len());
+        let name = match decode(&pair[..name_len]) {
+            Cow::Borrowed(decoded) => {
+                // Normalising only cuts a borrowed name shorter, so it stays a range of `raw`.
+                let normal = php_name(decoded);
+                let offset = normal.as_ptr() as usize - decoded.as_ptr() as usize;
+                let at = pair_start + offset;
+                Text::Plain(source, at..at + normal.len())
+            }
+            Cow::Owned(decoded) => Text::Owned(php_name(&decoded).to_owned()),
+        };
+        let value = Text::Encoded(source, pair_start + value_start..pair_start + pair.len());
+        params.push(Param { name, value });
+    }
+}
+
+fn owned_params(pairs: Vec<(String, String)>) -> impl Iterator<Item = Param> {
+    pairs.into_iter().map(|(name, value)| Param {
+        name: Text::Owned(name),
+        value: Text::Owned(value),
+    })
+}
+
+/// Decodes one urlencoded name or value: `+` is a space, `%XX` a byte, and invalid UTF-8 is
+/// replaced, never an error. Borrows when there is nothing to decode, which is the usual case.
+fn decode(raw: &[u8]) -> Cow<'_, str> {
+    if !raw.iter().any(|&b| b == b'%' || b == b'+') {
+        return match std::str::from_utf8(raw) {
+            Ok(text) => Cow::Borrowed(text),
+            Err(_) => String::from_utf8_lossy(raw),
+        };
+    }
+    let spaced: Vec<u8> = raw
+        .iter()
+        .map(|&b| if b == b'+' { b' ' } else { b })
+        .collect();
+    let bytes: Cow<'_, [u8]> = percent_encoding::percent_decode(&spaced).into();
+    Cow::Owned(String::from_utf8_lossy(&bytes).into_owned())
 }
 
 /// The name PHP files a decoded param name under in `$_REQUEST` (php-src
@@ -313,10 +424,15 @@ fn decode_pairs(raw: &[u8]) -> Vec<(String, String)> {
 /// turns it into `_`), so such a name is kept. Comparing normalised names means no spelling
 /// PHP reads as `key` passes keyrelay as some other param.
 pub(super) fn php_name(name: &str) -> &str {
-    let name = name.split('\0').next().unwrap_or_default();
-    let name = name.trim_start_matches(' ');
-    match name.find('[') {
-        Some(open) if name[open..].contains(']') => &name[..open],
+    // Byte loops rather than str searches: names are a few bytes long, and every name of
+    // every request comes through here. Each cut is at an ASCII byte, so a char boundary.
+    let bytes = name.as_bytes();
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    let start = bytes[..end].iter().position(|&b| b != b' ').unwrap_or(end);
+    let name = &name[start..end];
+    let bytes = name.as_bytes();
+    match bytes.iter().position(|&b| b == b'[') {
+        Some(open) if bytes[open..].contains(&b']') => &name[..open],
         _ => name,
     }
 }
@@ -326,39 +442,46 @@ pub(super) fn php_name(name: &str) -> &str {
 /// spelling of a replaced pair's name, is copied as it was. Marks in `seen` which names were
 /// present; returns `None` when nothing matched, so the caller keeps the original bytes.
 fn splice_pairs(raw: &[u8], set: &[(&str, &str)], seen: &mut [bool]) -> Option<Vec<u8>> {
-    let mut kept: Vec<Cow<'_, [u8]>> = Vec::new();
-    let mut changed = false;
+    let mut out: Option<Vec<u8>> = None;
+    // `raw[copied..]` is what still has to be copied once a later pair changes.
+    let mut copied = 0;
+    let mut start = 0;
     for pair in raw.split(|&b| b == b'&') {
-        let raw_name = pair.split(|&b| b == b'=').next().unwrap_or_default();
-        let slot = decode_name(raw_name).and_then(|name| {
-            let name = php_name(&name);
-            set.iter().position(|(n, _)| *n == name)
-        });
-        match slot {
-            None => kept.push(Cow::Borrowed(pair)),
-            Some(slot) if !seen[slot] => {
-                seen[slot] = true;
-                changed = true;
-                let mut replaced = raw_name.to_vec();
-                replaced.push(b'=');
-                replaced.extend(
-                    form_urlencoded::byte_serialize(set[slot].1.as_bytes()).flat_map(str::bytes),
-                );
-                kept.push(Cow::Owned(replaced));
+        let pair_start = start;
+        let pair_end = start + pair.len();
+        start = pair_end + 1;
+        let raw_name = &pair[..memchr::memchr(b'=', pair).unwrap_or(pair.len())];
+        if raw_name.is_empty() {
+            continue;
+        }
+        let name = decode(raw_name);
+        let Some(slot) = set.iter().position(|(n, _)| *n == php_name(&name)) else {
+            continue;
+        };
+        let out = out.get_or_insert_with(|| Vec::with_capacity(raw.len() + 64));
+        if seen[slot] {
+            // A later duplicate goes with one `&`: the one before it if that is still to be
+            // copied, else the one after it, as dropping it from a split-and-join would.
+            if pair_start > copied {
+                out.extend_from_slice(&raw[copied..pair_start - 1]);
+                copied = pair_end;
+            } else {
+                copied = (pair_end + 1).min(raw.len());
             }
-            // A later duplicate: dropped together with one `&`.
-            Some(_) => changed = true,
+        } else {
+            seen[slot] = true;
+            out.extend_from_slice(&raw[copied..pair_start]);
+            out.extend_from_slice(raw_name);
+            out.push(b'=');
+            out.extend(
+                form_urlencoded::byte_serialize(set[slot].1.as_bytes()).flat_map(str::bytes),
+            );
+            copied = pair_end;
         }
     }
-    // Splitting on `&` and joining with `&` is the identity, so untouched separators survive.
-    changed.then(|| kept.join(&b'&'))
-}
-
-/// A pair's name, decoded but not yet normalised; `None` for an empty name.
-fn decode_name(raw_name: &[u8]) -> Option<Cow<'_, str>> {
-    form_urlencoded::parse(raw_name)
-        .next()
-        .map(|(name, _)| name)
+    let mut out = out?;
+    out.extend_from_slice(&raw[copied..]);
+    Some(out)
 }
 
 #[cfg(test)]
@@ -377,12 +500,30 @@ mod tests {
             .expect_err("request should be rejected")
     }
 
-    fn pairs(request: &ParsedRequest) -> Vec<(&str, &str)> {
-        request
-            .params()
-            .iter()
-            .map(|(n, v)| (n.as_str(), v.as_str()))
-            .collect()
+    fn pairs(request: &ParsedRequest) -> Pairs {
+        Pairs(request.params())
+    }
+
+    /// Decoded params, comparable with a literal list of `(name, value)`.
+    #[derive(Debug)]
+    struct Pairs(Vec<(String, String)>);
+
+    impl<const N: usize> PartialEq<[(&str, &str); N]> for Pairs {
+        fn eq(&self, other: &[(&str, &str); N]) -> bool {
+            self.0.len() == N
+                && self
+                    .0
+                    .iter()
+                    .zip(other)
+                    .all(|((n, v), (on, ov))| n == on && v == ov)
+        }
+    }
+
+    impl std::ops::Index<usize> for Pairs {
+        type Output = (String, String);
+        fn index(&self, i: usize) -> &(String, String) {
+            &self.0[i]
+        }
     }
 
     fn rewrite_key(request: &ParsedRequest) -> (String, Vec<u8>) {
@@ -415,14 +556,14 @@ mod tests {
             ]
         );
         assert!(request.wants_json());
-        assert_eq!(request.action(), None);
+        assert_eq!(request.action().as_deref(), None);
     }
 
     #[test]
     fn no_query_and_no_body() {
         let request = ParsedRequest::parse(None, None, Bytes::new()).expect("parses");
         assert!(request.params().is_empty());
-        assert_eq!(request.param("key"), None);
+        assert_eq!(request.param("key").as_deref(), None);
         assert!(!request.wants_json());
         assert_eq!(
             request.rewrite(&[("key", POOL)]).query,
@@ -467,16 +608,16 @@ mod tests {
     #[test]
     fn body_wins_over_query_and_last_duplicate_wins() {
         let request = parse("json=1&action=get&id=1&id=2", FORM, b"json=0&key=a&key=b");
-        assert_eq!(request.param("json"), Some("0"));
+        assert_eq!(request.param("json").as_deref(), Some("0"));
         assert!(!request.wants_json());
-        assert_eq!(request.param("id"), Some("2"));
-        assert_eq!(request.param("key"), Some("b"));
-        assert_eq!(request.action(), Some("get"));
-        assert_eq!(request.param("missing"), None);
+        assert_eq!(request.param("id").as_deref(), Some("2"));
+        assert_eq!(request.param("key").as_deref(), Some("b"));
+        assert_eq!(request.action().as_deref(), Some("get"));
+        assert_eq!(request.param("missing").as_deref(), None);
 
         let json = parse("json=0&key=q", JSON, br#"{"json":1,"key":"a","key":"b"}"#);
         assert!(json.wants_json());
-        assert_eq!(json.param("key"), Some("b"));
+        assert_eq!(json.param("key").as_deref(), Some("b"));
     }
 
     #[test]
@@ -499,12 +640,12 @@ mod tests {
     #[test]
     fn action_is_trimmed_and_empty_is_none() {
         assert_eq!(
-            parse("action=+getbalance+", None, b"").action(),
+            parse("action=+getbalance+", None, b"").action().as_deref(),
             Some("getbalance")
         );
-        assert_eq!(parse("action=%20", None, b"").action(), None);
-        assert_eq!(parse("action=", None, b"").action(), None);
-        assert_eq!(parse("x=1", None, b"").action(), None);
+        assert_eq!(parse("action=%20", None, b"").action().as_deref(), None);
+        assert_eq!(parse("action=", None, b"").action().as_deref(), None);
+        assert_eq!(parse("x=1", None, b"").action().as_deref(), None);
     }
 
     #[test]
@@ -541,8 +682,8 @@ mod tests {
             b"\r\n {\"body\":\"R0lG\"}",
         );
         assert_eq!(request.kind(), &BodyKind::Json);
-        assert_eq!(request.param("body"), Some("R0lG"));
-        assert_eq!(request.param("key"), Some("CALLER"));
+        assert_eq!(request.param("body").as_deref(), Some("R0lG"));
+        assert_eq!(request.param("key").as_deref(), Some("CALLER"));
     }
 
     #[test]
@@ -564,10 +705,10 @@ mod tests {
     fn missing_content_type_is_guessed_from_the_body() {
         let json = parse("", None, b"  {\"a\":\"1\"}");
         assert_eq!(json.kind(), &BodyKind::Json);
-        assert_eq!(json.param("a"), Some("1"));
+        assert_eq!(json.param("a").as_deref(), Some("1"));
         let form = parse("", Some("  "), b"a=1&b=2");
         assert_eq!(form.kind(), &BodyKind::Form);
-        assert_eq!(form.param("b"), Some("2"));
+        assert_eq!(form.param("b").as_deref(), Some("2"));
     }
 
     #[test]
@@ -775,7 +916,7 @@ mod tests {
                 ("key_", "G"),
             ]
         );
-        assert_eq!(request.param("key"), Some("E"));
+        assert_eq!(request.param("key").as_deref(), Some("E"));
         // The first occurrence keeps its spelling, the others go; look-alikes stay.
         assert_eq!(
             rewrite_key(&request).0,
@@ -783,7 +924,7 @@ mod tests {
         );
 
         let request = parse("json=1", FORM, b"a=1&key%00=CALLER&b=2&+key=CALLER2");
-        assert_eq!(request.param("key"), Some("CALLER2"));
+        assert_eq!(request.param("key").as_deref(), Some("CALLER2"));
         assert_eq!(
             rewrite_key(&request),
             (
@@ -804,11 +945,11 @@ mod tests {
     #[test]
     fn param_lookups_see_the_names_php_sees() {
         let request = parse("+action=get&id[]=7&json%00x=1", FORM, b"%20ids=1,2");
-        assert_eq!(request.action(), Some("get"));
-        assert_eq!(request.param("id"), Some("7"));
-        assert_eq!(request.param("ids"), Some("1,2"));
+        assert_eq!(request.action().as_deref(), Some("get"));
+        assert_eq!(request.param("id").as_deref(), Some("7"));
+        assert_eq!(request.param("ids").as_deref(), Some("1,2"));
         assert!(request.wants_json());
-        assert_eq!(request.param(" ids"), None);
+        assert_eq!(request.param(" ids").as_deref(), None);
     }
 
     #[test]
@@ -816,7 +957,7 @@ mod tests {
         // A JSON body is not read by PHP's form parser, so its names are kept as sent.
         let request = parse("", JSON, br#"{" key":"a","key[]":"b"}"#);
         assert_eq!(pairs(&request), [(" key", "a"), ("key[]", "b")]);
-        assert_eq!(request.param("key"), None);
+        assert_eq!(request.param("key").as_deref(), None);
     }
 
     // === rewriting urlencoded query and form bodies ===
@@ -889,8 +1030,8 @@ mod tests {
         assert_eq!(rewritten.query, "key=k+y%26z%3D%C3%A9&action=get&ids=1%2C3");
         assert_eq!(&rewritten.body[..], b"json=1");
         let reparsed = parse(&rewritten.query, None, b"");
-        assert_eq!(reparsed.param("key"), Some("k y&z=é"));
-        assert_eq!(reparsed.param("ids"), Some("1,3"));
+        assert_eq!(reparsed.param("key").as_deref(), Some("k y&z=é"));
+        assert_eq!(reparsed.param("ids").as_deref(), Some("1,3"));
     }
 
     #[test]
@@ -918,6 +1059,98 @@ mod tests {
         let rewritten = request.rewrite(&[]);
         assert_eq!(rewritten.query, "a=%41&b");
         assert_eq!(&rewritten.body[..], b"c=+&d");
+    }
+
+    /// The splice as first written: split on `&`, replace or drop pairs, join with `&`.
+    /// Slower, but plainly right, so the in-place splice is checked against it.
+    fn split_join_splice(raw: &str, set: &[(&str, &str)]) -> Option<String> {
+        let mut seen = vec![false; set.len()];
+        let mut changed = false;
+        let mut kept = Vec::new();
+        for pair in raw.split('&') {
+            let raw_name = pair.split('=').next().unwrap_or_default();
+            let name: String = form_urlencoded::parse(raw_name.as_bytes())
+                .next()
+                .map(|(n, _)| n.into_owned())
+                .unwrap_or_default();
+            let slot = (!raw_name.is_empty())
+                .then(|| set.iter().position(|(n, _)| *n == php_name(&name)))
+                .flatten();
+            match slot {
+                None => kept.push(pair.to_owned()),
+                Some(slot) if !seen[slot] => {
+                    seen[slot] = true;
+                    changed = true;
+                    let value: String =
+                        form_urlencoded::byte_serialize(set[slot].1.as_bytes()).collect();
+                    kept.push(format!("{raw_name}={value}"));
+                }
+                Some(_) => changed = true,
+            }
+        }
+        changed.then(|| kept.join("&"))
+    }
+
+    #[test]
+    fn in_place_splice_matches_split_and_join_on_every_short_query() {
+        const PIECES: [&str; 10] = [
+            "key=1", "key", "&", "=", "x=2", "key[]=3", "+key=4", "%6Bey=5", "id=9", "k",
+        ];
+        let set = [("key", "P&Q"), ("id", "7")];
+        let mut checked = 0;
+        for a in PIECES {
+            for b in PIECES {
+                for c in PIECES {
+                    for d in PIECES {
+                        for sep in ["", "&"] {
+                            let raw = [a, b, c, d].join(sep);
+                            let mut seen = [false; 2];
+                            let fast = splice_pairs(raw.as_bytes(), &set, &mut seen)
+                                .map(|out| String::from_utf8(out).unwrap());
+                            assert_eq!(fast, split_join_splice(&raw, &set), "{raw:?}");
+                            checked += 1;
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(checked, 20_000);
+    }
+
+    #[test]
+    fn params_read_in_place_decode_only_when_read() {
+        let request = parse(
+            "key=a&pageurl=https%3A%2F%2Fx.test%2F%3Fq%3D1&text=a+b&%6Bey=b&id[]=5",
+            None,
+            b"",
+        );
+        // The last spelling of `key` wins, whatever its escapes.
+        assert_eq!(request.param("key").as_deref(), Some("b"));
+        assert_eq!(
+            request.param("pageurl").as_deref(),
+            Some("https://x.test/?q=1")
+        );
+        assert_eq!(request.param("text").as_deref(), Some("a b"));
+        assert_eq!(request.param("id").as_deref(), Some("5"));
+        // Nothing to decode: the value is borrowed from the query, not copied.
+        assert!(matches!(request.param("id"), Some(Cow::Borrowed("5"))));
+        assert!(matches!(request.param("pageurl"), Some(Cow::Owned(_))));
+        let form = parse("", FORM, b"method=post&json=1");
+        assert!(matches!(form.param("method"), Some(Cow::Borrowed("post"))));
+        assert!(form.wants_json());
+    }
+
+    #[test]
+    fn invalid_utf8_in_a_form_body_is_replaced_not_refused() {
+        let request = parse("", FORM, b"a=\xff\xfe&\xff=b&c=%C3%A9");
+        assert_eq!(
+            pairs(&request),
+            [
+                ("a", "\u{fffd}\u{fffd}"),
+                ("\u{fffd}", "b"),
+                ("c", "\u{e9}")
+            ]
+        );
     }
 
     // === rewriting multipart bodies ===
@@ -973,7 +1206,7 @@ mod tests {
             pairs(&request),
             [("soft_id", "4580"), ("method", "post"), ("key", "CALLER")]
         );
-        assert_eq!(request.param("file"), None);
+        assert_eq!(request.param("file").as_deref(), None);
     }
 
     #[test]
@@ -1014,7 +1247,7 @@ mod tests {
             &file,
         );
         let request = parse("", MULTIPART, &body);
-        assert_eq!(request.param("key"), Some(""));
+        assert_eq!(request.param("key").as_deref(), Some(""));
         let (_, rewritten) = rewrite_key(&request);
         let expected = multipart_body(&[("key", POOL.as_bytes()), ("method", b"post")], &file);
         assert_eq!(rewritten, expected);
@@ -1047,7 +1280,7 @@ mod tests {
         let body =
             b"--b\r\nContent-Disposition: form-data; name=key; filename=k.txt\r\n\r\nFILE\r\n--b--";
         let request = parse("", Some("multipart/form-data; boundary=b"), body);
-        assert_eq!(request.param("key"), None);
+        assert_eq!(request.param("key").as_deref(), None);
         assert_eq!(
             rewrite_key(&request),
             (format!("key={POOL}"), body.to_vec())
@@ -1078,7 +1311,10 @@ mod tests {
     fn multipart_part_values_are_raw_bytes() {
         let body = b"--b\r\nContent-Disposition: form-data; name=\"pageurl\"\r\n\r\nhttps://a.test/?x=%41+b\r\n--b--";
         let request = parse("", Some("multipart/form-data; boundary=b"), body);
-        assert_eq!(request.param("pageurl"), Some("https://a.test/?x=%41+b"));
+        assert_eq!(
+            request.param("pageurl").as_deref(),
+            Some("https://a.test/?x=%41+b")
+        );
         let rewritten = request.rewrite(&[("pageurl", "a b")]);
         assert_eq!(
             &rewritten.body[..],
@@ -1106,7 +1342,11 @@ mod tests {
             r#"name="key""#,
         ] {
             let request = parse("json=1", MULTIPART_B, &one_part(disposition));
-            assert_eq!(request.param("key"), Some("CALLER"), "{disposition}");
+            assert_eq!(
+                request.param("key").as_deref(),
+                Some("CALLER"),
+                "{disposition}"
+            );
             let expected = String::from_utf8(one_part(disposition))
                 .expect("ascii")
                 .replace("CALLER", POOL);
@@ -1204,7 +1444,7 @@ mod tests {
     #[test]
     fn json_names_are_compared_unescaped() {
         let request = parse("", JSON, br#"{"k\u0065y":"old","a":1}"#);
-        assert_eq!(request.param("key"), Some("old"));
+        assert_eq!(request.param("key").as_deref(), Some("old"));
         let (_, body) = rewrite_key(&request);
         assert_eq!(body, format!(r#"{{"key":"{POOL}","a":1}}"#).into_bytes());
     }
@@ -1266,7 +1506,7 @@ mod tests {
             let reparsed =
                 ParsedRequest::parse(Some(&rewritten.query), content_type, rewritten.body.clone())
                     .expect("a rewritten request parses like its original");
-            assert_eq!(reparsed.param("key"), Some(POOL));
+            assert_eq!(reparsed.param("key").as_deref(), Some(POOL));
             let without_key = |r: &ParsedRequest| -> Vec<(String, String)> {
                 r.params()
                     .iter()

@@ -19,19 +19,19 @@ pub(super) async fn poll(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
     if let Some(paused) = ctx.paused() {
         return paused;
     }
-    let is_get = parsed.action() == Some("get");
+    let is_get = parsed.action().as_deref() == Some("get");
     match parsed
         .param("ids")
         .filter(|ids| is_get && !ids.trim().is_empty())
     {
-        Some(ids) => poll_many(ctx, parsed, ids).await,
+        Some(ids) => poll_many(ctx, parsed, &ids).await,
         None => poll_one(ctx, parsed).await,
     }
 }
 
 async fn poll_one(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
     let started = Instant::now();
-    let Some(task) = parsed.param("id").and_then(TaskId::parse) else {
+    let Some(task) = parsed.param("id").as_deref().and_then(TaskId::parse) else {
         return ctx.local_error(
             WRONG_ID,
             "no task id given: pass id=<task id>",
@@ -46,14 +46,14 @@ async fn poll_one(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
     let (attempt, tries) = with_retries(ctx, &key, parsed, &[]).await;
     let outcome = attempt.outcome.label();
     tracing::info!(
-        action = parsed.action().unwrap_or(""),
+        action = parsed.action().as_deref().unwrap_or(""),
         key = %key.name,
         task_id = %task,
         outcome,
         latency_ms = started.elapsed().as_millis() as u64,
         "poll"
     );
-    let is_get = matches!(parsed.action(), Some("get" | "get2"));
+    let is_get = matches!(parsed.action().as_deref(), Some("get" | "get2"));
     if is_get && is_final(&attempt) {
         ctx.app.finish_task(&task);
     }
@@ -88,7 +88,7 @@ fn finish_items(ctx: &Ctx, ids: &[&str], items: &[String]) {
 /// is "not ready (as far as keyrelay knows)": every client polls again, and gives up on its
 /// own timeout if the outage lasts. A report cannot be answered that way.
 fn unanswered(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
-    match parsed.action() {
+    match parsed.action().as_deref() {
         Some("get" | "get2") => ctx.local_error(
             NOT_READY,
             "the upstream did not answer this poll; poll again",
