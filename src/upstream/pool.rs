@@ -59,8 +59,9 @@ struct Idle {
 
 pub(super) struct Pool {
     connector: HttpsConnector<HttpConnector>,
-    /// Held for a push or a pop, never across an await.
-    idle: Mutex<HashMap<Origin, Vec<Idle>>>,
+    /// Held for a push or a pop, never across an await. foldhash, because every request
+    /// hashes its origin here and SipHash cost 2.6 % of a request's instructions.
+    idle: Mutex<HashMap<Origin, Vec<Idle>, foldhash::fast::RandomState>>,
     idle_timeout: Duration,
 }
 
@@ -68,7 +69,7 @@ impl Pool {
     pub(super) fn new(connector: HttpsConnector<HttpConnector>, idle_timeout: Duration) -> Pool {
         Pool {
             connector,
-            idle: Mutex::new(HashMap::new()),
+            idle: Mutex::new(HashMap::default()),
             idle_timeout,
         }
     }
