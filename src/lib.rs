@@ -21,6 +21,7 @@
 //!   [`reload`]: live reload of `proxy.toml` on SIGHUP or when the file changes.
 //! - [`metrics`]: Prometheus metrics from an owned registry; [`status`]: `/status`,
 //!   `/healthz` and `/readyz`.
+//! - [`task_table`]: the compact per-task maps and queues behind pins and the ledger.
 //! - [`app`]: the shared handle tying these together.
 //! - [`sim`]: the built-in CaptchaAI simulator used by tests, benchmarks and [`demo`].
 
@@ -43,6 +44,7 @@ pub mod reload;
 pub mod server;
 pub mod sim;
 pub mod status;
+pub mod task_table;
 pub mod upstream;
 
 pub use api_key::ApiKey;

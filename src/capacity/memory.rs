@@ -1,7 +1,7 @@
 //! In-process thread accounting: per-key counts, the open tasks behind them, and the order
 //! they were opened in, for stale release and reconciliation.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::HashSet;
 use std::sync::Mutex;
 
 use tokio::time::Instant;
@@ -10,6 +10,7 @@ use super::{Load, LoadStore};
 use crate::fast_map::FastMap;
 use crate::health::KeyId;
 use crate::pins::TaskId;
+use crate::task_table::{Clock, Entry, Stamp, TaskMap, TaskQueue};
 
 /// Threads in use per key, counted in memory.
 ///
@@ -21,31 +22,27 @@ pub struct MemoryLoad {
     /// The counts per key; admission checks and bumps them under the key's shard lock, so
     /// two submits racing for a key's last thread cannot both win.
     keys: FastMap<KeyId, Load>,
-    /// Open tasks: accepted, no final answer yet.
-    tasks: FastMap<TaskId, Opened>,
+    /// Open tasks: accepted, no final answer yet; with their key and open time (whole
+    /// seconds, 8 bytes a task: every unpolled task stays here until `stale_after`).
+    tasks: TaskMap,
     /// Open tasks in the order they were opened (oldest first), with their open time.
     /// Entries of tasks finished since are skipped when met and dropped from the front by
     /// the stale release; when they outnumber the open tasks the queue is compacted, so it
     /// stays within twice the open tasks (plus `COMPACT_SLACK`) however fast tasks finish.
     /// A std `Mutex`: held for pushes and short scans, never across an await.
-    order: Mutex<VecDeque<(TaskId, Instant)>>,
+    order: Mutex<TaskQueue>,
+    clock: Clock,
 }
 
 /// Finished entries tolerated in the open-order queue beyond the open tasks themselves.
 const COMPACT_SLACK: usize = 1024;
-
-#[derive(Clone, Copy, Debug)]
-struct Opened {
-    key: KeyId,
-    at: Instant,
-}
 
 impl MemoryLoad {
     pub fn new() -> MemoryLoad {
         MemoryLoad::default()
     }
 
-    fn order(&self) -> std::sync::MutexGuard<'_, VecDeque<(TaskId, Instant)>> {
+    fn order(&self) -> std::sync::MutexGuard<'_, TaskQueue> {
         self.order.lock().expect("load order lock poisoned")
     }
 
@@ -55,25 +52,16 @@ impl MemoryLoad {
 
     /// Keeps one entry per open task, its latest, in order. Amortised: the queue is then at
     /// most the open tasks, so the next compaction is at least as many opens away.
-    fn compact(&self, order: &mut VecDeque<(TaskId, Instant)>) {
+    fn compact(&self, order: &mut TaskQueue) {
+        // An entry stays if the map still holds its task as opened at that time; an id opened
+        // twice within one second has two such entries, and one is enough.
         let mut seen = HashSet::new();
-        let mut kept: Vec<(TaskId, Instant)> = order
-            .drain(..)
-            .rev()
-            .filter(|(task, at)| self.is_open(task, *at) && seen.insert(task.clone()))
-            .collect();
-        kept.reverse();
-        *order = kept.into();
-    }
-
-    /// Whether `task` is open, and since `at` (not finished and opened again since).
-    fn is_open(&self, task: &TaskId, at: Instant) -> bool {
-        self.tasks.get(task).is_some_and(|opened| opened.at == at)
+        order.retain(|task, at| self.tasks.holds(task, at) && seen.insert(task.clone()));
     }
 
     /// Removes `task` if it is still the one opened at `at`; its key if so.
-    fn close(&self, task: &TaskId, at: Instant) -> Option<KeyId> {
-        let (_, opened) = self.tasks.remove_if(task, |_, opened| opened.at == at)?;
+    fn close(&self, task: &TaskId, at: Stamp) -> Option<KeyId> {
+        let opened = self.tasks.remove_if(task, |opened| opened.at == at)?;
         self.change(opened.key, |load| load.open = load.open.saturating_sub(1));
         Some(opened.key)
     }
@@ -94,9 +82,10 @@ impl LoadStore for MemoryLoad {
     }
 
     fn open(&self, key: KeyId, task: TaskId, now: Instant) {
+        let at = self.clock.stamp(now);
         let mut order = self.order();
-        let replaced = self.tasks.insert(task.clone(), Opened { key, at: now });
-        order.push_back((task, now));
+        let replaced = self.tasks.insert(&task, Entry { key, at });
+        order.push_back(&task, at);
         if order.len() > self.tasks.len().saturating_mul(2) + COMPACT_SLACK {
             self.compact(&mut order);
         }
@@ -112,7 +101,7 @@ impl LoadStore for MemoryLoad {
     }
 
     fn finish(&self, task: &TaskId) -> Option<KeyId> {
-        let (_, opened) = self.tasks.remove(task)?;
+        let opened = self.tasks.remove(task)?;
         self.change(opened.key, |load| load.open = load.open.saturating_sub(1));
         Some(opened.key)
     }
@@ -122,13 +111,14 @@ impl LoadStore for MemoryLoad {
     }
 
     fn release_stale(&self, cutoff: Instant) -> Vec<KeyId> {
+        // Opened at or before the cut-off, by a stamp rounded up: never released early.
+        let cutoff = self.clock.floor(cutoff);
         let mut released = Vec::new();
         let mut order = self.order();
         while let Some((task, at)) = order.front() {
-            if *at > cutoff {
+            if at > cutoff {
                 break;
             }
-            let (task, at) = (task.clone(), *at);
             order.pop_front();
             released.extend(self.close(&task, at));
         }
@@ -136,10 +126,12 @@ impl LoadStore for MemoryLoad {
     }
 
     fn reconcile(&self, key: KeyId, working: u32, asked: Instant) -> u32 {
+        // Only tasks surely opened before the upstream was asked can be judged by its answer.
+        let asked = self.clock.floor(asked);
         let order = self.order();
-        // An id opened twice at one instant has two entries; it is one task.
+        // An id opened twice in one second has two entries; it is one task.
         let mut seen = HashSet::new();
-        let mine: Vec<(TaskId, Instant)> = order
+        let mine: Vec<(TaskId, Stamp)> = order
             .iter()
             .filter(|(_, at)| *at < asked)
             .filter(|(task, at)| {
@@ -148,7 +140,6 @@ impl LoadStore for MemoryLoad {
                     .is_some_and(|opened| opened.key == key && opened.at == *at)
             })
             .filter(|(task, _)| seen.insert(task.clone()))
-            .cloned()
             .collect();
         drop(order);
         let counted = u32::try_from(mine.len()).unwrap_or(u32::MAX);

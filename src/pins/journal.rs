@@ -1132,11 +1132,12 @@ mod tests {
         assert_eq!(pins.owner(&text, now), Some(KeyId(2)));
         assert_eq!(pins.owner(&id(3), now), Some(KeyId(1)));
         assert_eq!(pins.owner(&id(9), now), None);
+        // Oldest first; within one second the store lists numeric ids before text ones.
         let compacted = [
             pin(&id(1), "k0"),
             pin(&id(2), "k1"),
-            pin(&text, "k2"),
             pin(&id(3), "k1"),
+            pin(&text, "k2"),
         ]
         .concat();
         assert_eq!(
