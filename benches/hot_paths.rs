@@ -165,5 +165,22 @@ fn selection(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, parse_and_rewrite, answers, selection);
+/// The background stale release scans every open task, every 5 s: its cost at the
+/// benchmark's million unpolled tasks, when none is stale yet (the usual case).
+fn stale_scan(c: &mut Criterion) {
+    use keyrelay::capacity::LoadStore;
+    use keyrelay::pins::TaskId;
+    let load = MemoryLoad::new();
+    let now = Instant::now();
+    for n in 0..1_000_000_u64 {
+        load.try_hold(KeyId((n % 3) as u16), None);
+        load.open(KeyId((n % 3) as u16), TaskId::Num(10_000_000_000 + n), now);
+    }
+    let long_ago = now.checked_sub(Duration::from_secs(3600)).unwrap_or(now);
+    c.bench_function("stale release scan, 1M open tasks, none stale", |b| {
+        b.iter(|| black_box(load.release_stale(black_box(long_ago))))
+    });
+}
+
+criterion_group!(benches, parse_and_rewrite, answers, selection, stale_scan);
 criterion_main!(benches);

@@ -134,6 +134,43 @@ impl TaskMap {
         self.get(task).is_some_and(|entry| entry.at == at)
     }
 
+    /// Removes every entry `take` accepts and returns them, in no particular order. Visits
+    /// every entry, one shard's lock at a time.
+    pub fn take_where(&self, mut take: impl FnMut(&Entry) -> bool) -> Vec<(TaskId, Entry)> {
+        let mut taken = Vec::new();
+        self.nums.retain(|id, entry| {
+            let hit = take(entry);
+            if hit {
+                taken.push((TaskId::Num(*id), *entry));
+            }
+            !hit
+        });
+        self.texts.retain(|id, entry| {
+            let hit = take(entry);
+            if hit {
+                taken.push((TaskId::Text(id.clone()), *entry));
+            }
+            !hit
+        });
+        taken
+    }
+
+    /// Every entry `pick` accepts, in no particular order.
+    pub fn select(&self, mut pick: impl FnMut(&Entry) -> bool) -> Vec<(TaskId, Entry)> {
+        let nums = self
+            .nums
+            .iter()
+            .filter(|e| pick(e.value()))
+            .map(|e| (TaskId::Num(*e.key()), *e.value()))
+            .collect::<Vec<_>>();
+        let texts = self
+            .texts
+            .iter()
+            .filter(|e| pick(e.value()))
+            .map(|e| (TaskId::Text(e.key().clone()), *e.value()));
+        nums.into_iter().chain(texts).collect()
+    }
+
     pub fn len(&self) -> usize {
         self.nums.len() + self.texts.len()
     }
@@ -226,19 +263,6 @@ impl TaskQueue {
         })
     }
 
-    /// Keeps only the entries `keep` accepts, in order.
-    pub fn retain(&mut self, mut keep: impl FnMut(&TaskId, Stamp) -> bool) {
-        self.nums
-            .retain(|num| keep(&TaskId::Num(num.id()), num.at()));
-        self.texts
-            .retain(|(text, at)| keep(&TaskId::Text(text.clone()), *at));
-        // Freed capacity goes back: a queue that once held a burst should not keep its peak.
-        if self.nums.capacity() > 2 * self.nums.len() + 1024 {
-            self.nums.shrink_to_fit();
-        }
-        self.texts.shrink_to_fit();
-    }
-
     pub fn len(&self) -> usize {
         self.nums.len() + self.texts.len()
     }
@@ -318,6 +342,38 @@ mod tests {
     }
 
     #[test]
+    fn the_map_takes_and_selects_entries_of_both_kinds() {
+        let map = TaskMap::default();
+        for (n, at) in [(1, 0), (2, 5), (3, 9)] {
+            map.insert(
+                &TaskId::Num(n),
+                Entry {
+                    key: KeyId(0),
+                    at: Stamp(at),
+                },
+            );
+        }
+        map.insert(
+            &text("x"),
+            Entry {
+                key: KeyId(1),
+                at: Stamp(1),
+            },
+        );
+        let mut selected = map.select(|e| e.at < Stamp(6));
+        selected.sort_by_key(|(_, e)| e.at);
+        let ids: Vec<String> = selected.iter().map(|(t, _)| t.to_string()).collect();
+        assert_eq!(ids, ["1", "x", "2"]);
+        assert_eq!(map.len(), 4, "select removes nothing");
+        let mut taken = map.take_where(|e| e.at <= Stamp(1));
+        taken.sort_by_key(|(_, e)| e.at);
+        let ids: Vec<String> = taken.iter().map(|(t, _)| t.to_string()).collect();
+        assert_eq!(ids, ["1", "x"]);
+        assert_eq!(map.len(), 2);
+        assert!(map.get(&text("x")).is_none());
+    }
+
+    #[test]
     fn the_map_files_numeric_and_text_ids_apart() {
         let map = TaskMap::default();
         let entry = |key, at| Entry {
@@ -352,13 +408,12 @@ mod tests {
         };
         assert_eq!(order(&queue), ["1", "2", "a", "3", "b"]);
         assert_eq!(queue.front(), Some((TaskId::Num(1), Stamp(0))));
-        queue.retain(|task, _| task != &TaskId::Num(2));
-        assert_eq!(order(&queue), ["1", "a", "3", "b"]);
         let mut popped = Vec::new();
         while let Some((task, at)) = queue.pop_front() {
             popped.push((task.to_string(), at.0));
         }
-        let expected = [("1", 0), ("a", 1), ("3", 2), ("b", 3)].map(|(t, a)| (t.to_owned(), a));
+        let expected =
+            [("1", 0), ("2", 1), ("a", 1), ("3", 2), ("b", 3)].map(|(t, a)| (t.to_owned(), a));
         assert_eq!(popped, expected);
         assert!(queue.is_empty());
     }

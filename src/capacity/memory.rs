@@ -1,69 +1,42 @@
 //! In-process thread accounting: per-key counts, the open tasks behind them, and the order
 //! they were opened in, for stale release and reconciliation.
 
-use std::collections::HashSet;
-use std::sync::Mutex;
-
 use tokio::time::Instant;
 
 use super::{Load, LoadStore};
 use crate::fast_map::FastMap;
 use crate::health::KeyId;
 use crate::pins::TaskId;
-use crate::task_table::{Clock, Entry, Stamp, TaskMap, TaskQueue};
+use crate::task_table::{Clock, Entry, TaskMap};
 
 /// Threads in use per key, counted in memory.
 ///
-/// Locks are taken in one order, `order` → `tasks` → `keys`, and a `tasks` or `keys` shard
-/// is released before the next lock is taken, so no two are ever waited on in opposite
-/// orders.
+/// A `tasks` shard is released before a `keys` shard is taken, so no two locks are ever
+/// waited on in opposite orders.
 #[derive(Default)]
 pub struct MemoryLoad {
     /// The counts per key; admission checks and bumps them under the key's shard lock, so
     /// two submits racing for a key's last thread cannot both win.
     keys: FastMap<KeyId, Load>,
-    /// Open tasks: accepted, no final answer yet; with their key and open time (whole
-    /// seconds, 8 bytes a task: every unpolled task stays here until `stale_after`).
+    /// Open tasks: accepted, no final answer yet; with their key and open time in whole
+    /// seconds, 8 bytes a task. Every unpolled task stays here until `stale_after`, so
+    /// there is no second, ordered copy: the stale release and the reconciliation scan the
+    /// map instead, which at the usual few hundred open tasks costs nothing.
     tasks: TaskMap,
-    /// Open tasks in the order they were opened (oldest first), with their open time.
-    /// Entries of tasks finished since are skipped when met and dropped from the front by
-    /// the stale release; when they outnumber the open tasks the queue is compacted, so it
-    /// stays within twice the open tasks (plus `COMPACT_SLACK`) however fast tasks finish.
-    /// A std `Mutex`: held for pushes and short scans, never across an await.
-    order: Mutex<TaskQueue>,
     clock: Clock,
 }
-
-/// Finished entries tolerated in the open-order queue beyond the open tasks themselves.
-const COMPACT_SLACK: usize = 1024;
 
 impl MemoryLoad {
     pub fn new() -> MemoryLoad {
         MemoryLoad::default()
     }
 
-    fn order(&self) -> std::sync::MutexGuard<'_, TaskQueue> {
-        self.order.lock().expect("load order lock poisoned")
-    }
-
     fn change(&self, key: KeyId, change: impl FnOnce(&mut Load)) {
         change(&mut self.keys.entry(key).or_default());
     }
 
-    /// Keeps one entry per open task, its latest, in order. Amortised: the queue is then at
-    /// most the open tasks, so the next compaction is at least as many opens away.
-    fn compact(&self, order: &mut TaskQueue) {
-        // An entry stays if the map still holds its task as opened at that time; an id opened
-        // twice within one second has two such entries, and one is enough.
-        let mut seen = HashSet::new();
-        order.retain(|task, at| self.tasks.holds(task, at) && seen.insert(task.clone()));
-    }
-
-    /// Removes `task` if it is still the one opened at `at`; its key if so.
-    fn close(&self, task: &TaskId, at: Stamp) -> Option<KeyId> {
-        let opened = self.tasks.remove_if(task, |opened| opened.at == at)?;
-        self.change(opened.key, |load| load.open = load.open.saturating_sub(1));
-        Some(opened.key)
+    fn closed(&self, key: KeyId) {
+        self.change(key, |load| load.open = load.open.saturating_sub(1));
     }
 }
 
@@ -83,16 +56,9 @@ impl LoadStore for MemoryLoad {
 
     fn open(&self, key: KeyId, task: TaskId, now: Instant) {
         let at = self.clock.stamp(now);
-        let mut order = self.order();
-        let replaced = self.tasks.insert(&task, Entry { key, at });
-        order.push_back(&task, at);
-        if order.len() > self.tasks.len().saturating_mul(2) + COMPACT_SLACK {
-            self.compact(&mut order);
-        }
-        drop(order);
         // An id the upstream handed out twice is one task: the older count goes.
-        if let Some(old) = replaced {
-            self.change(old.key, |load| load.open = load.open.saturating_sub(1));
+        if let Some(old) = self.tasks.insert(&task, Entry { key, at }) {
+            self.closed(old.key);
         }
         self.change(key, |load| {
             load.pending = load.pending.saturating_sub(1);
@@ -102,7 +68,7 @@ impl LoadStore for MemoryLoad {
 
     fn finish(&self, task: &TaskId) -> Option<KeyId> {
         let opened = self.tasks.remove(task)?;
-        self.change(opened.key, |load| load.open = load.open.saturating_sub(1));
+        self.closed(opened.key);
         Some(opened.key)
     }
 
@@ -113,43 +79,36 @@ impl LoadStore for MemoryLoad {
     fn release_stale(&self, cutoff: Instant) -> Vec<KeyId> {
         // Opened at or before the cut-off, by a stamp rounded up: never released early.
         let cutoff = self.clock.floor(cutoff);
-        let mut released = Vec::new();
-        let mut order = self.order();
-        while let Some((task, at)) = order.front() {
-            if at > cutoff {
-                break;
-            }
-            order.pop_front();
-            released.extend(self.close(&task, at));
-        }
-        released
+        let mut stale = self.tasks.take_where(|opened| opened.at <= cutoff);
+        stale.sort_by_key(|(_, opened)| opened.at);
+        stale
+            .into_iter()
+            .map(|(_, opened)| {
+                self.closed(opened.key);
+                opened.key
+            })
+            .collect()
     }
 
     fn reconcile(&self, key: KeyId, working: u32, asked: Instant) -> u32 {
         // Only tasks surely opened before the upstream was asked can be judged by its answer.
         let asked = self.clock.floor(asked);
-        let order = self.order();
-        // An id opened twice in one second has two entries; it is one task.
-        let mut seen = HashSet::new();
-        let mine: Vec<(TaskId, Stamp)> = order
-            .iter()
-            .filter(|(_, at)| *at < asked)
-            .filter(|(task, at)| {
-                self.tasks
-                    .get(task)
-                    .is_some_and(|opened| opened.key == key && opened.at == *at)
-            })
-            .filter(|(task, _)| seen.insert(task.clone()))
-            .collect();
-        drop(order);
+        let mut mine = self
+            .tasks
+            .select(|opened| opened.key == key && opened.at < asked);
         let counted = u32::try_from(mine.len()).unwrap_or(u32::MAX);
         // More of keyrelay's tasks than the upstream works on: the oldest are done, only
         // nobody has polled them. Fewer: someone else uses the key too.
-        let excess = counted.saturating_sub(working);
+        let excess = counted.saturating_sub(working) as usize;
+        if excess > 0 {
+            mine.sort_by_key(|(_, opened)| opened.at);
+        }
         let released = mine
             .iter()
-            .take(excess as usize)
-            .filter(|(task, at)| self.close(task, *at).is_some())
+            .take(excess)
+            // Unless it finished or was opened again since the scan.
+            .filter(|(task, seen)| self.tasks.remove_if(task, |now| now == seen).is_some())
+            .inspect(|(_, opened)| self.closed(opened.key))
             .count();
         self.change(key, |load| load.external = working.saturating_sub(counted));
         u32::try_from(released).unwrap_or(u32::MAX)
@@ -237,7 +196,7 @@ mod tests {
             "released tasks do not finish twice"
         );
         assert_eq!(store.release_stale(Instant::now()), vec![B]);
-        assert!(store.order().is_empty());
+        assert!(store.tasks.is_empty());
     }
 
     #[tokio::test(start_paused = true)]
@@ -259,12 +218,13 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn the_open_order_stays_bounded_when_tasks_finish_or_repeat() {
+    async fn finished_and_repeated_tasks_leave_nothing_behind() {
         let store = MemoryLoad::new();
         // One long-running task, then many that finish at once, and one id handed out
         // again and again (a stub upstream does that).
         store.try_hold(A, None);
         store.open(A, id(0), Instant::now());
+        tokio::time::advance(Duration::from_secs(1)).await;
         for n in 1..=10_000 {
             store.try_hold(A, None);
             store.open(A, id(n), Instant::now());
@@ -272,15 +232,37 @@ mod tests {
             store.try_hold(B, None);
             store.open(B, id(99_999), Instant::now());
         }
-        assert!(
-            store.order().len() <= 2 * 2 + COMPACT_SLACK + 1,
-            "{}",
-            store.order().len()
-        );
+        assert_eq!(store.tasks.len(), 2);
         assert_eq!(store.load(A).open, 1);
         assert_eq!(store.load(B).open, 1);
-        // The long-running task is still found by age.
+        // The long-running task is still found by age, and released first.
+        tokio::time::advance(Duration::from_secs(1)).await;
         assert_eq!(store.release_stale(Instant::now()), vec![A, B]);
+        assert_eq!(
+            (store.load(A), store.load(B)),
+            (Load::default(), Load::default())
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn text_ids_are_released_and_reconciled_like_numeric_ones() {
+        let store = MemoryLoad::new();
+        let text = |s: &str| TaskId::Text(s.into());
+        store.try_hold(A, None);
+        store.open(A, text("t-1"), Instant::now());
+        tokio::time::advance(Duration::from_secs(1)).await;
+        store.try_hold(A, None);
+        store.open(A, id(2), Instant::now());
+        tokio::time::advance(Duration::from_secs(1)).await;
+        store.try_hold(A, None);
+        store.open(A, text("t-3"), Instant::now());
+        tokio::time::advance(Duration::from_secs(1)).await;
+        // The upstream works on one: the two oldest, of both kinds, are done.
+        assert_eq!(store.reconcile(A, 1, Instant::now()), 2);
+        assert_eq!(store.finish(&text("t-1")), None);
+        assert_eq!(store.finish(&id(2)), None);
+        assert_eq!(store.finish(&text("t-3")), Some(A));
+        assert_eq!(store.load(A), load(0, 0, 0));
     }
 
     #[tokio::test(start_paused = true)]
