@@ -47,9 +47,21 @@ pub struct ParsedRequest {
 struct Param {
     name: Text,
     value: Text,
+    /// Where a urlencoded pair sits in its source, for the rewrite; `None` for multipart and
+    /// JSON params, which their own layouts splice.
+    wire: Option<Wire>,
 }
 
+/// A `name=value` pair as sent: `start..name_end` is its raw name, `start..end` the pair.
 #[derive(Clone, Copy)]
+struct Wire {
+    source: Source,
+    start: usize,
+    name_end: usize,
+    end: usize,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum Source {
     Query,
     Body,
@@ -224,7 +236,7 @@ impl ParsedRequest {
         let mut in_query = vec![false; set.len()];
         let mut in_body = vec![false; set.len()];
 
-        let mut query = match splice_pairs(self.query.as_bytes(), set, &mut in_query) {
+        let mut query = match self.splice_pairs(Source::Query, set, &mut in_query) {
             // Only whole `&`-separated pairs and ASCII were spliced into valid UTF-8, so the
             // lossy conversion never replaces anything.
             Some(spliced) => String::from_utf8(spliced)
@@ -233,7 +245,7 @@ impl ParsedRequest {
         };
 
         let body = match &self.layout {
-            Layout::Raw => splice_pairs(&self.body, set, &mut in_body),
+            Layout::Raw => self.splice_pairs(Source::Body, set, &mut in_body),
             Layout::Multipart(parts) => multipart::splice(&self.body, parts, set, &mut in_body),
             Layout::Json(members) => json_body::splice(members, set, &mut in_body),
         };
@@ -252,6 +264,57 @@ impl ParsedRequest {
         }
 
         Rewritten { query, body }
+    }
+
+    /// Replaces the first pair of `source` named in `set` with `name=<encoded value>` and
+    /// drops later pairs of that name. Works from the pairs found at parse time, whose names
+    /// are already decoded; every other pair, and the original spelling of a replaced pair's
+    /// name, is copied as it was. Marks in `seen` which names were present; returns `None`
+    /// when nothing matched, so the caller keeps the original bytes.
+    fn splice_pairs(
+        &self,
+        source: Source,
+        set: &[(&str, &str)],
+        seen: &mut [bool],
+    ) -> Option<Vec<u8>> {
+        let raw = match source {
+            Source::Query => self.query.as_bytes(),
+            Source::Body => &self.body[..],
+        };
+        let mut out: Option<Vec<u8>> = None;
+        // `raw[copied..]` is what still has to be copied once a later pair changes.
+        let mut copied = 0;
+        for param in &self.params {
+            let Some(wire) = param.wire.filter(|wire| wire.source == source) else {
+                continue;
+            };
+            let name = self.text(&param.name);
+            let Some(slot) = set.iter().position(|(n, _)| *n == name) else {
+                continue;
+            };
+            let out = out.get_or_insert_with(|| Vec::with_capacity(raw.len() + 64));
+            if seen[slot] {
+                // A later duplicate goes with one `&`: the one before it if that is still to
+                // be copied, else the one after it, as dropping it from a split-and-join would.
+                if wire.start > copied {
+                    out.extend_from_slice(&raw[copied..wire.start - 1]);
+                    copied = wire.end;
+                } else {
+                    copied = (wire.end + 1).min(raw.len());
+                }
+            } else {
+                seen[slot] = true;
+                out.extend_from_slice(&raw[copied..wire.name_end]);
+                out.push(b'=');
+                out.extend(
+                    form_urlencoded::byte_serialize(set[slot].1.as_bytes()).flat_map(str::bytes),
+                );
+                copied = wire.end;
+            }
+        }
+        let mut out = out?;
+        out.extend_from_slice(&raw[copied..]);
+        Some(out)
     }
 
     fn text<'a>(&'a self, text: &'a Text) -> Cow<'a, str> {
@@ -388,8 +451,19 @@ fn index_pairs(source: Source, raw: &[u8], params: &mut Vec<Param>) {
             }
             Cow::Owned(decoded) => Text::Owned(php_name(&decoded).to_owned()),
         };
-        let value = Text::Encoded(source, pair_start + value_start..pair_start + pair.len());
-        params.push(Param { name, value });
+        let end = pair_start + pair.len();
+        let value = Text::Encoded(source, pair_start + value_start..end);
+        let wire = Wire {
+            source,
+            start: pair_start,
+            name_end: pair_start + name_len,
+            end,
+        };
+        params.push(Param {
+            name,
+            value,
+            wire: Some(wire),
+        });
     }
 }
 
@@ -397,6 +471,7 @@ fn owned_params(pairs: Vec<(String, String)>) -> impl Iterator<Item = Param> {
     pairs.into_iter().map(|(name, value)| Param {
         name: Text::Owned(name),
         value: Text::Owned(value),
+        wire: None,
     })
 }
 
@@ -435,53 +510,6 @@ pub(super) fn php_name(name: &str) -> &str {
         Some(open) if bytes[open..].contains(&b']') => &name[..open],
         _ => name,
     }
-}
-
-/// Replaces the first pair named in `set` with `name=<encoded value>` and drops later pairs of
-/// that name. Only names are decoded (to compare them); every other pair, and the original
-/// spelling of a replaced pair's name, is copied as it was. Marks in `seen` which names were
-/// present; returns `None` when nothing matched, so the caller keeps the original bytes.
-fn splice_pairs(raw: &[u8], set: &[(&str, &str)], seen: &mut [bool]) -> Option<Vec<u8>> {
-    let mut out: Option<Vec<u8>> = None;
-    // `raw[copied..]` is what still has to be copied once a later pair changes.
-    let mut copied = 0;
-    let mut start = 0;
-    for pair in raw.split(|&b| b == b'&') {
-        let pair_start = start;
-        let pair_end = start + pair.len();
-        start = pair_end + 1;
-        let raw_name = &pair[..memchr::memchr(b'=', pair).unwrap_or(pair.len())];
-        if raw_name.is_empty() {
-            continue;
-        }
-        let name = decode(raw_name);
-        let Some(slot) = set.iter().position(|(n, _)| *n == php_name(&name)) else {
-            continue;
-        };
-        let out = out.get_or_insert_with(|| Vec::with_capacity(raw.len() + 64));
-        if seen[slot] {
-            // A later duplicate goes with one `&`: the one before it if that is still to be
-            // copied, else the one after it, as dropping it from a split-and-join would.
-            if pair_start > copied {
-                out.extend_from_slice(&raw[copied..pair_start - 1]);
-                copied = pair_end;
-            } else {
-                copied = (pair_end + 1).min(raw.len());
-            }
-        } else {
-            seen[slot] = true;
-            out.extend_from_slice(&raw[copied..pair_start]);
-            out.extend_from_slice(raw_name);
-            out.push(b'=');
-            out.extend(
-                form_urlencoded::byte_serialize(set[slot].1.as_bytes()).flat_map(str::bytes),
-            );
-            copied = pair_end;
-        }
-    }
-    let mut out = out?;
-    out.extend_from_slice(&raw[copied..]);
-    Some(out)
 }
 
 #[cfg(test)]
@@ -1105,7 +1133,8 @@ mod tests {
                         for sep in ["", "&"] {
                             let raw = [a, b, c, d].join(sep);
                             let mut seen = [false; 2];
-                            let fast = splice_pairs(raw.as_bytes(), &set, &mut seen)
+                            let fast = parse(&raw, None, b"")
+                                .splice_pairs(Source::Query, &set, &mut seen)
                                 .map(|out| String::from_utf8(out).unwrap());
                             assert_eq!(fast, split_join_splice(&raw, &set), "{raw:?}");
                             checked += 1;
