@@ -3,6 +3,7 @@
 
 use std::fmt;
 
+use hyper::http::uri::{Authority, PathAndQuery, Scheme};
 use hyper::Uri;
 
 /// A validated base URL of a 2captcha-compatible service: http or https, host, optional port,
@@ -13,6 +14,10 @@ pub struct Upstream {
     /// Kept as text because every request appends to it; it parsed as a `Uri` once already.
     base: Box<str>,
     https: bool,
+    /// The parts every endpoint URI shares, parsed once so that a request parses only its
+    /// own path and query (that was 2 % of a relayed request's instructions).
+    authority: Authority,
+    prefix: Box<str>,
 }
 
 impl Upstream {
@@ -59,10 +64,15 @@ impl Upstream {
         }
         let scheme = if https { "https" } else { "http" };
         let prefix = uri.path().trim_end_matches('/');
-        let base = format!("{scheme}://{}{prefix}", authority.to_ascii_lowercase());
+        let authority = authority.to_ascii_lowercase();
+        let base = format!("{scheme}://{authority}{prefix}");
+        let authority =
+            Authority::try_from(authority.as_str()).map_err(|e| format!("not a valid URL: {e}"))?;
         Ok(Upstream {
             base: base.into(),
             https,
+            authority,
+            prefix: prefix.into(),
         })
     }
 
@@ -78,18 +88,27 @@ impl Upstream {
     /// Only if `path` or `query` holds characters a URI cannot carry unescaped; callers pass
     /// constant paths and queries that are already urlencoded.
     pub fn endpoint(&self, path: &str, query: &str) -> Uri {
-        let mut uri = String::with_capacity(self.base.len() + path.len() + query.len() + 2);
-        uri.push_str(&self.base);
-        // Without the slash, "in.php" would glue onto the host name.
+        let mut target = String::with_capacity(self.prefix.len() + path.len() + query.len() + 2);
+        target.push_str(&self.prefix);
+        // Without the slash, "in.php" would glue onto the prefix or the host name.
         if !path.starts_with('/') {
-            uri.push('/');
+            target.push('/');
         }
-        uri.push_str(path);
+        target.push_str(path);
         if !query.is_empty() {
-            uri.push('?');
-            uri.push_str(query);
+            target.push('?');
+            target.push_str(query);
         }
-        Uri::try_from(uri).expect("the base parsed as a URI; path and query are urlencoded")
+        let mut parts = hyper::http::uri::Parts::default();
+        parts.scheme = Some(if self.https {
+            Scheme::HTTPS
+        } else {
+            Scheme::HTTP
+        });
+        parts.authority = Some(self.authority.clone());
+        parts.path_and_query =
+            Some(PathAndQuery::try_from(target).expect("path and query are urlencoded"));
+        Uri::from_parts(parts).expect("scheme, authority and path are all set")
     }
 
     /// The normalised base without trailing `/`.
