@@ -32,9 +32,12 @@ impl TaskId {
         if raw.is_empty() {
             return None;
         }
+        // "007" and "+7" must round-trip as sent, so only canonical integers become numbers:
+        // digits only, and no leading zero unless the id is "0".
+        let canonical =
+            raw.bytes().all(|b| b.is_ascii_digit()) && (raw == "0" || !raw.starts_with('0'));
         Some(match raw.parse::<u64>() {
-            // "007" must round-trip as "007", so only canonical integers become numbers.
-            Ok(n) if n.to_string() == raw => TaskId::Num(n),
+            Ok(n) if canonical => TaskId::Num(n),
             _ => TaskId::Text(raw.into()),
         })
     }
@@ -88,5 +91,15 @@ mod tests {
         assert_eq!(TaskId::parse("abc-1"), Some(TaskId::Text("abc-1".into())));
         assert_eq!(TaskId::parse("  "), None);
         assert_eq!(TaskId::parse("007").unwrap().to_string(), "007");
+        assert_eq!(TaskId::parse("0"), Some(TaskId::Num(0)));
+        assert_eq!(
+            TaskId::parse("18446744073709551615"),
+            Some(TaskId::Num(u64::MAX))
+        );
+        // Whatever does not print back as sent stays text.
+        for raw in ["+7", "00", "18446744073709551616", "1e3", "٣"] {
+            assert_eq!(TaskId::parse(raw), Some(TaskId::Text(raw.into())), "{raw}");
+            assert_eq!(TaskId::parse(raw).unwrap().to_string(), raw);
+        }
     }
 }

@@ -210,7 +210,12 @@ impl KeyPool {
     /// Whether new tasks may go to this key: healthy, and not known to be out of balance.
     /// A full key is still in rotation: it takes tasks again as soon as a thread frees.
     pub fn in_rotation(&self, key: &KeyEntry, now: Instant) -> bool {
-        self.health.view(key.id, now).state == StateKind::Active && !self.below_min_balance(key)
+        self.in_rotation_by(key, &self.health(key, now))
+    }
+
+    /// [`KeyPool::in_rotation`] for a health view already read.
+    pub fn in_rotation_by(&self, key: &KeyEntry, view: &HealthView) -> bool {
+        view.state == StateKind::Active && !self.below_min_balance(key)
     }
 
     /// A key whose last balance read is at or below `min_balance`.
@@ -246,8 +251,12 @@ impl KeyPool {
     /// The share of its weight a key gets now: below 1 while it ramps up after coming back
     /// into rotation, from `SLOW_START_FLOOR` to 1 over `slow_start`.
     pub fn slow_start(&self, key: &KeyEntry, now: Instant) -> f64 {
+        self.slow_start_by(&self.health(key, now), now)
+    }
+
+    /// [`KeyPool::slow_start`] for a health view already read.
+    pub fn slow_start_by(&self, view: &HealthView, now: Instant) -> f64 {
         let ramp = self.selection.slow_start;
-        let view = self.health(key, now);
         match view.returned {
             Some(returned) if !ramp.is_zero() && view.state == StateKind::Active => {
                 let elapsed = now.saturating_duration_since(returned);

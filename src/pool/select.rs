@@ -12,6 +12,7 @@ use tokio::time::Instant;
 
 use super::{KeyEntry, KeyPool};
 use crate::config::Strategy;
+use crate::health::HealthView;
 
 /// Iterator returned by [`KeyPool::candidates`].
 pub struct Candidates<'a, R> {
@@ -65,12 +66,12 @@ impl<'a, R: Rng> Candidates<'a, R> {
 
     /// Indices of the keys this pick chooses among: untried, in rotation, not full, and of
     /// the lowest tier that has any.
-    fn eligible(&mut self) -> Vec<usize> {
+    fn eligible(&mut self, views: &[HealthView]) -> Vec<usize> {
         let pool = self.pool;
         self.saw_full = false;
         let mut open = Vec::with_capacity(pool.keys.len());
         for (i, key) in pool.keys.iter().enumerate() {
-            if self.tried[i] || !pool.in_rotation(key, self.now) {
+            if self.tried[i] || !pool.in_rotation_by(key, &views[i]) {
                 continue;
             }
             if !self.ignore_load && pool.is_full(key) {
@@ -87,15 +88,15 @@ impl<'a, R: Rng> Candidates<'a, R> {
     }
 
     /// At random, in proportion to weight × balance × slow start.
-    fn weighted(&mut self, eligible: &[usize]) -> usize {
+    fn weighted(&mut self, eligible: &[usize], views: &[HealthView]) -> usize {
         let pool = self.pool;
-        let fallback = mean_balance(pool, self.now);
+        let fallback = mean_balance(pool, views);
         let scores: Vec<f64> = eligible
             .iter()
             .map(|&i| {
                 let key = &pool.keys[i];
                 let balance = key.stats.balance().unwrap_or(fallback).max(0.0);
-                key.weight * balance * pool.slow_start(key, self.now)
+                key.weight * balance * pool.slow_start_by(&views[i], self.now)
             })
             .collect();
         let total: f64 = scores.iter().sum();
@@ -117,13 +118,13 @@ impl<'a, R: Rng> Candidates<'a, R> {
     /// The lowest threads-in-use share (nginx's `least_conn`); the higher weight among
     /// equals, then at random. A key ramping up after a return counts its capacity scaled
     /// by its slow-start share, so it looks busier than it is.
-    fn least_loaded(&mut self, eligible: &[usize]) -> usize {
+    fn least_loaded(&mut self, eligible: &[usize], views: &[HealthView]) -> usize {
         let pool = self.pool;
         let fallback = mean_capacity(pool);
         let score = |i: usize| {
             let key = &pool.keys[i];
             let capacity = key.thread_capacity().map_or(fallback, f64::from);
-            let usable = capacity * pool.slow_start(key, self.now);
+            let usable = capacity * pool.slow_start_by(&views[i], self.now);
             let ratio = f64::from(pool.load(key).in_use()) / usable.max(f64::MIN_POSITIVE);
             (ratio, key.weight)
         };
@@ -143,7 +144,7 @@ impl<'a, R: Rng> Candidates<'a, R> {
 
     /// The next eligible key at or after the pool's cursor, in config order. A key ramping
     /// up after a return takes its turn with probability equal to its slow-start share.
-    fn round_robin(&mut self, eligible: &[usize]) -> usize {
+    fn round_robin(&mut self, eligible: &[usize], views: &[HealthView]) -> usize {
         let pool = self.pool;
         let n = pool.keys.len();
         loop {
@@ -155,7 +156,7 @@ impl<'a, R: Rng> Candidates<'a, R> {
             let chosen = order
                 .iter()
                 .copied()
-                .find(|&i| self.rng.random::<f64>() < pool.slow_start(&pool.keys[i], self.now))
+                .find(|&i| self.rng.random::<f64>() < pool.slow_start_by(&views[i], self.now))
                 .unwrap_or(order[0]);
             // Concurrent picks each move the cursor on, so each gets the next key in turn.
             if pool
@@ -176,12 +177,13 @@ fn better((ratio, weight): (f64, f64), (best_ratio, best_weight): (f64, f64)) ->
 
 /// Balance used for a key whose own is unknown: the mean of the known balances of keys in
 /// rotation (so a new key gets a fair share, not none), or 1 if none is known.
-fn mean_balance(pool: &KeyPool, now: Instant) -> f64 {
+fn mean_balance(pool: &KeyPool, views: &[HealthView]) -> f64 {
     mean(
         pool.keys
             .iter()
-            .filter(|k| pool.in_rotation(k, now))
-            .filter_map(|k| k.stats.balance()),
+            .zip(views)
+            .filter(|(key, view)| pool.in_rotation_by(key, view))
+            .filter_map(|(key, _)| key.stats.balance()),
     )
 }
 
@@ -208,14 +210,22 @@ impl<'a, R: Rng> Iterator for Candidates<'a, R> {
     type Item = &'a Arc<KeyEntry>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        let eligible = self.eligible();
+        // Each key's health is read once per pick: every step below looks at it, and each
+        // read is a lookup in a shared map.
+        let views: Vec<HealthView> = self
+            .pool
+            .keys
+            .iter()
+            .map(|key| self.pool.health(key, self.now))
+            .collect();
+        let eligible = self.eligible(&views);
         if eligible.is_empty() {
             return None;
         }
         let chosen = match self.pool.selection.strategy {
-            Strategy::Weighted => self.weighted(&eligible),
-            Strategy::LeastLoaded => self.least_loaded(&eligible),
-            Strategy::RoundRobin => self.round_robin(&eligible),
+            Strategy::Weighted => self.weighted(&eligible, &views),
+            Strategy::LeastLoaded => self.least_loaded(&eligible, &views),
+            Strategy::RoundRobin => self.round_robin(&eligible, &views),
         };
         self.tried[chosen] = true;
         Some(&self.pool.keys[chosen])
