@@ -436,9 +436,7 @@ fn into_response(reply: Answered, key_headers: bool) -> Response<Body> {
             let mut response = Response::new(Full::new(answer.body));
             *response.status_mut() = answer.status;
             let headers = response.headers_mut();
-            for (name, value) in upstream::answer_headers(&answer.headers) {
-                headers.append(name.clone(), value.clone());
-            }
+            *headers = upstream::answer_headers(answer.headers);
             if key_headers {
                 // Key names are validated to header-safe characters; a failure is skipped.
                 if let Ok(value) = HeaderValue::from_str(&key) {

@@ -224,12 +224,19 @@ fn copy_request_headers(from: &HeaderMap, to: &mut HeaderMap) {
     }
 }
 
-/// Headers of an upstream answer to pass back to the caller.
-pub fn answer_headers(
-    from: &HeaderMap,
-) -> impl Iterator<Item = (&header::HeaderName, &HeaderValue)> {
-    from.iter()
-        .filter(|(name, _)| is_forwardable(name) && *name != header::CONTENT_ENCODING)
+/// An upstream answer's headers, cut down to those that pass back to the caller. In place:
+/// an answer carries a handful of headers and one or two to drop, so editing its map is
+/// cheaper than building another.
+pub fn answer_headers(mut headers: HeaderMap) -> HeaderMap {
+    let dropped: Vec<header::HeaderName> = headers
+        .keys()
+        .filter(|name| !is_forwardable(name) || *name == header::CONTENT_ENCODING)
+        .cloned()
+        .collect();
+    for name in dropped {
+        headers.remove(name);
+    }
+    headers
 }
 
 /// hyper's errors keep the useful part in their sources.
@@ -242,4 +249,47 @@ fn error_chain(e: &dyn std::error::Error) -> String {
         source = s.source();
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_keep_end_to_end_headers_and_lose_hop_by_hop_ones() {
+        let mut upstream = HeaderMap::new();
+        for (name, value) in [
+            ("content-type", "text/plain"),
+            ("server", "nginx"),
+            ("set-cookie", "a=1"),
+            ("set-cookie", "b=2"),
+            ("x-request-id", "r1"),
+            ("connection", "keep-alive"),
+            ("keep-alive", "timeout=5"),
+            ("content-length", "12"),
+            ("transfer-encoding", "chunked"),
+            ("content-encoding", "gzip"),
+            ("upgrade", "h2c"),
+        ] {
+            upstream.append(
+                header::HeaderName::from_static(name),
+                HeaderValue::from_static(value),
+            );
+        }
+        let kept = answer_headers(upstream);
+        let listed: Vec<(&str, &str)> = kept
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.to_str().unwrap()))
+            .collect();
+        assert_eq!(
+            listed,
+            [
+                ("content-type", "text/plain"),
+                ("server", "nginx"),
+                ("set-cookie", "a=1"),
+                ("set-cookie", "b=2"),
+                ("x-request-id", "r1"),
+            ]
+        );
+    }
 }
