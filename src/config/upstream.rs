@@ -191,6 +191,16 @@ mod tests {
     }
 
     #[test]
+    fn endpoint_authorities_are_lowercase() {
+        // The upstream pool keys connections by the authority's exact bytes.
+        let up = parsed("HTTP://OCR.CaptchaAI.com:8080/Prefix");
+        let uri = up.endpoint("/in.php", "");
+        assert_eq!(uri.authority().unwrap().as_str(), "ocr.captchaai.com:8080");
+        assert_eq!(uri.scheme_str(), Some("http"));
+        assert_eq!(uri.path(), "/Prefix/in.php", "the path keeps its case");
+    }
+
+    #[test]
     fn endpoint_keeps_urlencoded_query_bytes() {
         let up = parsed("https://h");
         let uri = up.endpoint("/in.php", "body=a%2Bb%3D&json=1");
