@@ -182,7 +182,7 @@ impl ParsedRequest {
         self.params
             .iter()
             .rev()
-            .find(|param| self.text(&param.name) == name)
+            .find(|param| self.is_named(param, name))
             .map(|param| self.text(&param.value))
     }
 
@@ -289,8 +289,7 @@ impl ParsedRequest {
             let Some(wire) = param.wire.filter(|wire| wire.source == source) else {
                 continue;
             };
-            let name = self.text(&param.name);
-            let Some(slot) = set.iter().position(|(n, _)| *n == name) else {
+            let Some(slot) = set.iter().position(|(n, _)| self.is_named(param, n)) else {
                 continue;
             };
             let out = out.get_or_insert_with(|| Vec::with_capacity(raw.len() + 64));
@@ -307,15 +306,28 @@ impl ParsedRequest {
                 seen[slot] = true;
                 out.extend_from_slice(&raw[copied..wire.name_end]);
                 out.push(b'=');
-                out.extend(
-                    form_urlencoded::byte_serialize(set[slot].1.as_bytes()).flat_map(str::bytes),
-                );
+                append_encoded(out, set[slot].1);
                 copied = wire.end;
             }
         }
         let mut out = out?;
         out.extend_from_slice(&raw[copied..]);
         Some(out)
+    }
+
+    /// Whether `param` is named `name`. Plain names are compared as bytes: they were
+    /// checked to be UTF-8 when parsed, and every lookup compares every name.
+    fn is_named(&self, param: &Param, name: &str) -> bool {
+        match &param.name {
+            Text::Plain(from, range) => {
+                let source = match from {
+                    Source::Query => self.query.as_bytes(),
+                    Source::Body => &self.body[..],
+                };
+                source.get(range.clone()) == Some(name.as_bytes())
+            }
+            other => self.text(other) == name,
+        }
     }
 
     fn text<'a>(&'a self, text: &'a Text) -> Cow<'a, str> {
@@ -469,6 +481,17 @@ fn index_pairs(source: Source, raw: &[u8], params: &mut Vec<Param>) {
             value,
             wire: Some(wire),
         });
+    }
+}
+
+/// Appends `value` form-urlencoded. Keys and most values need no escaping, and copying
+/// them whole is cheaper than serialising byte by byte.
+fn append_encoded(out: &mut Vec<u8>, value: &str) {
+    let unreserved = |b: &u8| b.is_ascii_alphanumeric() || matches!(b, b'*' | b'-' | b'.' | b'_');
+    if value.as_bytes().iter().all(unreserved) {
+        out.extend_from_slice(value.as_bytes());
+    } else {
+        out.extend(form_urlencoded::byte_serialize(value.as_bytes()).flat_map(str::bytes));
     }
 }
 
@@ -1149,6 +1172,17 @@ mod tests {
             }
         }
         assert_eq!(checked, 20_000);
+    }
+
+    #[test]
+    fn append_encoded_matches_form_urlencoded_for_every_byte() {
+        let every: String = (0u8..=127).map(char::from).chain(['é', '€']).collect();
+        for value in ["", "abcXYZ019", "a*b-c.d_e", "a b+c&d=e", every.as_str()] {
+            let mut out = Vec::new();
+            append_encoded(&mut out, value);
+            let expected: String = form_urlencoded::byte_serialize(value.as_bytes()).collect();
+            assert_eq!(String::from_utf8(out).unwrap(), expected, "{value:?}");
+        }
     }
 
     #[test]
