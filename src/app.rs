@@ -280,9 +280,12 @@ impl App {
         self.0.events.subscribe()
     }
 
-    pub(crate) fn emit(&self, event: Event) {
-        // No receiver is the normal case outside the demo and tests.
-        let _ = self.0.events.send(event);
+    /// Announces an event, built only if someone listens: no receiver is the normal case
+    /// outside the demo and tests, and a submit's event costs two strings.
+    pub(crate) fn emit(&self, event: impl FnOnce() -> Event) {
+        if self.0.events.receiver_count() > 0 {
+            let _ = self.0.events.send(event());
+        }
     }
 
     /// Swaps in a new configuration: the pool is built off to the side, keys that keep their
@@ -362,7 +365,7 @@ impl App {
             .key_transitions
             .with_label_values(&[key.name.as_str(), transition.to.label()])
             .inc();
-        self.emit(Event::KeyState {
+        self.emit(|| Event::KeyState {
             key: key.name.clone(),
             from: transition.from,
             to: transition.to,

@@ -232,7 +232,7 @@ fn answer(
         let now = Instant::now();
         ctx.app.pins().pin(id.clone(), key.id, now);
         lease.keep_for(id.clone(), now);
-        ctx.app.emit(Event::Pinned {
+        ctx.app.emit(|| Event::Pinned {
             key: key.name.clone(),
             task_id: id.to_string(),
         });
@@ -303,7 +303,7 @@ fn busy_answer(ctx: &Ctx, busy: Failure<'_>, attempts: u32) -> Handled {
 fn note_failover(app: &App, from: &KeyEntry, reason: &'static str) {
     app.metrics().failovers.with_label_values(&[reason]).inc();
     tracing::info!(key = %from.name, reason, "failing over to another key");
-    app.emit(Event::Failover {
+    app.emit(|| Event::Failover {
         key: from.name.clone(),
         reason,
     });
