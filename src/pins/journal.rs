@@ -43,12 +43,14 @@
 //!
 //! The journal is rewritten with only the live pins (a temp file, fsync, rename, fsync of the
 //! directory) by [`JournalPins::compact`], and automatically once it holds more than twice as
-//! many records as there are pins plus a slack of 10 000 records. That check runs after every
-//! append (so also whenever the size cap evicts) and in `sweep()`, so the file holds at most
-//! `2 × pins + 10 001` records while compactions succeed. Expired pins leave the disk at the
-//! first compaction after their sweep, or at the next open. A failed write never fails a
-//! request: it is logged, the pin is served from memory, and the next compaction (tried at
-//! once, then by every `sweep()`) writes it from memory.
+//! many records as there are pins plus a slack of 10 000 records. That check runs in
+//! `flush()`, which the server calls every second on the blocking pool, and in `sweep()`;
+//! never inside `pin()`, because a compaction of a million pins takes a noticeable fraction
+//! of a second and a request must not wait for it. So the file holds at most
+//! `2 × pins + 10 000` records plus one second of appends while compactions succeed. Expired
+//! pins leave the disk at the first compaction after their sweep, or at the next open. A
+//! failed write never fails a request: it is logged, the pin is served from memory, and the
+//! next flush (within a second) or `sweep()` rewrites the journal from memory.
 //!
 //! # Locking
 //!
@@ -57,7 +59,7 @@
 //! and a compaction's snapshot of memory matches a known journal offset.
 //! A compaction writes and fsyncs the snapshot without that lock, then takes it to copy the
 //! records appended meanwhile, rename and fsync the directory: appends wait only for that
-//! last step. The call that crosses the threshold pays for the compaction's I/O.
+//! last step.
 
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
@@ -501,23 +503,25 @@ impl JournalPins {
 }
 
 impl PinStore for JournalPins {
+    /// Compacts if the appends since the last compaction call for one, then syncs. The
+    /// server calls this every second on the blocking pool: a compaction rewrites every live
+    /// pin and fsyncs, which must not stall a request (on one core, a current-thread runtime
+    /// would stall them all).
     fn flush(&self) -> std::io::Result<()> {
+        let due = self.compaction_due(&self.lock(), false);
+        if due {
+            self.auto_compact(Instant::now());
+        }
         self.sync()
     }
 
     fn pin(&self, task: TaskId, key: KeyId, now: Instant) {
         let record = self.pin_record(&task, key, now);
-        let due = {
-            let mut journal = self.lock();
-            if let Some(record) = &record {
-                self.append(&mut journal, record);
-            }
-            self.inner.pin(task, key, now);
-            self.compaction_due(&journal, false)
-        };
-        if due {
-            self.auto_compact(now);
+        let mut journal = self.lock();
+        if let Some(record) = &record {
+            self.append(&mut journal, record);
         }
+        self.inner.pin(task, key, now);
     }
 
     fn owner(&self, task: &TaskId, now: Instant) -> Option<KeyId> {
@@ -1276,8 +1280,12 @@ mod tests {
         for n in 0..100_000 {
             pins.pin(id(n), KeyId((n % 10) as u16), Instant::now());
             largest = largest.max(pins.disk_bytes());
+            // The server flushes every second; say a thousand pins arrive in one.
+            if n % 1_000 == 999 {
+                pins.flush().unwrap();
+            }
         }
-        let bound = (2 * 1_000 + COMPACT_SLACK + 1) * NUM_PIN_BYTES;
+        let bound = (2 * 1_000 + COMPACT_SLACK + 1_000) * NUM_PIN_BYTES;
         assert!(largest <= bound, "{largest} bytes on disk, bound {bound}");
         assert!(
             largest > 2 * 1_000 * NUM_PIN_BYTES,
@@ -1552,6 +1560,30 @@ mod tests {
         );
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn appends_never_compact_the_flush_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let (pins, _) = open_with(
+            dir.path(),
+            Options {
+                compact_slack: 4,
+                ..options(1_000)
+            },
+        );
+        // One id pinned over and over: one live pin, a growing journal.
+        for _ in 0..50 {
+            pins.pin(id(7), KeyId(0), Instant::now());
+        }
+        assert_eq!(
+            pins.disk_bytes(),
+            50 * NUM_PIN_BYTES,
+            "no rewrite inside pin()"
+        );
+        pins.flush().unwrap();
+        assert_eq!(pins.disk_bytes(), NUM_PIN_BYTES, "the flush compacted");
+        assert_eq!(pins.owner(&id(7), Instant::now()), Some(KeyId(0)));
+    }
+
     #[test]
     fn a_failed_append_keeps_serving_and_the_next_compaction_writes_the_pin() {
         let dir = tempfile::tempdir().unwrap();
@@ -1561,13 +1593,10 @@ mod tests {
         pins.lock().file = Arc::new(File::open(dir.path().join(FILE_NAME)).unwrap());
         pins.pin(id(2), KeyId(1), Instant::now());
         assert_eq!(pins.owner(&id(2), Instant::now()), Some(KeyId(1)));
-        {
-            let journal = pins.lock();
-            assert!(
-                !journal.needs_repair(),
-                "the pin's own call rewrote the journal"
-            );
-        }
+        assert!(pins.lock().needs_repair(), "the record is missing on disk");
+        // The next flush (the server's, within a second) rewrites the journal from memory.
+        pins.flush().unwrap();
+        assert!(!pins.lock().needs_repair(), "the flush rewrote the journal");
         pins.pin(id(3), KeyId(1), Instant::now());
         drop(pins);
         let (pins, recovered) = open(dir.path());
