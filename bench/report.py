@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Turns bench/run.sh's raw figures into the markdown table of bench/results/latest.md.
 
-Input: one figure per line, tab-separated: round, target (A B C), scenario, metric, value.
+Input: one figure per line, tab-separated: round, target (A B C D), scenario, metric, value.
+Target D (the hyper pass-through floor) is optional: raw files without it give the
+three-target table.
 Round 0 holds one-off figures (memory, startup); rounds 1..N the interleaved runs, of which
 the median is shown. Errors are summed over rounds rather than taken as a median.
 """
@@ -13,7 +15,7 @@ import os
 import platform
 import statistics
 
-TARGETS = ("A", "B", "C")
+TARGETS = ("A", "B", "C")  # D joins when the raw figures have it (see main)
 OK, MISS = "✓", "✗"
 
 
@@ -57,10 +59,13 @@ class Table:
         return (max(values) - min(values)) / 2 / m * 100 if len(values) > 1 and m else 0
 
     def section(self, title):
-        self.rows.append(f"| **{title}** | | | | | |")
+        self.rows.append(f"| **{title}** |" + " |" * (len(TARGETS) + len(VERSUS) + 1))
 
-    def row(self, name, cells, vs="", goal=""):
-        self.rows.append(f"| {name} | " + " | ".join(cells) + f" | {vs} | {goal} |")
+    def row(self, name, cells, vs=(), goal=""):
+        """`cells` per target (padded with blanks), `vs` per ratio column."""
+        cells = list(cells) + [""] * (len(TARGETS) - len(cells))
+        vs = list(vs) + [""] * (len(VERSUS) - len(vs))
+        self.rows.append(f"| {name} | " + " | ".join(cells + vs) + f" | {goal} |")
 
     def metric_row(self, sc, metric, name, digits=0, goal=None, lower_is_better=True,
                    with_spread=False):
@@ -78,7 +83,7 @@ class Table:
         if goal is not None:
             met = r <= goal if lower_is_better else r >= goal
             goal_text = f"{'≤' if lower_is_better else '≥'} {goal:.1f}× {mark(met)}"
-        self.row(name, cells, f"{r:.2f}×", goal_text)
+        self.row(name, cells, [f"{ratio(meds[t], meds['B']):.2f}×" for t in VERSUS], goal_text)
 
     def errors_row(self, sc):
         sums = {t: sum(self.runs.get((t, sc, "errors"), [])) for t in TARGETS}
@@ -99,6 +104,10 @@ def main():
     p.add_argument("--versions", required=True)
     a = p.parse_args()
     runs, once = load(a.raw)
+    global TARGETS, VERSUS
+    if any(t == "D" for (t, _, _) in runs):
+        TARGETS = ("A", "B", "C", "D")
+    VERSUS = tuple(t for t in TARGETS if t in ("C", "D"))
     tab = Table(runs)
 
     for mode, label in (("get", "GET /in.php?…"), ("post", "POST /in.php, 219-byte urlencoded body")):
@@ -118,11 +127,11 @@ def main():
     tab.metric_row(sc, "p50_us", "p50 µs")
     med = {t: tab.med(t, sc, "p50_us") for t in TARGETS}
     if all(v is not None for v in med.values()):
-        added_b, added_c = med["B"] - med["A"], med["C"] - med["A"]
-        r = ratio(added_c, added_b)
+        added = {t: med[t] - med["A"] for t in TARGETS if t != "A"}
         tab.row("added p50 µs over A (the proxy hop)",
-                ["—", fmt(added_b), fmt(added_c)], f"{r:.2f}×",
-                f"≤ 1.0× {mark(added_c <= added_b)}")
+                ["—"] + [fmt(added[t]) for t in TARGETS if t != "A"],
+                [f"{ratio(added[t], added['B']):.2f}×" for t in VERSUS],
+                f"≤ 1.0× {mark(added['C'] <= added['B'])}")
     tab.metric_row(sc, "p99_us", "p99 µs")
     tab.metric_row(sc, "p999_us", "p99.9 µs")
     tab.metric_row(sc, "cpu_us", "server CPU µs/req", digits=1, goal=1.0, with_spread=True)
@@ -132,7 +141,7 @@ def main():
     idle = once.get(("memory", "idle_rss_kb"))
     if idle is not None:
         mb = idle * 1024 / 1e6
-        tab.row("idle RSS", ["", "", f"{mb:.1f} MB"], "", f"≤ 20 MB {mark(mb <= 20)}")
+        tab.row("idle RSS", ["", "", f"{mb:.1f} MB"], (), f"≤ 20 MB {mark(mb <= 20)}")
     loaded = once.get(("memory", "loaded_rss_kb"))
     if loaded is not None:
         tab.row("RSS after the load rounds", ["", "", f"{loaded * 1024 / 1e6:.1f} MB"])
@@ -144,7 +153,7 @@ def main():
         secs = once.get(("memory", "pins_seconds"), 0)
         tab.row(f"RSS with {fmt(pins)} tasks pinned (reached in {secs:.0f} s)",
                 ["", "", f"{after * 1024 / 1e6:.1f} MB"])
-        tab.row("bytes per pinned task: (RSS − idle RSS) / pins", ["", "", fmt(per_pin)], "",
+        tab.row("bytes per pinned task: (RSS − idle RSS) / pins", ["", "", fmt(per_pin)], (),
                 f"≤ 100 {mark(per_pin <= 100)}")
         mark_pins = once.get(("memory", "pins_mark"), 0)
         if mark_pins and pins > mark_pins:
@@ -153,7 +162,7 @@ def main():
                     ["", "", fmt(marginal)])
     healthz = once.get(("startup", "healthz_ms"))
     if healthz is not None:
-        tab.row("exec → first /healthz answered", ["", "", f"{healthz:.1f} ms"], "",
+        tab.row("exec → first /healthz answered", ["", "", f"{healthz:.1f} ms"], (),
                 f"≤ 100 ms {mark(healthz <= 100)}")
     inphp = once.get(("startup", "inphp_ms"))
     if inphp is not None:
@@ -171,7 +180,7 @@ def main():
     print(f"### Results of {today}\n")
     print(f"- Machine: {os.cpu_count()} cores ({cpu_model}), Linux {platform.release()}; "
           f"servers pinned to core {a.server_cpu}, load generator to core {a.client_cpu}.")
-    print(f"- Command: `{a.command}`: {a.rounds} interleaved rounds (A B C) of "
+    print(f"- Command: `{a.command}`: {a.rounds} interleaved rounds ({' '.join(TARGETS)}) of "
           f"{a.duration} s per run, medians; the whole run took {a.seconds} s.")
     print(f"- Versions: {a.versions}.")
     if steal:
@@ -182,11 +191,17 @@ def main():
         print(f"- Other load (CPU used by anything but the servers and the load generator) "
               f"during the runs: median {statistics.median(other):.1f} %, max "
               f"{max(other):.1f} % of all CPU time; {noisy} of {len(other)} runs above 5 %.")
+    floor = ("; D: benches/passthrough.rs, keyrelay's hyper server and client relaying to A "
+             "unchanged, with none of keyrelay's work (the floor under C)") if "D" in TARGETS else ""
     print("- A: nginx stub answering `OK|123456789`; B: nginx `proxy_pass` to A; "
-          "C: keyrelay (3 keys) to A. CPU is the server's own (A: the stub; B, C: the "
-          "proxy, not the stub behind it). ± is half the range across rounds.\n")
-    print("| measurement | A: direct stub | B: nginx proxy_pass | C: keyrelay | C vs B | goal |")
-    print("| --- | --: | --: | --: | --: | --- |")
+          f"C: keyrelay (3 keys) to A{floor}. CPU is the server's own (A: the stub; "
+          "the others: the proxy, not the stub behind it). ± is half the range across "
+          "rounds.\n")
+    names = {"A": "A: direct stub", "B": "B: nginx proxy_pass", "C": "C: keyrelay",
+             "D": "D: hyper floor"}
+    print("| measurement | " + " | ".join(names[t] for t in TARGETS) + " | "
+          + " | ".join(f"{t} vs B" for t in VERSUS) + " | goal |")
+    print("| --- |" + " --: |" * (len(TARGETS) + len(VERSUS)) + " --- |")
     print("\n".join(tab.rows))
 
 

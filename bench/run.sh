@@ -4,16 +4,18 @@
 #   bench/run.sh                                  # defaults: 10 s per run, 3 rounds
 #   BENCH_DURATION=5 BENCH_ROUNDS=3 bench/run.sh  # a quicker pass
 #
-# Three targets, all answering GET/POST /in.php with "OK|123456789":
+# Four targets, all answering GET/POST /in.php with "OK|123456789":
 #   A  nginx stub (`return 200`): the physical limit, no proxy at all;
 #   B  nginx proxy_pass to A (upstream keepalive): the yardstick;
-#   C  keyrelay (3 keys) with A as its upstream.
-# Each measurement runs A B C, A B C, ... for BENCH_ROUNDS rounds; the table shows medians.
+#   C  keyrelay (3 keys) with A as its upstream;
+#   D  benches/passthrough.rs: keyrelay's hyper server and client relaying to A unchanged,
+#      with none of keyrelay's work: the floor under C on this stack.
+# Each measurement runs A B C D, A B C D, ... for BENCH_ROUNDS rounds; the table shows medians.
 # See bench/README.md for what is measured and docs/performance.md for how to read it.
 #
 # Knobs (environment):
 #   BENCH_DURATION=10       seconds per run (wrk and oha)
-#   BENCH_ROUNDS=3          interleaved rounds (A B C each), medians reported
+#   BENCH_ROUNDS=3          interleaved rounds (A B C D each), medians reported
 #   BENCH_CONNECTIONS="16 64"  closed-loop connection counts
 #   BENCH_RATE=2000         open-loop request rate (req/s)
 #   BENCH_OHA_CONNECTIONS=16  oha connections for the open loop
@@ -28,6 +30,7 @@
 #   BENCH_RESULTS=bench/results/latest.md  where the table is written
 #   BENCH_OHA_VERSION=1.16.0  oha version installed when oha is missing
 #   KEYRELAY_BIN=path       use this binary instead of `cargo build --release`
+#   PASSTHROUGH_BIN=path    use this build of benches/passthrough.rs (target D)
 #   CARGO_TARGET_DIR        honoured by the build
 #
 # It listens on 127.0.0.1 only, on free ports, stops every process it started and removes
@@ -150,7 +153,7 @@ start_watchdog() {
 
 # --- tools ------------------------------------------------------------------------------
 
-NGINX="" OHA="" BIN="" OHA_JSON=() OHA_THREADS=()
+NGINX="" OHA="" BIN="" FLOOR_BIN="" OHA_JSON=() OHA_THREADS=()
 
 as_root() {
   if [[ $(id -u) == 0 ]]; then "$@"
@@ -196,6 +199,23 @@ ensure_tools() {
   # oha's default is one thread per physical core, whatever its affinity: with one core
   # to itself, one thread is right.
   if grep -q -- '--worker-threads' <<<"$help"; then OHA_THREADS=(--worker-threads 1); fi
+}
+
+# D, the floor: benches/passthrough.rs, keyrelay's hyper server and upstream client with
+# none of keyrelay's work. A bench target, so cargo names its executable; ask cargo.
+build_floor() {
+  if [[ -n ${PASSTHROUGH_BIN:-} ]]; then
+    FLOOR_BIN=$PASSTHROUGH_BIN
+  else
+    log "cargo build --release --bench passthrough"
+    FLOOR_BIN=$(cd "$REPO" && cargo build --release --bench passthrough --message-format=json |
+      python3 -c 'import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "passthrough" and m.get("executable"):
+        print(m["executable"])')
+  fi
+  [[ -x $FLOOR_BIN ]] || die "no passthrough binary at ${FLOOR_BIN:-?}"
 }
 
 build_keyrelay() {
@@ -270,8 +290,8 @@ EOF
 # server_cpu TARGET: "<target's CPU ns> <all servers' CPU ns>".
 server_cpu() {
   local ns
-  read -r -a ns <<<"$(cpu_ns "${PG[$1]}" "${PG[A]}" "${PG[B]}" "${PG[C]}")"
-  echo "${ns[0]} $((ns[1] + ns[2] + ns[3]))"
+  read -r -a ns <<<"$(cpu_ns "${PG[$1]}" "${PG[A]}" "${PG[B]}" "${PG[C]}" "${PG[D]}")"
+  echo "${ns[0]} $((ns[1] + ns[2] + ns[3] + ns[4]))"
 }
 
 # machine_now: "total steal busy children" in clock ticks: all cores' time, steal, time
@@ -329,9 +349,9 @@ record() { printf '%s\t%s\t%s\t%s\t%s\n' "$@" >>"$RAW"; }
 
 # --- servers ----------------------------------------------------------------------------
 
-declare -A PG=()   # target (A B C) -> process group whose CPU is charged to it
+declare -A PG=()   # target (A B C D) -> process group whose CPU is charged to it
 declare -A URL=()  # target -> base URL
-PORT_A="" PORT_B="" PORT_C="" PORT_SIM="" PORT_PINS="" PORT_START=""
+PORT_A="" PORT_B="" PORT_C="" PORT_D="" PORT_SIM="" PORT_PINS="" PORT_START=""
 
 # nginx_conf NAME SERVER-BLOCKS: a minimal single-worker config kept inside the temp dir.
 nginx_conf() {
@@ -385,7 +405,7 @@ start_keyrelay() { # NAME CONFIG PORT
 }
 
 start_targets() {
-  read -r PORT_A PORT_B PORT_C PORT_SIM PORT_PINS PORT_START <<<"$(free_ports 6)"
+  read -r PORT_A PORT_B PORT_C PORT_D PORT_SIM PORT_PINS PORT_START <<<"$(free_ports 7)"
 
   nginx_conf stub "  server {
     listen 127.0.0.1:$PORT_A;
@@ -418,10 +438,16 @@ start_targets() {
   sleep 2
   record 0 C memory idle_rss_kb "$(rss_kb "${PG[C]}")"
 
+  start_bg "$TMP/passthrough.log" taskset -c "$SERVER_CPU" "$FLOOR_BIN" \
+    --serve "127.0.0.1:$PORT_D" "http://127.0.0.1:$PORT_A"
+  # It relays every path, so /healthz is the stub's answer.
+  wait_http "http://127.0.0.1:$PORT_D/healthz" "$LAST_PID" passthrough
+  PG[D]=$LAST_PID URL[D]=http://127.0.0.1:$PORT_D
+
   local t
-  for t in A B C; do expect_stub_answer "${URL[$t]}/in.php?$GET_QUERY" "target $t"; done
+  for t in A B C D; do expect_stub_answer "${URL[$t]}/in.php?$GET_QUERY" "target $t"; done
   log "targets up: A stub :$PORT_A  B nginx :$PORT_B  C keyrelay :$PORT_C" \
-    "(servers on core $SERVER_CPU, load on core $CLIENT_CPU)"
+    " D passthrough :$PORT_D (servers on core $SERVER_CPU, load on core $CLIENT_CPU)"
 }
 
 # --- closed loop: wrk -------------------------------------------------------------------
@@ -504,7 +530,7 @@ EOF
 run_rounds() {
   local t mode c r
   log "warm-up: ${WARMUP}s per target"
-  for t in A B C; do
+  for t in A B C D; do
     run_wrk 0 "$t" get 64 "$WARMUP"
     run_wrk 0 "$t" post 64 "$WARMUP"
   done
@@ -512,10 +538,10 @@ run_rounds() {
     log "round $r/$ROUNDS"
     for mode in get post; do
       for c in $CONNECTIONS; do
-        for t in A B C; do run_wrk "$r" "$t" "$mode" "$c" "$DURATION"; done
+        for t in A B C D; do run_wrk "$r" "$t" "$mode" "$c" "$DURATION"; done
       done
     done
-    for t in A B C; do run_oha "$r" "$t"; done
+    for t in A B C D; do run_oha "$r" "$t"; done
   done
   record 0 C memory loaded_rss_kb "$(rss_kb "${PG[C]}")"
 }
@@ -616,6 +642,7 @@ main() {
   check_knobs
   ensure_tools
   build_keyrelay
+  build_floor
   check_cpus
   TMP=$(mktemp -d "${TMPDIR:-/tmp}/keyrelay-bench.XXXXXX")
   RAW=$TMP/raw.tsv

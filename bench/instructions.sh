@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# bench/instructions.sh: user-space instructions per relayed `GET /in.php`, counted by
+# callgrind, for three proxies in front of the same nginx stub:
+#   nginx        nginx proxy_pass with upstream keepalive (the yardstick of bench/run.sh)
+#   passthrough  benches/passthrough.rs: keyrelay's hyper server and upstream client relaying
+#                every request unchanged, with none of keyrelay's work (the floor under it)
+#   keyrelay     keyrelay with 3 keys, pins in memory, --log warn (target C of bench/run.sh)
+#
+# Instruction counts do not depend on what else the machine is doing, so this is the figure
+# optimisations are compared by (docs/performance.md). Each count covers the whole process
+# life, start-up included, divided by the requests served: start-up is a few million
+# instructions, under 0.2k per request at these volumes.
+#
+#   bench/instructions.sh                         # all three, 20 s of wrk -t1 -c4 each
+#   INSTR_TARGETS="keyrelay" bench/instructions.sh
+#   INSTR_DURATION=10 KEYRELAY_BIN=/path/to/keyrelay bench/instructions.sh
+#
+# Loopback only, free ports, and everything it starts is stopped on any exit.
+
+set -euo pipefail
+
+BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(dirname "$BENCH_DIR")
+DURATION=${INSTR_DURATION:-20}
+TARGETS=${INSTR_TARGETS:-nginx passthrough keyrelay}
+QUERY="key=callercallercallercallercaller99&method=userrecaptcha&googlekey=6Le-wvkSAAAAAPBMRTvw0Q4Muexq9bi0DJwx_mJ-&pageurl=https%3A%2F%2Fexample.com%2Flogin&json=1"
+
+log() { printf '[instructions %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+TMP=$(mktemp -d /tmp/keyrelay-instr.XXXXXX)
+PIDS=()
+cleanup() {
+  local pid
+  for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+for tool in valgrind callgrind_annotate nginx wrk curl python3; do
+  command -v "$tool" >/dev/null || die "$tool is missing (apt-get install valgrind nginx wrk curl python3)"
+done
+
+cd "$REPO"
+if [[ -n ${KEYRELAY_BIN:-} ]]; then
+  KEYRELAY=$KEYRELAY_BIN
+else
+  log "building keyrelay (release)"
+  cargo build --release --quiet
+  KEYRELAY=${CARGO_TARGET_DIR:-$REPO/target}/release/keyrelay
+fi
+PASSTHROUGH=""
+if [[ " $TARGETS " == *" passthrough "* ]]; then
+  log "building benches/passthrough.rs (release)"
+  PASSTHROUGH=$(cargo build --release --bench passthrough --message-format=json 2>/dev/null |
+    python3 -c 'import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "passthrough" and m.get("executable"):
+        print(m["executable"])')
+  [[ -x $PASSTHROUGH ]] || die "could not find the passthrough bench executable"
+fi
+
+read -r STUB PROXY < <(python3 -c 'import socket
+s = [socket.socket() for _ in range(2)]
+[x.bind(("127.0.0.1", 0)) for x in s]
+print(*[x.getsockname()[1] for x in s])')
+
+nginx_conf() { # FILE SERVER-BLOCK: one worker, in the foreground, no access log
+  cat >"$1" <<EOF
+worker_processes 1;
+master_process off;
+daemon off;
+pid $TMP/nginx-$(basename "$1").pid;
+error_log $TMP/nginx-error.log warn;
+events { worker_connections 1024; }
+http {
+  access_log off;
+  keepalive_requests 1000000;
+  client_body_temp_path $TMP/body;
+  proxy_temp_path $TMP/proxy;
+  fastcgi_temp_path $TMP/fastcgi;
+  uwsgi_temp_path $TMP/uwsgi;
+  scgi_temp_path $TMP/scgi;
+$2
+}
+EOF
+}
+
+wait_answer() { # URL PID WHAT: valgrind starts slowly, so allow 60 s
+  local i
+  for i in $(seq 600); do
+    curl -sf -o /dev/null --max-time 1 "$1" && return 0
+    kill -0 "$2" 2>/dev/null || die "$3 exited during start-up (log: $(tail -3 "$TMP/$3.log"))"
+    sleep 0.1
+  done
+  die "$3 did not answer $1"
+}
+
+nginx_conf "$TMP/stub.conf" "  server {
+    listen 127.0.0.1:$STUB;
+    default_type text/plain;
+    location / { return 200 \"OK|123456789\"; }
+  }"
+nginx -p "$TMP" -e "$TMP/nginx-error.log" -c "$TMP/stub.conf" >"$TMP/stub.log" 2>&1 &
+PIDS+=($!)
+wait_answer "http://127.0.0.1:$STUB/in.php" "$!" stub
+
+nginx_conf "$TMP/proxy.conf" "  upstream stub { server 127.0.0.1:$STUB; keepalive 64; }
+  server {
+    listen 127.0.0.1:$PROXY;
+    location / {
+      proxy_pass http://stub;
+      proxy_http_version 1.1;
+      proxy_set_header Connection \"\";
+    }
+  }"
+cat >"$TMP/keyrelay.toml" <<EOF
+listen = "127.0.0.1:$PROXY"
+upstream = "http://127.0.0.1:$STUB"
+[[keys]]
+name = "bench-1"
+key = "benchkey000000000000000000000001"
+[[keys]]
+name = "bench-2"
+key = "benchkey000000000000000000000002"
+[[keys]]
+name = "bench-3"
+key = "benchkey000000000000000000000003"
+[pins]
+durable = false
+EOF
+
+printf '| target | requests | instructions | per request |\n| --- | --: | --: | --: |\n' >"$TMP/table"
+for target in $TARGETS; do
+  case $target in
+    nginx) cmd=(nginx -p "$TMP" -e "$TMP/nginx-error.log" -c "$TMP/proxy.conf") ;;
+    passthrough) cmd=("$PASSTHROUGH" --serve "127.0.0.1:$PROXY" "http://127.0.0.1:$STUB") ;;
+    keyrelay) cmd=("$KEYRELAY" --config "$TMP/keyrelay.toml" --log warn) ;;
+    *) die "unknown target $target (nginx, passthrough, keyrelay)" ;;
+  esac
+  log "$target: under callgrind, wrk -t1 -c4 for ${DURATION}s"
+  valgrind --tool=callgrind --callgrind-out-file="$TMP/cg.$target" "${cmd[@]}" >"$TMP/$target.log" 2>&1 &
+  pid=$!
+  PIDS+=("$pid")
+  wait_answer "http://127.0.0.1:$PROXY/in.php?$QUERY" "$pid" "$target"
+  requests=$(wrk -t1 -c4 -d"${DURATION}s" "http://127.0.0.1:$PROXY/in.php?$QUERY" |
+    awk '/requests in/ { print $1 }')
+  # SIGTERM: keyrelay drains and exits, nginx exits, the pass-through dies; callgrind writes
+  # its counts in every case. (Not SIGINT: a non-interactive shell starts background jobs
+  # with SIGINT ignored, and the pass-through installs no handler.)
+  kill -TERM "$pid"
+  wait "$pid" 2>/dev/null || true
+  total=$(callgrind_annotate "$TMP/cg.$target" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1 }')
+  [[ -n $total && ${requests:-0} -gt 0 ]] || die "$target: no count (log: $(tail -3 "$TMP/$target.log"))"
+  python3 -c "import sys; n, t = int(sys.argv[1]), int(sys.argv[2]); print(f'| $target | {n:,} | {t:,} | {t / n / 1000:.1f}k |')" \
+    "$requests" "$total" >>"$TMP/table"
+done
+cat "$TMP/table"
