@@ -103,7 +103,7 @@ fn main() -> ExitCode {
 
 /// A multi-threaded runtime hands work between threads through shared queues and wakeups,
 /// which only pays when there is a second core to run them: on one core, a current-thread
-/// runtime relayed about 27 % more requests per second (docs/performance.md).
+/// runtime relayed about 20 % more requests per second (docs/performance.md).
 fn build_runtime(threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
     if threads == 1 {
         tokio::runtime::Builder::new_current_thread()
