@@ -39,7 +39,10 @@ impl MemoryPins {
         self.order.lock().expect("pin queue lock poisoned")
     }
 
-    /// Removes the oldest queue entry, and its pin unless the id was pinned again since.
+    /// Removes the oldest queue entry, and its pin unless the id was pinned again since, in
+    /// a later second. Within one second the two entries look the same, so the pin goes
+    /// when the first of them does: for the size cap a little early, for the TTL no
+    /// different, as both expire in the same second.
     fn pop_oldest(&self, order: &mut TaskQueue) {
         if let Some((task, created)) = order.pop_front() {
             self.map.remove_if(&task, |pin| pin.at == created);
