@@ -278,10 +278,7 @@ impl ParsedRequest {
         set: &[(&str, &str)],
         seen: &mut [bool],
     ) -> Option<Vec<u8>> {
-        let raw = match source {
-            Source::Query => self.query.as_bytes(),
-            Source::Body => &self.body[..],
-        };
+        let raw = self.source(source);
         let mut out: Option<Vec<u8>> = None;
         // `raw[copied..]` is what still has to be copied once a later pair changes.
         let mut copied = 0;
@@ -320,29 +317,29 @@ impl ParsedRequest {
     fn is_named(&self, param: &Param, name: &str) -> bool {
         match &param.name {
             Text::Plain(from, range) => {
-                let source = match from {
-                    Source::Query => self.query.as_bytes(),
-                    Source::Body => &self.body[..],
-                };
-                source.get(range.clone()) == Some(name.as_bytes())
+                self.source(*from).get(range.clone()) == Some(name.as_bytes())
             }
             other => self.text(other) == name,
         }
     }
 
-    fn text<'a>(&'a self, text: &'a Text) -> Cow<'a, str> {
-        let source = |source: Source| match source {
+    /// The raw bytes a [`Text`] range points into.
+    fn source(&self, source: Source) -> &[u8] {
+        match source {
             Source::Query => self.query.as_bytes(),
             Source::Body => &self.body[..],
-        };
+        }
+    }
+
+    fn text<'a>(&'a self, text: &'a Text) -> Cow<'a, str> {
         match text {
             // Ranges were cut at ASCII delimiters of text checked to be UTF-8 at parse time.
             Text::Plain(from, range) => Cow::Borrowed(
-                std::str::from_utf8(source(*from).get(range.clone()).unwrap_or_default())
+                std::str::from_utf8(self.source(*from).get(range.clone()).unwrap_or_default())
                     .unwrap_or_default(),
             ),
             Text::Encoded(from, range) => {
-                decode(source(*from).get(range.clone()).unwrap_or_default())
+                decode(self.source(*from).get(range.clone()).unwrap_or_default())
             }
             Text::Owned(text) => Cow::Borrowed(text),
         }
