@@ -218,23 +218,11 @@ impl TaskQueue {
 
     /// The oldest entry.
     pub fn front(&self) -> Option<(TaskId, Stamp)> {
-        match (self.nums.front(), self.texts.front()) {
-            (Some(num), Some((_, text_at))) if num.at() <= *text_at => {
-                Some((TaskId::Num(num.id()), num.at()))
-            }
-            (_, Some((text, at))) => Some((TaskId::Text(text.clone()), *at)),
-            (Some(num), None) => Some((TaskId::Num(num.id()), num.at())),
-            (None, None) => None,
-        }
+        self.iter().next()
     }
 
     pub fn pop_front(&mut self) -> Option<(TaskId, Stamp)> {
-        let take_num = match (self.nums.front(), self.texts.front()) {
-            (Some(num), Some((_, text_at))) => num.at() <= *text_at,
-            (Some(_), None) => true,
-            (None, _) => false,
-        };
-        if take_num {
+        if num_goes_first(self.nums.front(), self.texts.front()) {
             let num = self.nums.pop_front()?;
             Some((TaskId::Num(num.id()), num.at()))
         } else {
@@ -248,12 +236,7 @@ impl TaskQueue {
         let mut nums = self.nums.iter().peekable();
         let mut texts = self.texts.iter().peekable();
         std::iter::from_fn(move || {
-            let take_num = match (nums.peek(), texts.peek()) {
-                (Some(num), Some((_, text_at))) => num.at() <= *text_at,
-                (Some(_), None) => true,
-                (None, _) => false,
-            };
-            if take_num {
+            if num_goes_first(nums.peek().copied(), texts.peek().copied()) {
                 nums.next().map(|num| (TaskId::Num(num.id()), num.at()))
             } else {
                 texts
@@ -269,6 +252,16 @@ impl TaskQueue {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+/// Whether the merged order takes the numeric queue's head next: the older head, and on a
+/// tie the numeric one.
+fn num_goes_first(num: Option<&QueuedNum>, text: Option<&(Box<str>, Stamp)>) -> bool {
+    match (num, text) {
+        (Some(num), Some((_, text_at))) => num.at() <= *text_at,
+        (Some(_), None) => true,
+        (None, _) => false,
     }
 }
 
