@@ -55,12 +55,7 @@ fi
 PASSTHROUGH=""
 if [[ " $TARGETS " == *" passthrough "* ]]; then
   log "building benches/passthrough.rs (release)"
-  PASSTHROUGH=$(cargo build --release --bench passthrough --message-format=json 2>/dev/null |
-    python3 -c 'import json, sys
-for line in sys.stdin:
-    m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "passthrough" and m.get("executable"):
-        print(m["executable"])')
+  PASSTHROUGH=$("$BENCH_DIR/passthrough-bin.sh" 2>/dev/null)
   [[ -x $PASSTHROUGH ]] || die "could not find the passthrough bench executable"
 fi
 

@@ -202,18 +202,13 @@ ensure_tools() {
 }
 
 # D, the floor: benches/passthrough.rs, keyrelay's hyper server and upstream client with
-# none of keyrelay's work. A bench target, so cargo names its executable; ask cargo.
+# none of keyrelay's work.
 build_floor() {
   if [[ -n ${PASSTHROUGH_BIN:-} ]]; then
     FLOOR_BIN=$PASSTHROUGH_BIN
   else
     log "cargo build --release --bench passthrough"
-    FLOOR_BIN=$(cd "$REPO" && cargo build --release --bench passthrough --message-format=json |
-      python3 -c 'import json, sys
-for line in sys.stdin:
-    m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "passthrough" and m.get("executable"):
-        print(m["executable"])')
+    FLOOR_BIN=$("$BENCH_DIR/passthrough-bin.sh")
   fi
   [[ -x $FLOOR_BIN ]] || die "no passthrough binary at ${FLOOR_BIN:-?}"
 }
