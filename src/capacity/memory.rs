@@ -127,6 +127,15 @@ mod tests {
         TaskId::Num(n)
     }
 
+    /// A submit that took a thread and was accepted as `task` at `at`.
+    fn submit(store: &MemoryLoad, key: KeyId, task: TaskId, at: Instant) {
+        assert!(
+            store.try_hold(key, None),
+            "an unlimited key always has a thread"
+        );
+        store.open(key, task, at);
+    }
+
     fn load(pending: u32, open: u32, external: u32) -> Load {
         Load {
             pending,
@@ -156,8 +165,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_task_finishes_once() {
         let store = MemoryLoad::new();
-        store.try_hold(A, None);
-        store.open(A, id(1), Instant::now());
+        submit(&store, A, id(1), Instant::now());
         assert_eq!(store.finish(&id(1)), Some(A));
         assert_eq!(store.finish(&id(1)), None, "a second final answer");
         assert_eq!(store.finish(&id(9)), None, "never opened");
@@ -167,10 +175,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn an_id_opened_again_moves_to_its_new_key() {
         let store = MemoryLoad::new();
-        store.try_hold(A, None);
-        store.open(A, id(1), Instant::now());
-        store.try_hold(B, None);
-        store.open(B, id(1), Instant::now());
+        submit(&store, A, id(1), Instant::now());
+        submit(&store, B, id(1), Instant::now());
         assert_eq!((store.load(A).open, store.load(B).open), (0, 1));
         assert_eq!(store.finish(&id(1)), Some(B));
     }
@@ -180,12 +186,10 @@ mod tests {
         let store = MemoryLoad::new();
         let t0 = Instant::now();
         for n in 1..=3 {
-            store.try_hold(A, None);
-            store.open(A, id(n), t0);
+            submit(&store, A, id(n), t0);
         }
         tokio::time::advance(Duration::from_secs(10)).await;
-        store.try_hold(B, None);
-        store.open(B, id(4), Instant::now());
+        submit(&store, B, id(4), Instant::now());
         store.finish(&id(2));
         assert_eq!(store.release_stale(t0), vec![A, A]);
         assert_eq!(store.load(A), Load::default());
@@ -203,14 +207,12 @@ mod tests {
     async fn reconcile_releases_the_oldest_tasks_the_upstream_no_longer_works_on() {
         let store = MemoryLoad::new();
         for n in 1..=4 {
-            store.try_hold(A, None);
-            store.open(A, id(n), Instant::now());
+            submit(&store, A, id(n), Instant::now());
             tokio::time::advance(Duration::from_secs(1)).await;
         }
         let asked = Instant::now();
         // Opened while the read was under way: neither released nor counted.
-        store.try_hold(A, None);
-        store.open(A, id(5), asked);
+        submit(&store, A, id(5), asked);
         assert_eq!(store.reconcile(A, 1, asked), 3);
         assert_eq!(store.load(A), load(0, 2, 0));
         assert_eq!(store.finish(&id(1)), None, "the oldest went first");
@@ -222,15 +224,12 @@ mod tests {
         let store = MemoryLoad::new();
         // One long-running task, then many that finish at once, and one id handed out
         // again and again (a stub upstream does that).
-        store.try_hold(A, None);
-        store.open(A, id(0), Instant::now());
+        submit(&store, A, id(0), Instant::now());
         tokio::time::advance(Duration::from_secs(1)).await;
         for n in 1..=10_000 {
-            store.try_hold(A, None);
-            store.open(A, id(n), Instant::now());
+            submit(&store, A, id(n), Instant::now());
             store.finish(&id(n));
-            store.try_hold(B, None);
-            store.open(B, id(99_999), Instant::now());
+            submit(&store, B, id(99_999), Instant::now());
         }
         assert_eq!(store.tasks.len(), 2);
         assert_eq!(store.load(A).open, 1);
@@ -248,14 +247,11 @@ mod tests {
     async fn text_ids_are_released_and_reconciled_like_numeric_ones() {
         let store = MemoryLoad::new();
         let text = |s: &str| TaskId::Text(s.into());
-        store.try_hold(A, None);
-        store.open(A, text("t-1"), Instant::now());
+        submit(&store, A, text("t-1"), Instant::now());
         tokio::time::advance(Duration::from_secs(1)).await;
-        store.try_hold(A, None);
-        store.open(A, id(2), Instant::now());
+        submit(&store, A, id(2), Instant::now());
         tokio::time::advance(Duration::from_secs(1)).await;
-        store.try_hold(A, None);
-        store.open(A, text("t-3"), Instant::now());
+        submit(&store, A, text("t-3"), Instant::now());
         tokio::time::advance(Duration::from_secs(1)).await;
         // The upstream works on one: the two oldest, of both kinds, are done.
         assert_eq!(store.reconcile(A, 1, Instant::now()), 2);
@@ -268,8 +264,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn reconcile_counts_threads_used_by_others_as_external() {
         let store = MemoryLoad::new();
-        store.try_hold(A, None);
-        store.open(A, id(1), Instant::now());
+        submit(&store, A, id(1), Instant::now());
         tokio::time::advance(Duration::from_secs(1)).await;
         assert_eq!(store.reconcile(A, 4, Instant::now()), 0);
         assert_eq!(store.load(A), load(0, 1, 3));
