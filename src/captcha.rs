@@ -22,6 +22,7 @@
 mod answer;
 mod json_body;
 mod multipart;
+mod param_name;
 mod reply;
 mod request;
 

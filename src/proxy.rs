@@ -182,7 +182,7 @@ async fn api(app: App, endpoint: Endpoint, req: Request<Incoming>) -> Response<B
             let text = "the request body could not be read";
             local_error("ERROR_BAD_PARAMETERS", text, json, "bad_request")
         }
-        Ok(bytes) => match ParsedRequest::parse(query, content_type, bytes) {
+        Ok(bytes) => match ParsedRequest::parse_http(query, &parts.headers, bytes) {
             Err(e) => {
                 let json = json_hint(query, content_type, &[]);
                 local_error(e.code(), &e.to_string(), json, "bad_request")

@@ -6,6 +6,7 @@ use std::fmt;
 use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
+use super::param_name::spells;
 use super::request::RequestError;
 
 /// One member of the body object: its (unescaped) name and its value exactly as sent.
@@ -55,30 +56,31 @@ fn param_value(raw: &RawValue) -> String {
     }
 }
 
-/// Re-emits the object with the first member named in `set` given the new value (as a JSON
-/// string) and later members of that name dropped. Untouched values are copied byte for
+/// Re-emits the object with the first member that spells a name of `set` ([`spells`]:
+/// `"Key"`, `" key"`, `"key[]"`, …) given that canonical name and the new value (as a JSON
+/// string), and every later member spelling it dropped. Untouched values are copied byte for
 /// byte; names are re-escaped by serde_json and whitespace between members is not kept,
-/// which no JSON reader can tell apart. Marks in `seen` which names were present; returns
+/// which no JSON reader can tell apart. Marks in `placed` which names were written; returns
 /// `None` when nothing matched, so the caller keeps the original bytes.
 pub(super) fn splice(
     members: &[Member],
     set: &[(&str, &str)],
-    seen: &mut [bool],
+    placed: &mut [bool],
 ) -> Option<Vec<u8>> {
     let slots: Vec<Option<usize>> = members
         .iter()
-        .map(|(name, _)| set.iter().position(|(n, _)| n == name))
+        .map(|(name, _)| set.iter().position(|(n, _)| spells(name, n)))
         .collect();
     if slots.iter().all(Option::is_none) {
         return None;
     }
     let mut out = String::from("{");
     for ((name, raw), slot) in members.iter().zip(slots) {
-        let value = match slot {
-            None => raw.get().to_owned(),
-            Some(slot) if !seen[slot] => {
-                seen[slot] = true;
-                json_string(set[slot].1)
+        let (name, value) = match slot {
+            None => (name.as_str(), raw.get().to_owned()),
+            Some(slot) if !placed[slot] => {
+                placed[slot] = true;
+                (set[slot].0, json_string(set[slot].1))
             }
             Some(_) => continue,
         };

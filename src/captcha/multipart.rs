@@ -17,7 +17,8 @@ use std::ops::Range;
 
 use memchr::memmem;
 
-use super::request::{php_name, RequestError};
+use super::param_name::{php_name, spells};
+use super::request::RequestError;
 
 /// More headers than this on one part is not a form a client would send.
 const MAX_PART_HEADERS: usize = 32;
@@ -25,6 +26,8 @@ const MAX_PART_HEADERS: usize = 32;
 /// One body part, as offsets into the body it was split from.
 #[derive(Clone, Debug)]
 pub(super) struct Part {
+    /// Where the part's headers start, just after the delimiter line.
+    start: usize,
     /// The part's content: after the blank line that ends its headers, up to the CRLF that
     /// starts the next delimiter.
     content: Range<usize>,
@@ -33,6 +36,9 @@ pub(super) struct Part {
     /// Whether Content-Disposition carries a `filename=` (even empty): then, as in PHP, the
     /// part is an upload and not a param. `filename*` alone does not count: PHP ignores it.
     is_file: bool,
+    /// Every name some reader could take the part's for ([`all_names`]), raw: PHP's reading
+    /// is only one of them. The rewrite replaces a part if any of these spells a name it sets.
+    spellings: Vec<String>,
 }
 
 impl Part {
@@ -42,6 +48,14 @@ impl Part {
             return None;
         }
         self.name.as_deref()
+    }
+
+    /// Whether some reader could take this part, text or file, for a param named `canonical`.
+    fn spells(&self, canonical: &str) -> bool {
+        self.name
+            .as_deref()
+            .is_some_and(|name| spells(name, canonical))
+            || self.spellings.iter().any(|name| spells(name, canonical))
     }
 }
 
@@ -114,32 +128,35 @@ pub(super) fn text_params(body: &[u8], parts: &[Part]) -> Vec<(String, String)> 
         .collect()
 }
 
-/// Replaces the content of the first text part named in `set` (its headers stay) and drops
-/// later text parts of that name, delimiter included. Marks in `seen` which names were
-/// present; returns `None` when nothing matched.
+/// Replaces the first part that spells a name of `set` ([`Part::spells`], text or file part,
+/// however its headers spell the name) with a canonical text part
+/// (`Content-Disposition: form-data; name="<name>"` and the new value), and drops every later
+/// part spelling it, delimiter included. Marks in `placed` which names were written; returns
+/// `None` when nothing matched.
 pub(super) fn splice(
     body: &[u8],
     parts: &[Part],
     set: &[(&str, &str)],
-    seen: &mut [bool],
+    placed: &mut [bool],
 ) -> Option<Vec<u8>> {
     let mut out = Vec::with_capacity(body.len() + 64);
     let mut copied_to = 0;
     let mut previous_content_end = 0;
     let mut changed = false;
     for part in parts {
-        let slot = part
-            .param_name()
-            .and_then(|name| set.iter().position(|(n, _)| *n == name));
-        if let Some(slot) = slot {
+        if let Some(slot) = set.iter().position(|(n, _)| part.spells(n)) {
             changed = true;
-            if seen[slot] {
-                // A later duplicate is never the first part, so the delimiter before it starts
-                // right where the previous part's content ended.
+            if placed[slot] {
+                // Only a later match is dropped (the body is spliced first, so the first
+                // match places its name), and a later part's delimiter starts right where
+                // the previous part's content ended.
                 out.extend_from_slice(body.get(copied_to..previous_content_end)?);
             } else {
-                seen[slot] = true;
-                out.extend_from_slice(body.get(copied_to..part.content.start)?);
+                placed[slot] = true;
+                out.extend_from_slice(body.get(copied_to..part.start)?);
+                out.extend_from_slice(b"Content-Disposition: form-data; name=\"");
+                out.extend_from_slice(set[slot].0.as_bytes());
+                out.extend_from_slice(b"\"\r\n\r\n");
                 out.extend_from_slice(set[slot].1.as_bytes());
             }
             copied_to = part.content.end;
@@ -189,19 +206,88 @@ fn parse_part(part: &[u8], offset: usize) -> Result<Part, RequestError> {
         }
         Err(_) => return Err(RequestError::MalformedMultipart("bad part headers")),
     };
+    let dispositions = || {
+        headers
+            .iter()
+            .filter(|h| h.name.eq_ignore_ascii_case("content-disposition"))
+    };
     // The first one, as in PHP.
-    let disposition = headers
-        .iter()
-        .find(|h| h.name.eq_ignore_ascii_case("content-disposition"))
+    let disposition = dispositions()
+        .next()
         .map(|h| Disposition::read(h.value))
         .unwrap_or_default();
     Ok(Part {
+        start: offset,
         content: offset + header_len..offset + part.len(),
         name: disposition
             .name
             .map(|name| php_name(&String::from_utf8_lossy(&name)).to_owned()),
         is_file: disposition.is_file,
+        spellings: dispositions().flat_map(|h| all_names(h.value)).collect(),
     })
+}
+
+/// Every value a reader of one Content-Disposition could take for the part's name: each
+/// `name` parameter (any case, any quoting, the first or the last one), each RFC 2231/5987
+/// `name*` (its `charset'lang'` prefix cut; [`spells`] decodes the `%XX`), and the `name*0`,
+/// `name*1`, … continuations joined. Wider than any one parser on purpose: a name missed here
+/// is a caller's `key` that some parser reads.
+fn all_names(value: &[u8]) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut continued: Vec<(u32, Vec<u8>)> = Vec::new();
+    let mut rest = trim_start_c_space(value);
+    while !rest.is_empty() {
+        let (word, after) = php_getword(rest, b';');
+        rest = trim_start_c_space(after);
+        let Some(eq) = word.iter().position(|&b| b == b'=') else {
+            continue;
+        };
+        let key = trim_end_c_space(trim_start_c_space(&word[..eq])).to_ascii_lowercase();
+        let raw = php_getword_conf(&word[eq + 1..]);
+        let Some(ext) = key.strip_prefix(b"name") else {
+            continue;
+        };
+        match ext {
+            b"" => names.push(raw),
+            b"*" => names.push(strip_charset(raw)),
+            _ => {
+                let Some(index) = ext.strip_prefix(b"*") else {
+                    continue;
+                };
+                let (index, encoded) = match index.strip_suffix(b"*") {
+                    Some(index) => (index, true),
+                    None => (index, false),
+                };
+                let Some(index) = std::str::from_utf8(index).ok().and_then(|i| i.parse().ok())
+                else {
+                    continue;
+                };
+                let raw = if encoded && index == 0 {
+                    strip_charset(raw)
+                } else {
+                    raw
+                };
+                continued.push((index, raw));
+            }
+        }
+    }
+    if !continued.is_empty() {
+        continued.sort_by_key(|(index, _)| *index);
+        names.push(continued.into_iter().flat_map(|(_, raw)| raw).collect());
+    }
+    names
+        .into_iter()
+        .map(|name| String::from_utf8_lossy(&name).into_owned())
+        .collect()
+}
+
+/// An RFC 5987 value without its `charset'language'` prefix; a value without one as is.
+fn strip_charset(raw: Vec<u8>) -> Vec<u8> {
+    let mut quotes = raw.iter().enumerate().filter(|(_, &b)| b == b'\'');
+    match (quotes.next(), quotes.next()) {
+        (Some(_), Some((second, _))) => raw[second + 1..].to_vec(),
+        _ => raw,
+    }
 }
 
 /// What PHP takes from a part's Content-Disposition.

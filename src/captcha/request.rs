@@ -7,7 +7,9 @@ use std::fmt;
 use std::ops::Range;
 
 use bytes::Bytes;
+use hyper::header::{HeaderMap, CONTENT_ENCODING, CONTENT_TYPE};
 
+use super::param_name::{php_name, spells};
 use super::{json_body, multipart};
 
 /// How much caller input an error message may echo.
@@ -52,12 +54,11 @@ struct Param {
     wire: Option<Wire>,
 }
 
-/// A `name=value` pair as sent: `start..name_end` is its raw name, `start..end` the pair.
+/// A `name=value` pair as sent: `start..end` is the pair.
 #[derive(Clone, Copy)]
 struct Wire {
     source: Source,
     start: usize,
-    name_end: usize,
     end: usize,
 }
 
@@ -109,6 +110,21 @@ pub enum RequestError {
     /// A multipart body that does not follow its boundary structure.
     #[error("malformed multipart body: {0}")]
     MalformedMultipart(&'static str),
+    /// A Content-Type header keyrelay cannot read as text (a byte that is not visible
+    /// ASCII), so it cannot tell how the body is encoded or where its `key` is.
+    #[error("unreadable content type: it holds bytes that are not ASCII")]
+    UnreadableContentType,
+    /// More than one Content-Type header: readers disagree on which one counts.
+    #[error("more than one content type")]
+    AmbiguousContentType,
+    /// A body compressed or otherwise encoded (`Content-Encoding`), which keyrelay would have
+    /// to forward without seeing the key inside (value cut to 64 bytes).
+    #[error("unsupported content encoding {0:?}; send the body unencoded")]
+    UnsupportedContentEncoding(String),
+    /// A charset in which ASCII text is not ASCII bytes (UTF-16, UTF-7, EBCDIC, …): the
+    /// names keyrelay looks for could hide in it (value cut to 64 bytes).
+    #[error("unsupported charset {0:?}; send the body in UTF-8")]
+    UnsupportedCharset(String),
     /// A JSON body that is not a single, well-formed JSON object.
     #[error("malformed JSON body: {reason} at line {line}, column {column}")]
     MalformedJson {
@@ -129,6 +145,46 @@ impl RequestError {
 // === impl ParsedRequest ===
 
 impl ParsedRequest {
+    /// [`ParsedRequest::parse`] for an HTTP request: takes the Content-Type from `headers`,
+    /// and refuses what keyrelay cannot read with certainty rather than guess and forward it.
+    ///
+    /// # Errors
+    /// As `parse`; and, for a request with a body, a Content-Type that is not ASCII or comes
+    /// twice, or a Content-Encoding other than `identity`.
+    pub fn parse_http(
+        query: Option<&str>,
+        headers: &HeaderMap,
+        body: Bytes,
+    ) -> Result<ParsedRequest, RequestError> {
+        if body.is_empty() {
+            // Nothing to read, so nothing a header could make keyrelay misread.
+            return ParsedRequest::parse(query, None, body);
+        }
+        let mut types = headers.get_all(CONTENT_TYPE).iter();
+        let content_type = match (types.next(), types.next()) {
+            (None, _) => None,
+            (Some(value), None) => Some(
+                value
+                    .to_str()
+                    .map_err(|_| RequestError::UnreadableContentType)?,
+            ),
+            (Some(_), Some(_)) => return Err(RequestError::AmbiguousContentType),
+        };
+        for encoding in headers.get_all(CONTENT_ENCODING) {
+            let text = String::from_utf8_lossy(encoding.as_bytes());
+            let encoded = text
+                .split(',')
+                .map(str::trim)
+                .any(|coding| !coding.is_empty() && !coding.eq_ignore_ascii_case("identity"));
+            if encoded {
+                return Err(RequestError::UnsupportedContentEncoding(
+                    echo(&text).to_owned(),
+                ));
+            }
+        }
+        ParsedRequest::parse(query, content_type, body)
+    }
+
     /// Parses the raw query (no `?`), the Content-Type header value and the body.
     ///
     /// Urlencoded values are not decoded here: [`ParsedRequest::param`] decodes the few that
@@ -227,17 +283,29 @@ impl ParsedRequest {
         &self.kind
     }
 
-    /// Builds what goes upstream. For each `(name, value)` in `set`, every occurrence of `name`
-    /// in the query and in the body is removed and the new value takes the place of the first
-    /// one (once in the query, once in the body, wherever the name occurred). An occurrence is
-    /// any spelling PHP reads as `name` (`+name`, `name%00x`, `name[]`), and the replaced one
-    /// keeps its spelling. A name found nowhere is appended to the query. All other bytes are
-    /// copied unchanged. If `set` names a param twice, its first value is used.
+    /// Builds what goes upstream. For each `(name, value)` in `set`, every spelling of `name`
+    /// that any reader could take for it ([`spells`]: `key[]`, `+key`, `KEY`, `k%65y`, a
+    /// multipart part named so in any of its headers, …) is removed from the query and the
+    /// body, and exactly one `name=value`, spelled canonically, takes the place of the first
+    /// one: in the body if the body carried the name (the service reads the body over the
+    /// query), else in the query, else appended to the query. All other bytes are copied
+    /// unchanged. If `set` names a param twice, its first value is used.
+    ///
+    /// So whatever the caller wrote, the upstream sees one `key`, keyrelay's, and none of the
+    /// caller's: a leftover spelling could reach a parser that prefers it, and the key's
+    /// owner would be blamed for the caller's request.
     pub fn rewrite(&self, set: &[(&str, &str)]) -> Rewritten {
-        let mut in_query = vec![false; set.len()];
-        let mut in_body = vec![false; set.len()];
+        let mut placed = vec![false; set.len()];
 
-        let mut query = match self.splice_pairs(Source::Query, set, &mut in_query) {
+        let body = match &self.layout {
+            Layout::Raw => self.splice_pairs(Source::Body, set, &mut placed),
+            Layout::Multipart(parts) => multipart::splice(&self.body, parts, set, &mut placed),
+            Layout::Json(members) => json_body::splice(members, set, &mut placed),
+        };
+        let body = body.map_or_else(|| self.body.clone(), Bytes::from);
+
+        // Names the body took are only dropped from the query.
+        let mut query = match self.splice_pairs(Source::Query, set, &mut placed) {
             // Only whole `&`-separated pairs and ASCII were spliced into valid UTF-8, so the
             // lossy conversion never replaces anything.
             Some(spliced) => String::from_utf8(spliced)
@@ -245,15 +313,8 @@ impl ParsedRequest {
             None => self.query.clone(),
         };
 
-        let body = match &self.layout {
-            Layout::Raw => self.splice_pairs(Source::Body, set, &mut in_body),
-            Layout::Multipart(parts) => multipart::splice(&self.body, parts, set, &mut in_body),
-            Layout::Json(members) => json_body::splice(members, set, &mut in_body),
-        };
-        let body = body.map_or_else(|| self.body.clone(), Bytes::from);
-
         for (i, (name, value)) in set.iter().enumerate() {
-            if in_query[i] || in_body[i] || set[..i].iter().any(|(n, _)| n == name) {
+            if placed[i] || set[..i].iter().any(|(n, _)| n == name) {
                 continue;
             }
             if !query.is_empty() && !query.ends_with('&') {
@@ -267,16 +328,16 @@ impl ParsedRequest {
         Rewritten { query, body }
     }
 
-    /// Replaces the first pair of `source` named in `set` with `name=<encoded value>` and
-    /// drops later pairs of that name. Works from the pairs found at parse time, whose names
-    /// are already decoded; every other pair, and the original spelling of a replaced pair's
-    /// name, is copied as it was. Marks in `seen` which names were present; returns `None`
-    /// when nothing matched, so the caller keeps the original bytes.
+    /// Replaces the first pair of `source` that spells a name of `set` not yet `placed` with
+    /// the canonical `name=<encoded value>`, and drops every other pair spelling a name of
+    /// `set`. Works from the pairs found at parse time, whose names are already decoded;
+    /// every other pair is copied as it was. Marks in `placed` which names it wrote; returns
+    /// `None` when nothing matched, so the caller keeps the original bytes.
     fn splice_pairs(
         &self,
         source: Source,
         set: &[(&str, &str)],
-        seen: &mut [bool],
+        placed: &mut [bool],
     ) -> Option<Vec<u8>> {
         let raw = self.source(source);
         let mut out: Option<Vec<u8>> = None;
@@ -286,12 +347,12 @@ impl ParsedRequest {
             let Some(wire) = param.wire.filter(|wire| wire.source == source) else {
                 continue;
             };
-            let Some(slot) = set.iter().position(|(n, _)| self.is_named(param, n)) else {
+            let Some(slot) = set.iter().position(|(n, _)| self.spells(param, n)) else {
                 continue;
             };
             let out = out.get_or_insert_with(|| Vec::with_capacity(raw.len() + 64));
-            if seen[slot] {
-                // A later duplicate goes with one `&`: the one before it if that is still to
+            if placed[slot] {
+                // A dropped pair goes with one `&`: the one before it if that is still to
                 // be copied, else the one after it, as dropping it from a split-and-join would.
                 if wire.start > copied {
                     out.extend_from_slice(&raw[copied..wire.start - 1]);
@@ -300,8 +361,9 @@ impl ParsedRequest {
                     copied = (wire.end + 1).min(raw.len());
                 }
             } else {
-                seen[slot] = true;
-                out.extend_from_slice(&raw[copied..wire.name_end]);
+                placed[slot] = true;
+                out.extend_from_slice(&raw[copied..wire.start]);
+                append_encoded(out, set[slot].0);
                 out.push(b'=');
                 append_encoded(out, set[slot].1);
                 copied = wire.end;
@@ -310,6 +372,11 @@ impl ParsedRequest {
         let mut out = out?;
         out.extend_from_slice(&raw[copied..]);
         Some(out)
+    }
+
+    /// Whether `param`'s name is a spelling of `name` to some reader ([`spells`]).
+    fn spells(&self, param: &Param, name: &str) -> bool {
+        spells(&self.text(&param.name), name)
     }
 
     /// Whether `param` is named `name`. Plain names are compared as bytes: they were
@@ -381,6 +448,12 @@ fn body_kind(content_type: Option<&str>, body: &[u8]) -> Result<BodyKind, Reques
         .unwrap_or_default()
         .trim()
         .to_ascii_lowercase();
+    let charset = multipart::header_parameters(content_type)
+        .into_iter()
+        .find(|(name, _)| name == "charset");
+    if let Some((_, charset)) = charset.filter(|(_, charset)| !ascii_compatible(charset)) {
+        return Err(RequestError::UnsupportedCharset(echo(&charset).to_owned()));
+    }
     match mime.as_str() {
         "application/x-www-form-urlencoded" => Ok(BodyKind::Form),
         "multipart/form-data" => {
@@ -419,6 +492,44 @@ fn php_boundary(content_type: &str) -> Option<&str> {
         Some(quoted) => quoted.find('"').map(|end| &quoted[..end]),
         None => Some(value.find([',', ';']).map_or(value, |end| &value[..end])),
     }
+}
+
+/// Whether text in `charset` keeps ASCII characters as their ASCII bytes, so that `key`, `=`
+/// and `&` can be found as bytes. UTF-8, Latin and the other single-byte sets do; the wide
+/// Unicode forms, UTF-7 and EBCDIC do not. An unknown name passes: nearly every charset in
+/// use is a superset of ASCII.
+fn ascii_compatible(charset: &str) -> bool {
+    let charset = charset.trim().to_ascii_lowercase().replace('_', "-");
+    let wide_or_shifted = [
+        "utf-16",
+        "utf16",
+        "utf-32",
+        "utf32",
+        "ucs-2",
+        "ucs2",
+        "ucs-4",
+        "ucs4",
+        "utf-7",
+        "utf7",
+        "unicodefffe",
+        "unicodefeff",
+        "ebcdic",
+        "cp037",
+        "ibm037",
+        "cp500",
+        "ibm500",
+        "cp875",
+        "cp1026",
+        "cp1047",
+        "ibm1047",
+        "cp1140",
+        "ibm1140",
+        "iso-2022",
+        "hz-gb",
+    ];
+    !wide_or_shifted
+        .iter()
+        .any(|prefix| charset.starts_with(prefix))
 }
 
 fn starts_like_json_object(body: &[u8]) -> bool {
@@ -470,7 +581,6 @@ fn index_pairs(source: Source, raw: &[u8], params: &mut Vec<Param>) {
         let wire = Wire {
             source,
             start: pair_start,
-            name_end: pair_start + name_len,
             end,
         };
         params.push(Param {
@@ -515,26 +625,6 @@ fn decode(raw: &[u8]) -> Cow<'_, str> {
         .collect();
     let bytes: Cow<'_, [u8]> = percent_encoding::percent_decode(&spaced).into();
     Cow::Owned(String::from_utf8_lossy(&bytes).into_owned())
-}
-
-/// The name PHP files a decoded param name under in `$_REQUEST` (php-src
-/// `php_register_variable_ex`): cut at the first NUL (it handles names as C strings), leading
-/// spaces dropped, and for `name[...]` only the part before `[`, because PHP makes
-/// `$_REQUEST['name']` an array from it. A `[` with no `]` after it is not an array (PHP
-/// turns it into `_`), so such a name is kept. Comparing normalised names means no spelling
-/// PHP reads as `key` passes keyrelay as some other param.
-pub(super) fn php_name(name: &str) -> &str {
-    // Byte loops rather than str searches: names are a few bytes long, and every name of
-    // every request comes through here. Each cut is at an ASCII byte, so a char boundary.
-    let bytes = name.as_bytes();
-    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
-    let start = bytes[..end].iter().position(|&b| b != b' ').unwrap_or(end);
-    let name = &name[start..end];
-    let bytes = name.as_bytes();
-    match bytes.iter().position(|&b| b == b'[') {
-        Some(open) if bytes[open..].contains(&b']') => &name[..open],
-        _ => name,
-    }
 }
 
 #[cfg(test)]
@@ -970,11 +1060,9 @@ mod tests {
             ]
         );
         assert_eq!(request.param("key").as_deref(), Some("E"));
-        // The first occurrence keeps its spelling, the others go; look-alikes stay.
-        assert_eq!(
-            rewrite_key(&request).0,
-            format!("+key={POOL}&json=1&key[=F&key_=G")
-        );
+        // Every spelling goes and one canonical `key` takes the first one's place; only
+        // look-alikes no reader takes for `key` stay.
+        assert_eq!(rewrite_key(&request).0, format!("key={POOL}&json=1&key_=G"));
 
         let request = parse("json=1", FORM, b"a=1&key%00=CALLER&b=2&+key=CALLER2");
         assert_eq!(request.param("key").as_deref(), Some("CALLER2"));
@@ -982,7 +1070,7 @@ mod tests {
             rewrite_key(&request),
             (
                 "json=1".to_owned(),
-                format!("a=1&key%00={POOL}&b=2").into_bytes()
+                format!("a=1&key={POOL}&b=2").into_bytes()
             )
         );
     }
@@ -991,7 +1079,7 @@ mod tests {
     fn a_php_spelling_of_key_in_the_query_is_replaced_when_the_body_has_none() {
         let request = parse("key[]=CALLER&json=1", FORM, b"method=post");
         let rewritten = request.rewrite(&[("key", POOL)]);
-        assert_eq!(rewritten.query, format!("key[]={POOL}&json=1"));
+        assert_eq!(rewritten.query, format!("key={POOL}&json=1"));
         assert_eq!(&rewritten.body[..], b"method=post");
     }
 
@@ -1037,10 +1125,10 @@ mod tests {
     }
 
     #[test]
-    fn rewrite_key_in_query_and_form_body() {
+    fn rewrite_key_in_query_and_form_body_goes_to_the_body_only() {
         let request = parse("key=Q&json=1", FORM, b"method=base64&key=B");
         let (query, body) = rewrite_key(&request);
-        assert_eq!(query, format!("key={POOL}&json=1"));
+        assert_eq!(query, "json=1");
         assert_eq!(body, format!("method=base64&key={POOL}").into_bytes());
     }
 
@@ -1066,14 +1154,25 @@ mod tests {
             b"key=c&KEY=upper&key=d&tail=1",
         );
         let (query, body) = rewrite_key(&request);
-        assert_eq!(query, format!("key={POOL}&x=%41+b&&flag&z=%zz&"));
-        assert_eq!(body, format!("key={POOL}&KEY=upper&tail=1").into_bytes());
+        assert_eq!(query, "x=%41+b&&flag&z=%zz&");
+        assert_eq!(body, format!("key={POOL}&tail=1").into_bytes());
     }
 
     #[test]
-    fn rewrite_keeps_the_original_spelling_of_the_name() {
-        let request = parse("x=1&k%65y=old", None, b"");
-        assert_eq!(rewrite_key(&request).0, format!("x=1&k%65y={POOL}"));
+    fn rewrite_spells_the_name_canonically() {
+        for query in [
+            "x=1&k%65y=old",
+            "x=1&KEY=old",
+            "x=1&key%5B%5D=old",
+            "x=1&%20key%20=old",
+        ] {
+            let request = parse(query, None, b"");
+            assert_eq!(
+                rewrite_key(&request).0,
+                format!("x=1&key={POOL}"),
+                "{query}"
+            );
+        }
     }
 
     #[test]
@@ -1127,7 +1226,7 @@ mod tests {
                 .map(|(n, _)| n.into_owned())
                 .unwrap_or_default();
             let slot = (!raw_name.is_empty())
-                .then(|| set.iter().position(|(n, _)| *n == php_name(&name)))
+                .then(|| set.iter().position(|(n, _)| spells(php_name(&name), n)))
                 .flatten();
             match slot {
                 None => kept.push(pair.to_owned()),
@@ -1136,7 +1235,7 @@ mod tests {
                     changed = true;
                     let value: String =
                         form_urlencoded::byte_serialize(set[slot].1.as_bytes()).collect();
-                    kept.push(format!("{raw_name}={value}"));
+                    kept.push(format!("{}={value}", set[slot].0));
                 }
                 Some(_) => changed = true,
             }
@@ -1332,23 +1431,27 @@ mod tests {
     }
 
     #[test]
-    fn multipart_key_in_query_and_body_replaces_both() {
+    fn multipart_key_in_query_and_body_goes_to_the_body_only() {
         let file = binary_file();
         let body = multipart_body(&[("key", b"B")], &file);
         let request = parse("key=Q", MULTIPART, &body);
         let expected = multipart_body(&[("key", POOL.as_bytes())], &file);
-        assert_eq!(rewrite_key(&request), (format!("key={POOL}"), expected));
+        assert_eq!(rewrite_key(&request), (String::new(), expected));
     }
 
     #[test]
-    fn multipart_file_part_named_key_is_not_a_param_and_is_not_touched() {
+    fn multipart_file_part_named_key_is_not_a_param_but_is_replaced() {
+        // PHP files it as an upload, but a reader that takes any part named `key` for the
+        // key would read the caller's bytes: it becomes the one canonical key part.
         let body =
             b"--b\r\nContent-Disposition: form-data; name=key; filename=k.txt\r\n\r\nFILE\r\n--b--";
         let request = parse("", Some("multipart/form-data; boundary=b"), body);
         assert_eq!(request.param("key").as_deref(), None);
+        let expected =
+            format!("--b\r\nContent-Disposition: form-data; name=\"key\"\r\n\r\n{POOL}\r\n--b--");
         assert_eq!(
             rewrite_key(&request),
-            (format!("key={POOL}"), body.to_vec())
+            (String::new(), expected.into_bytes())
         );
     }
 
@@ -1397,6 +1500,9 @@ mod tests {
 
     #[test]
     fn multipart_dispositions_php_reads_as_a_key_part_are_rewritten() {
+        let canonical = format!(
+            "--b\r\nContent-Disposition: form-data; name=\"key\"\r\n\r\n{POOL}\r\n--b--\r\n"
+        );
         for disposition in [
             r#"form-data; name="x"; name="key""#,
             "form-data; name='key'",
@@ -1412,13 +1518,47 @@ mod tests {
                 Some("CALLER"),
                 "{disposition}"
             );
-            let expected = String::from_utf8(one_part(disposition))
-                .expect("ascii")
-                .replace("CALLER", POOL);
             assert_eq!(
                 rewrite_key(&request),
-                ("json=1".to_owned(), expected.into_bytes()),
+                ("json=1".to_owned(), canonical.clone().into_bytes()),
                 "{disposition}"
+            );
+        }
+    }
+
+    #[test]
+    fn multipart_dispositions_other_readers_take_for_key_are_rewritten() {
+        // PHP reads none of these as `key`, but some parser does: the first `name` of two,
+        // an RFC 5987 `name*`, RFC 2231 continuations, case, a second Content-Disposition.
+        let canonical = format!(
+            "--b\r\nContent-Disposition: form-data; name=\"key\"\r\n\r\n{POOL}\r\n--b--\r\n"
+        );
+        for disposition in [
+            r#"form-data; name="key"; name="x""#,
+            "form-data; name*=UTF-8''key",
+            "form-data; name*=UTF-8''%6B%65%79",
+            "form-data; name=\"x\"; name*=utf-8'en'key",
+            r#"form-data; name*0="ke"; name*1="y""#,
+            "form-data; name*0*=UTF-8''k; name*1*=%65y",
+            r#"form-data; NAME="KEY""#,
+            r#"form-data; name="Key ""#,
+            r#"form-data; name="k%65y""#,
+            "form-data; name=\"x\"\r\nContent-Disposition: form-data; name=\"key\"",
+        ] {
+            let request = parse("json=1", MULTIPART_B, &one_part(disposition));
+            assert_eq!(
+                rewrite_key(&request),
+                ("json=1".to_owned(), canonical.clone().into_bytes()),
+                "{disposition}"
+            );
+        }
+        for not_key in [r#"form-data; name="x""#, r#"form-data; filename="key""#] {
+            let body = one_part(not_key);
+            let request = parse("", MULTIPART_B, &body);
+            assert_eq!(
+                rewrite_key(&request),
+                (format!("key={POOL}"), body),
+                "{not_key}"
             );
         }
     }
@@ -1485,12 +1625,12 @@ mod tests {
     }
 
     #[test]
-    fn json_key_in_query_and_body_replaces_both() {
+    fn json_key_in_query_and_body_goes_to_the_body_only() {
         let request = parse("key=Q", JSON, br#"{"key":"B","method":"base64"}"#);
         assert_eq!(
             rewrite_key(&request),
             (
-                format!("key={POOL}"),
+                String::new(),
                 format!(r#"{{"key":"{POOL}","method":"base64"}}"#).into_bytes()
             )
         );
@@ -1575,7 +1715,7 @@ mod tests {
             let without_key = |r: &ParsedRequest| -> Vec<(String, String)> {
                 r.params()
                     .iter()
-                    .filter(|(n, _)| n != "key")
+                    .filter(|(n, _)| !spells(n, "key"))
                     .cloned()
                     .collect()
             };

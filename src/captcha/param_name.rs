@@ -1,0 +1,129 @@
+//! Parameter names as the readers of a request see them: [`php_name`], the name PHP files a
+//! param under, for what keyrelay reads; and [`spells`], the loose rule for what keyrelay
+//! replaces, which counts every spelling *some* reader could take for the name.
+//!
+//! Two rules, because they answer different questions. Reading must agree with the service
+//! (PHP-like), or keyrelay would act on a value the service never sees. Replacing must cover
+//! every reader, because keyrelay cannot know which parser the service runs: a spelling left
+//! in place is a second, caller-chosen `key` that a stricter or looser parser may pick up.
+
+use std::borrow::Cow;
+
+/// The name PHP files a decoded param name under in `$_REQUEST` (php-src
+/// `php_register_variable_ex`): cut at the first NUL (it handles names as C strings), leading
+/// spaces dropped, and for `name[...]` only the part before `[`, because PHP makes
+/// `$_REQUEST['name']` an array from it. A `[` with no `]` after it is not an array (PHP
+/// turns it into `_`), so such a name is kept. Comparing normalised names means no spelling
+/// PHP reads as `key` passes keyrelay as some other param.
+pub(crate) fn php_name(name: &str) -> &str {
+    // Byte loops rather than str searches: names are a few bytes long, and every name of
+    // every request comes through here. Each cut is at an ASCII byte, so a char boundary.
+    let bytes = name.as_bytes();
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    let start = bytes[..end].iter().position(|&b| b != b' ').unwrap_or(end);
+    let name = &name[start..end];
+    let bytes = name.as_bytes();
+    match bytes.iter().position(|&b| b == b'[') {
+        Some(open) if bytes[open..].contains(&b']') => &name[..open],
+        _ => name,
+    }
+}
+
+/// Whether `name` (already decoded once by its encoding) is a spelling of `canonical` to any
+/// plausible reader: PHP, a framework that trims or folds case, one that decodes twice.
+///
+/// The name is cut at a NUL and at the first `[` (with or without a `]`), stripped of
+/// whitespace, control and invisible characters at both ends, compared without ASCII case,
+/// and, if it holds a `%`, compared once more percent-decoded. `canonical` is a plain ASCII
+/// name such as `key`.
+///
+/// Deliberately wider than any one parser: a param it catches is dropped or replaced, and no
+/// captcha API param is named like `key` without being it.
+pub(crate) fn spells(name: &str, canonical: &str) -> bool {
+    // Shortest spelling is the name itself; a cheap pre-filter for the common case.
+    if name.len() < canonical.len() {
+        return false;
+    }
+    if loose_eq(name, canonical) {
+        return true;
+    }
+    if !name.contains('%') {
+        return false;
+    }
+    let decoded: Cow<'_, str> = percent_encoding::percent_decode_str(name).decode_utf8_lossy();
+    loose_eq(&decoded, canonical)
+}
+
+fn loose_eq(name: &str, canonical: &str) -> bool {
+    let name = name.split(['\0', '[']).next().unwrap_or_default();
+    name.trim_matches(is_filler).eq_ignore_ascii_case(canonical)
+}
+
+/// Characters a lenient reader strips from a name's ends, or that a person cannot see.
+fn is_filler(c: char) -> bool {
+    c.is_whitespace()
+        || c.is_control()
+        || matches!(
+            c,
+            '\u{200b}'..='\u{200f}' | '\u{2060}'..='\u{2064}' | '\u{feff}' | '\u{00ad}'
+        )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn php_name_follows_php() {
+        for (raw, php) in [
+            ("key", "key"),
+            (" key", "key"),
+            ("  key", "key"),
+            ("key[]", "key"),
+            ("key[a][b]", "key"),
+            ("key[", "key["),
+            ("key\0junk", "key"),
+            ("\0key", ""),
+            ("key ", "key "),
+            ("KEY", "KEY"),
+        ] {
+            assert_eq!(php_name(raw), php, "{raw:?}");
+        }
+    }
+
+    #[test]
+    fn every_reader_s_spelling_of_key_is_key() {
+        for name in [
+            "key",
+            "KEY",
+            "Key",
+            " key",
+            "key ",
+            "\tkey\r\n",
+            "key[]",
+            "key[0]",
+            "key[",
+            "key\0x",
+            "key [ ]",
+            "\u{feff}key",
+            "key\u{200b}",
+            "\u{a0}key",
+            "k%65y",
+            "%6B%65%79",
+            "%20key%5B%5D",
+            "key%00",
+        ] {
+            assert!(spells(name, "key"), "{name:?}");
+        }
+    }
+
+    #[test]
+    fn other_names_are_not_key() {
+        for name in [
+            "", "ke", "keys", "k ey", "monkey", "key_", "key.", "keyx", "xkey", "api_key", "k%",
+            "%6B%65", "[key]", "k\0ey",
+        ] {
+            assert!(!spells(name, "key"), "{name:?}");
+        }
+    }
+}
