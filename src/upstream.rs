@@ -216,9 +216,31 @@ fn is_forwardable(name: &header::HeaderName) -> bool {
     )
 }
 
+/// Whether a caller's header may carry a credential: the API takes its key as a param and
+/// nothing else, so such a header is at best useless upstream and at worst the caller's key
+/// (or a keyrelay token) handed to the service. Matched by what the name says rather than a
+/// list of known names, so `X-Api-Key`, `Api-Key`, `X-Auth-Token`, `X-Captcha-Key` and
+/// whatever a client invents next all stay behind.
+fn is_credential(name: &header::HeaderName) -> bool {
+    // Header names are lowercase in a HeaderMap.
+    const HINTS: [&str; 9] = [
+        "auth",
+        "key",
+        "token",
+        "secret",
+        "passw",
+        "cookie",
+        "session",
+        "credential",
+        "signature",
+    ];
+    let name = name.as_str();
+    HINTS.iter().any(|hint| name.contains(hint))
+}
+
 fn copy_request_headers(from: &HeaderMap, to: &mut HeaderMap) {
     for (name, value) in from {
-        if is_forwardable(name) {
+        if is_forwardable(name) && !is_credential(name) {
             to.append(name.clone(), value.clone());
         }
     }
@@ -254,6 +276,45 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn credential_headers_never_go_upstream() {
+        let mut caller = HeaderMap::new();
+        for (name, value) in [
+            ("content-type", "application/x-www-form-urlencoded"),
+            ("user-agent", "python-requests/2.32"),
+            ("accept", "*/*"),
+            ("accept-language", "en"),
+            ("authorization", "Bearer CALLERSECRET"),
+            ("proxy-authorization", "Basic CALLERSECRET"),
+            ("x-api-key", "CALLERSECRET"),
+            ("api-key", "CALLERSECRET"),
+            ("apikey", "CALLERSECRET"),
+            ("x-captcha-key", "CALLERSECRET"),
+            ("x-auth-token", "CALLERSECRET"),
+            ("x-access-token", "CALLERSECRET"),
+            ("x-keyrelay-token", "CALLERSECRET"),
+            ("cookie", "key=CALLERSECRET"),
+            ("x-session-id", "CALLERSECRET"),
+            ("x-client-secret", "CALLERSECRET"),
+            ("x-password", "CALLERSECRET"),
+            ("x-amz-signature", "CALLERSECRET"),
+            ("x-credentials", "CALLERSECRET"),
+        ] {
+            caller.append(
+                header::HeaderName::from_static(name),
+                HeaderValue::from_static(value),
+            );
+        }
+        let mut sent = HeaderMap::new();
+        copy_request_headers(&caller, &mut sent);
+        let names: Vec<&str> = sent.keys().map(|n| n.as_str()).collect();
+        assert_eq!(
+            names,
+            ["content-type", "user-agent", "accept", "accept-language"]
+        );
+        assert!(sent.values().all(|v| v.as_bytes() != b"CALLERSECRET"));
+    }
 
     #[test]
     fn answers_keep_end_to_end_headers_and_lose_hop_by_hop_ones() {
