@@ -31,8 +31,51 @@ pub enum Next {
 pub struct Decision {
     pub health: Option<HealthEvent>,
     pub next: Next,
-    /// After `ERROR_ZERO_BALANCE`, read the key's `threadsinfo` to settle its state.
-    pub check_threads: bool,
+    /// A read keyrelay makes itself, in the background, to settle what the answer means.
+    pub check: Option<Check>,
+}
+
+/// A request keyrelay makes with a key, itself, before it acts on a verdict that came in
+/// answer to a caller's request. The caller chose that request's bytes; keyrelay chooses
+/// these, so only they may take a key out of rotation for long.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Check {
+    /// After `ERROR_ZERO_BALANCE`: `threadsinfo` tells "all threads busy" from "no plan".
+    Threads,
+    /// After a key-unusable verdict (`ERROR_WRONG_USER_KEY`, `ERROR_KEY_DOES_NOT_EXIST`,
+    /// `ERROR_IP_NOT_ALLOWED`, …): `getbalance` confirms it before the key is benched.
+    Unusable { reason: &'static str },
+}
+
+/// How a [`Check::Unusable`] ended, for `keyrelay_key_checks_total`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CheckResult {
+    /// keyrelay's own read was rejected too: the key is benched.
+    Confirmed,
+    /// keyrelay's own read was answered: the verdict was about the caller's request.
+    Refuted,
+    /// keyrelay's own read got no answer: nothing changes.
+    Inconclusive,
+    /// A check of the key began moments ago: not asked again.
+    Skipped,
+}
+
+impl CheckResult {
+    pub const ALL: [CheckResult; 4] = [
+        CheckResult::Confirmed,
+        CheckResult::Refuted,
+        CheckResult::Inconclusive,
+        CheckResult::Skipped,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            CheckResult::Confirmed => "confirmed",
+            CheckResult::Refuted => "refuted",
+            CheckResult::Inconclusive => "inconclusive",
+            CheckResult::Skipped => "skipped",
+        }
+    }
 }
 
 /// What the pool allows a transient failure to do to its key right now.
@@ -83,7 +126,9 @@ pub fn on_submit(
         // The egress IP is banned: another key would only deepen the ban, and the key itself
         // did nothing wrong.
         Outcome::IpBanned => (None, Next::Answer),
-        Outcome::KeyUnusable => (Some(HealthEvent::Bench { reason: code }), Next::Failover),
+        // Not benched here: a caller's request can fail over, but only keyrelay's own
+        // evidence (the `Check::Unusable` read) can bench a key.
+        Outcome::KeyUnusable => (None, Next::Failover),
         Outcome::ZeroBalance => (
             Some(HealthEvent::Cool {
                 reason: code,
@@ -100,10 +145,15 @@ pub fn on_submit(
         ),
         Outcome::Transient => (Some(transient(policy, ejection)), Next::Backoff),
     };
+    let check = match outcome {
+        Outcome::ZeroBalance => Some(Check::Threads),
+        Outcome::KeyUnusable => Some(Check::Unusable { reason: code }),
+        _ => None,
+    };
     Decision {
         health,
         next,
-        check_threads: outcome == Outcome::ZeroBalance,
+        check,
     }
 }
 
@@ -126,11 +176,15 @@ pub fn on_poll(
         Outcome::ZeroBalance => None,
         _ => decision.health,
     };
+    // A poll never answers ZERO_BALANCE for a missing thread; nothing to check there. A
+    // key-unusable verdict is checked as after a submit.
+    let check = decision
+        .check
+        .filter(|check| matches!(check, Check::Unusable { .. }));
     Decision {
         health,
         next,
-        // A poll never answers ZERO_BALANCE for a missing thread; nothing to check.
-        check_threads: false,
+        check,
     }
 }
 
@@ -201,9 +255,10 @@ mod tests {
     fn each_class_has_its_consequence() {
         let p = policy();
         let d = on_submit(Outcome::KeyUnusable, "ERROR_KEY_DOES_NOT_EXIST", &p, EJECT);
+        assert_eq!(d.health, None, "a caller's request never benches a key");
         assert_eq!(
-            d.health,
-            Some(HealthEvent::Bench {
+            d.check,
+            Some(Check::Unusable {
                 reason: "ERROR_KEY_DOES_NOT_EXIST"
             })
         );
@@ -220,7 +275,7 @@ mod tests {
         assert_eq!(d.next, Next::Failover);
 
         let d = on_submit(Outcome::ZeroBalance, "ERROR_ZERO_BALANCE", &p, EJECT);
-        assert!(d.check_threads);
+        assert_eq!(d.check, Some(Check::Threads));
         assert_eq!(d.next, Next::Failover);
 
         let d = on_submit(Outcome::CallerError, "other", &p, EJECT);
@@ -253,8 +308,42 @@ mod tests {
             Next::Backoff
         );
         let zero = on_poll(Outcome::ZeroBalance, "ERROR_ZERO_BALANCE", &p, EJECT);
-        assert!(!zero.check_threads);
+        assert_eq!(zero.check, None);
         assert_eq!(zero.health, None);
+        let dead = on_poll(Outcome::KeyUnusable, "ERROR_WRONG_USER_KEY", &p, EJECT);
+        assert_eq!(dead.health, None, "a caller's poll never benches a key");
+        assert_eq!(
+            dead.check,
+            Some(Check::Unusable {
+                reason: "ERROR_WRONG_USER_KEY"
+            })
+        );
+    }
+
+    #[test]
+    fn no_outcome_of_a_callers_request_benches_a_key() {
+        let p = policy();
+        for outcome in [
+            Outcome::Success,
+            Outcome::CallerError,
+            Outcome::IpBanned,
+            Outcome::KeyUnusable,
+            Outcome::ZeroBalance,
+            Outcome::KeyFull,
+            Outcome::Transient,
+        ] {
+            for code in ["ERROR_WRONG_USER_KEY", "ERROR_KEY_DOES_NOT_EXIST", "other"] {
+                for decision in [
+                    on_submit(outcome, code, &p, EJECT),
+                    on_poll(outcome, code, &p, EJECT),
+                ] {
+                    assert!(
+                        !matches!(decision.health, Some(HealthEvent::Bench { .. })),
+                        "{outcome:?} {code} benched a key"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

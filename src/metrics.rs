@@ -9,6 +9,7 @@ use prometheus::{
 use tokio::time::Instant;
 
 use crate::captcha::Outcome;
+use crate::failover::CheckResult;
 use crate::health::StateKind;
 use crate::pins::PinStore;
 use crate::pool::KeyPool;
@@ -77,6 +78,8 @@ pub struct Metrics {
     pub retries_denied: IntCounter,
     /// Probes for unknown task ids by result: found, not_found, rate_limited.
     pub probes: IntCounterVec,
+    /// keyrelay's own checks of a key-unusable verdict a caller's request drew, by result.
+    pub key_checks: IntCounterVec,
     upstream_paused: IntGauge,
 }
 
@@ -114,7 +117,7 @@ impl Metrics {
                 labels,
             )
         };
-        Ok(Metrics {
+        let metrics = Metrics {
             keys_active: register!(
                 r,
                 IntGauge::new(
@@ -327,6 +330,14 @@ impl Metrics {
                     &["result"],
                 )?
             ),
+            key_checks: register!(
+                r,
+                counter(
+                    "keyrelay_key_checks_total",
+                    "keyrelay's own getbalance checks of a key-unusable verdict that a caller's request drew, by result: confirmed (benched), refuted (kept), inconclusive, skipped (checked moments ago).",
+                    &["result"],
+                )?
+            ),
             upstream_paused: register!(
                 r,
                 IntGauge::new(
@@ -335,7 +346,12 @@ impl Metrics {
                 )?
             ),
             registry: r,
-        })
+        };
+        // A closed label set starts at 0, so a rate over it exists before the first event.
+        for result in CheckResult::ALL {
+            metrics.key_checks.with_label_values(&[result.label()]);
+        }
+        Ok(metrics)
     }
 
     /// Counts one submit attempt under the five outcomes operators alert on.

@@ -47,6 +47,9 @@ pub struct KeyStats {
     /// The last error code this key answered (or transport failure), and when, for the
     /// status page. A std `Mutex`: set and read in a few instructions, never across awaits.
     last_error: Mutex<Option<(&'static str, SystemTime)>>,
+    /// When keyrelay last began a check of a verdict against the key, so that callers
+    /// drawing the same verdict again and again cause one check per interval, not one each.
+    check_begun: Mutex<Option<Instant>>,
 }
 
 const UNKNOWN: u32 = u32::MAX;
@@ -58,11 +61,25 @@ impl Default for KeyStats {
             threads: AtomicU32::new(UNKNOWN),
             working: AtomicU32::new(UNKNOWN),
             last_error: Mutex::new(None),
+            check_begun: Mutex::new(None),
         }
     }
 }
 
 impl KeyStats {
+    /// Claims the key's next verdict check: true if none began within `interval` of `now`.
+    pub fn begin_check(&self, now: Instant, interval: Duration) -> bool {
+        let mut begun = self
+            .check_begun
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if begun.is_some_and(|at| now.saturating_duration_since(at) < interval) {
+            return false;
+        }
+        *begun = Some(now);
+        true
+    }
+
     /// The balance from the last successful `getbalance`, if the last read succeeded.
     pub fn balance(&self) -> Option<f64> {
         let value = f64::from_bits(self.balance.load(Ordering::Relaxed));

@@ -14,6 +14,7 @@ mod body;
 mod poll;
 pub(crate) mod probe;
 mod submit;
+pub mod verdict;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -316,8 +317,8 @@ impl Ctx {
         attempt
     }
 
-    /// Decides what an attempt means for its key (with `decide`, a pure policy) and applies
-    /// that to the key's health in one step. Counting the keys already cooled and cooling
+    /// Decides what an attempt means for its key (with `decide`, a pure policy), applies
+    /// that to the key's health in one step, and starts the check the decision asks for. Counting the keys already cooled and cooling
     /// another happen under one lock, so two failures at once cannot together cool more of
     /// the pool than `max_transient_ejection` allows.
     ///
@@ -325,7 +326,7 @@ impl Ctx {
     /// pool and takes the lock; every other outcome skips that work on the request path.
     pub fn decide(
         &self,
-        key: &KeyEntry,
+        key: &Arc<KeyEntry>,
         outcome: Outcome,
         rng: &mut impl rand::Rng,
         decide: impl FnOnce(failover::Ejection) -> failover::Decision,
@@ -338,6 +339,9 @@ impl Ctx {
         let decision = decide(ejection);
         if let Some(event) = decision.health {
             self.app.record_health(key, event);
+        }
+        if let Some(check) = decision.check {
+            verdict::spawn(&self.app, key, check);
         }
         decision
     }

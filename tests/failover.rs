@@ -30,7 +30,7 @@ fn submits_by(h: &Harness) -> Vec<String> {
 }
 
 #[tokio::test]
-async fn an_unusable_key_is_benched_at_once_and_the_task_moves_on() {
+async fn an_unusable_key_is_benched_once_keyrelay_confirms_it_and_the_task_moves_on() {
     for code_state in [SimKeyState::Unknown, SimKeyState::IpNotAllowed] {
         let h = heavy_a_light_b().await;
         h.sim.set_state(KEY_A, code_state);
@@ -41,8 +41,16 @@ async fn an_unusable_key_is_benched_at_once_and_the_task_moves_on() {
             SimKeyState::Unknown => "ERROR_KEY_DOES_NOT_EXIST",
             _ => "ERROR_IP_NOT_ALLOWED",
         };
-        assert_eq!(h.state_of("a"), (StateKind::Benched, Some(expected)));
+        // keyrelay's own getbalance with the key confirms the verdict, then benches it.
+        eventually("a benched", || {
+            h.state_of("a") == (StateKind::Benched, Some(expected))
+        })
+        .await;
         let metrics = h.metrics().await;
+        assert_eq!(
+            metric(&metrics, "keyrelay_key_checks_total{result=\"confirmed\"}"),
+            Some(1.0)
+        );
         assert_eq!(
             metric(
                 &metrics,

@@ -105,7 +105,7 @@ fn unanswered(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
 /// Sends with the task's own key, retrying transient failures on that same key.
 async fn with_retries(
     ctx: &Ctx,
-    key: &KeyEntry,
+    key: &Arc<KeyEntry>,
     parsed: &ParsedRequest,
     extra: &[(&str, &str)],
 ) -> (Attempt, u32) {

@@ -10,10 +10,8 @@ use crate::app::{App, Event};
 use crate::capacity::{Lease, Refusal, Take, Waited};
 use crate::captcha::{Endpoint, Outcome, ParsedRequest, Reply};
 use crate::failover::{self, Next};
-use crate::health::HealthEvent;
 use crate::pins::TaskId;
 use crate::pool::{Candidates, KeyEntry};
-use crate::refresh;
 
 /// `failover::meaning_rank` of a "busy, retry later" answer.
 const BUSY: u8 = 3;
@@ -83,9 +81,6 @@ pub(super) async fn submit(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
                 log_submit(ctx, key, None, "upstream_unsure", attempts, started);
                 return ctx.local_error("ERROR_SERVER_ERROR", &text, "upstream_failed");
             }
-        }
-        if decision.check_threads {
-            tokio::spawn(settle_zero_balance(ctx.app.clone(), key.clone()));
         }
         match decision.next {
             Next::Answer => return answer(ctx, key, lease, attempt, attempts, started),
@@ -326,31 +321,4 @@ fn log_submit(
         latency_ms = started.elapsed().as_millis() as u64,
         "submit"
     );
-}
-
-/// `ERROR_ZERO_BALANCE` means either "no plan or balance" or "no free thread right now".
-/// The key's `threadsinfo` tells which: all threads working means full (a short cooldown),
-/// anything else means benched until a refresh sees the key usable.
-async fn settle_zero_balance(app: App, key: Arc<KeyEntry>) {
-    let snapshot = app.snapshot();
-    let policy = &snapshot.config.failover;
-    let asked = Instant::now();
-    let info = refresh::read_threads(&app, &key, snapshot.config.timeouts.refresh).await;
-    let event = match info {
-        Ok(info) if info.threads > 0 && info.working_threads >= info.threads => {
-            key.stats
-                .set_threads(Some((info.threads, info.working_threads)));
-            // Someone else holds the threads keyrelay thought free: count them, so the key
-            // is not handed tasks it would refuse again once its cooldown ends.
-            app.reconcile_threads(&key, info.working_threads, asked);
-            HealthEvent::Cool {
-                reason: "ERROR_ZERO_BALANCE",
-                duration: policy.busy_cooldown,
-            }
-        }
-        _ => HealthEvent::Bench {
-            reason: "ERROR_ZERO_BALANCE",
-        },
-    };
-    app.record_health(&key, event);
 }
