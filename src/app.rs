@@ -9,6 +9,7 @@ use rand::rngs::SmallRng;
 use rand::SeedableRng;
 use tokio::sync::broadcast;
 use tokio::time::Instant;
+use tokio_util::task::TaskTracker;
 use tower::retry::budget::{Budget, TpsBudget};
 
 use crate::capacity::{Capacity, MemoryLoad};
@@ -80,6 +81,9 @@ struct Inner {
     /// Held while an attempt's health decision is made and applied (a few instructions,
     /// never across an await), so the ejection cap counts every cooldown in flight.
     ejection_lock: Mutex<()>,
+    /// Every API request runs in a task of its own (so a caller leaving cannot cut it short),
+    /// tracked so that shutdown waits for the ones whose callers left.
+    requests: TaskTracker,
     /// Caps retries to a share of recent first attempts, so an upstream outage cannot
     /// multiply the traffic keyrelay sends it.
     retry_budget: TpsBudget,
@@ -150,6 +154,7 @@ impl App {
             paused_until: Mutex::new(None),
             probe_misses: ProbeMisses::default(),
             ejection_lock: Mutex::new(()),
+            requests: TaskTracker::new(),
             retry_budget,
         })))
     }
@@ -238,6 +243,11 @@ impl App {
     pub fn upstream_paused(&self) -> Option<Instant> {
         let paused = *self.0.paused_until.lock().expect("pause lock poisoned");
         paused.filter(|until| *until > Instant::now())
+    }
+
+    /// The tasks API requests run in.
+    pub fn requests(&self) -> &TaskTracker {
+        &self.0.requests
     }
 
     pub(crate) fn ejection_lock(&self) -> std::sync::MutexGuard<'_, ()> {

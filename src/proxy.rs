@@ -11,10 +11,13 @@
 
 mod account;
 mod body;
+mod hangup;
 mod poll;
 pub(crate) mod probe;
 mod submit;
 pub mod verdict;
+
+pub use hangup::Hangup;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -63,7 +66,62 @@ pub async fn handle(app: App, req: Request<Incoming>) -> Result<Response<Body>, 
             .insert("allow", HeaderValue::from_static("GET, POST"));
         return Ok(response);
     }
-    Ok(api(app, endpoint, req).await)
+    Ok(serve_to_the_end(app, endpoint, req).await)
+}
+
+/// Runs the API request in a task of its own, tracked for shutdown, so that it ends as it
+/// would have if its caller waited: a submit that went upstream is pinned and its thread
+/// counted even if the caller left, because the service created and billed the task.
+async fn serve_to_the_end(app: App, endpoint: Endpoint, req: Request<Incoming>) -> Response<Body> {
+    let hangup = req
+        .extensions()
+        .get::<Hangup>()
+        .cloned()
+        .unwrap_or_default();
+    let (deliver, delivered) = tokio::sync::oneshot::channel();
+    let requests = app.requests().clone();
+    requests.spawn(async move {
+        let (response, outcome) = api(app, endpoint, req).await;
+        let gone = deliver.send(response).is_err();
+        if gone || hangup.seen() {
+            caller_left(endpoint, outcome, gone);
+        }
+    });
+    delivered.await.unwrap_or_else(|_| {
+        // Only a panic in the request's task gets here: still a well-formed answer.
+        plain(
+            StatusCode::OK,
+            "text/plain; charset=utf-8",
+            "ERROR_SERVER_ERROR",
+        )
+    })
+}
+
+/// Logs a request whose caller closed its connection before the answer was ready. `gone`:
+/// the connection is closed for good, so the answer is lost; otherwise it is sent, which a
+/// caller that only half-closed reads.
+fn caller_left(endpoint: Endpoint, outcome: &'static str, gone: bool) {
+    let delivery = if gone {
+        "the answer could not be delivered"
+    } else {
+        "the answer was sent in case it only half-closed"
+    };
+    if outcome == "bad_request" {
+        // Nothing was accepted: most likely the caller left while sending its request.
+        tracing::debug!(
+            endpoint = endpoint.label(),
+            outcome,
+            delivery,
+            "the caller left before the answer"
+        );
+        return;
+    }
+    tracing::warn!(
+        endpoint = endpoint.label(),
+        outcome,
+        delivery,
+        "the caller left before the answer; keyrelay finished the exchange (a task it created is pinned and holds its thread)"
+    );
 }
 
 /// `/metrics`, `/healthz`, `/readyz` and `/status`, on the proxy's own listener.
@@ -154,7 +212,11 @@ impl Handled {
     }
 }
 
-async fn api(app: App, endpoint: Endpoint, req: Request<Incoming>) -> Response<Body> {
+async fn api(
+    app: App,
+    endpoint: Endpoint,
+    req: Request<Incoming>,
+) -> (Response<Body>, &'static str) {
     let started = Instant::now();
     let (parts, body) = req.into_parts();
     let snapshot = app.snapshot();
@@ -212,7 +274,7 @@ async fn api(app: App, endpoint: Endpoint, req: Request<Incoming>) -> Response<B
     if let Answered::Local { code, .. } = &handled.reply {
         metrics.local_answers.with_label_values(&[code]).inc();
     }
-    into_response(handled.reply, key_headers)
+    (into_response(handled.reply, key_headers), handled.outcome)
 }
 
 async fn dispatch_res(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {

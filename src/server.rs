@@ -1,5 +1,7 @@
 //! The accept loop, the background tasks, and graceful shutdown.
 
+mod watched;
+
 use std::future::Future;
 use std::time::Duration;
 
@@ -16,6 +18,7 @@ use tokio::time::Instant;
 
 use crate::app::App;
 use crate::{proxy, refresh};
+use watched::Watched;
 
 /// How often recorded pins are forced to disk: the power-loss window.
 const PIN_SYNC_INTERVAL: Duration = Duration::from_secs(1);
@@ -75,11 +78,18 @@ pub async fn run(
                 };
                 let _ = stream.set_nodelay(true);
                 let app = app.clone();
-                let service = service_fn(move |req| proxy::handle(app.clone(), req));
+                let (stream, hangup) = Watched::new(stream);
+                let service = service_fn(move |mut req| {
+                    req.extensions_mut().insert(hangup.clone());
+                    proxy::handle(app.clone(), req)
+                });
                 let conn = http1::Builder::new()
                     .timer(TokioTimer::new())
                     .header_read_timeout(limits.header_timeout)
                     .max_header_size(limits.max_header)
+                    // A client may shut its write side once the request is sent (`nc -N`,
+                    // some HTTP/1.0 tools) and still read the answer.
+                    .half_close(true)
                     .serve_connection(TokioIo::new(stream), service);
                 let conn = graceful.watch(conn);
                 tokio::spawn(async move {
@@ -94,11 +104,24 @@ pub async fn run(
     }
     drop(listener);
     let drain = app.snapshot().config.timeouts.drain;
+    let deadline = Instant::now() + drain;
     tracing::info!(timeout = ?drain, "shutting down: draining requests in flight");
+    // Connections first, then the requests whose callers left (they outlive their
+    // connection), within one deadline.
+    let requests = app.requests();
+    requests.close();
+    let drained = async {
+        graceful.shutdown().await;
+        requests.wait().await;
+    };
     tokio::select! {
-        () = graceful.shutdown() => tracing::info!("drained"),
-        () = tokio::time::sleep(drain) => {
-            tracing::warn!(timeout = ?drain, "drain timed out; abandoning the requests still in flight");
+        () = drained => tracing::info!("drained"),
+        () = tokio::time::sleep_until(deadline) => {
+            tracing::warn!(
+                timeout = ?drain,
+                requests = requests.len(),
+                "drain timed out; abandoning the requests still in flight"
+            );
         }
     }
     background.shutdown().await;
