@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use super::{probe, Attempt, Ctx, Handled};
 use crate::captcha::{self, Outcome, ParsedRequest, Reply};
 use crate::failover::{self, Next};
-use crate::pins::TaskId;
+use crate::pins::{BadTaskId, TaskId, MAX_TASK_ID_LEN, TASK_ID_PUNCTUATION};
 use crate::pool::KeyEntry;
 
 const WRONG_ID: &str = "ERROR_WRONG_CAPTCHA_ID";
@@ -31,19 +31,32 @@ pub(super) async fn poll(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
 
 async fn poll_one(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
     let started = Instant::now();
-    let Some(task) = parsed.param("id").as_deref().and_then(TaskId::parse) else {
-        return ctx.local_error(
-            WRONG_ID,
-            "no task id given: pass id=<task id>",
-            "unknown_task",
-        );
+    let raw = parsed.param("id").unwrap_or_default();
+    let task = match TaskId::read(&raw) {
+        Ok(task) => task,
+        Err(BadTaskId::Blank) => {
+            return ctx.local_error(
+                WRONG_ID,
+                "no task id given: pass id=<task id>",
+                "unknown_task",
+            )
+        }
+        // Definite without asking anyone: no key can own what is not a task id. The id is
+        // not echoed: it may be megabytes.
+        Err(_) => {
+            probe::count(ctx, "invalid");
+            return ctx.local_error(WRONG_ID, &not_an_id(), "bad_request");
+        }
     };
+    // The upstream gets the id as keyrelay reads it, so "0123" polls task 123 there too.
+    let canonical = (!task.spelled_as(&raw)).then(|| task.to_string());
+    let respelled: Vec<(&str, &str)> = canonical.iter().map(|id| ("id", id.as_str())).collect();
     let Some(key) = owner(ctx, &task) else {
-        return probe::probe(ctx, parsed, &task, &[])
+        return probe::probe(ctx, parsed, &task, &respelled)
             .await
             .into_handled(ctx, &task);
     };
-    let (attempt, tries) = with_retries(ctx, &key, parsed, &[]).await;
+    let (attempt, tries) = with_retries(ctx, &key, parsed, &respelled).await;
     let outcome = attempt.outcome.label();
     tracing::info!(
         action = parsed.action().as_deref().unwrap_or(""),
@@ -61,6 +74,14 @@ async fn poll_one(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
         Some(answer) => Handled::upstream(answer, outcome, &key, tries),
         None => unanswered(ctx, parsed),
     }
+}
+
+/// What an id that cannot be a task id is told.
+fn not_an_id() -> String {
+    let punctuation = String::from_utf8_lossy(TASK_ID_PUNCTUATION);
+    format!(
+        "not a task id: ids are at most {MAX_TASK_ID_LEN} ASCII letters, digits or any of {punctuation}"
+    )
 }
 
 /// Whether a poll's answer ends its task: a solution, or a verdict on the task itself
@@ -144,22 +165,33 @@ async fn poll_many(ctx: &Ctx, parsed: &ParsedRequest, ids: &str) -> Handled {
         .map(str::trim)
         .filter(|id| !id.is_empty())
         .collect();
-    let mut owners: Vec<Option<Arc<KeyEntry>>> = ids
+    // Ids that cannot be task ids are answered in their slot and never go upstream; the
+    // rest go out in their canonical spelling.
+    let tasks: Vec<Option<TaskId>> = ids.iter().map(|raw| TaskId::parse(raw)).collect();
+    let spelled: Vec<String> = ids
         .iter()
-        .map(|raw| TaskId::parse(raw).and_then(|task| owner(ctx, &task)))
+        .zip(&tasks)
+        .map(|(raw, task)| match task {
+            Some(task) if !task.spelled_as(raw) => task.to_string(),
+            _ => (*raw).to_owned(),
+        })
+        .collect();
+    let mut owners: Vec<Option<Arc<KeyEntry>>> = tasks
+        .iter()
+        .map(|task| task.as_ref().and_then(|task| owner(ctx, task)))
         .collect();
     // Ids without a pin are looked for across the pool, a bounded number per request; a
     // found id is pinned and joins its key's group below, which asks for it once more (one
     // extra poll, the first time only).
     let unknown: Vec<usize> = (0..ids.len())
-        .filter(|slot| owners[*slot].is_none())
+        .filter(|slot| owners[*slot].is_none() && tasks[*slot].is_some())
         .take(probe::MAX_PROBED_IDS)
         .collect();
     let probes = join_all(unknown.iter().map(|slot| {
-        let id = ids[*slot];
+        let (task, id) = (&tasks[*slot], spelled[*slot].as_str());
         async move {
-            let task = TaskId::parse(id)?;
-            match probe::probe(ctx, parsed, &task, &[("ids", id)]).await {
+            let task = task.as_ref()?;
+            match probe::probe(ctx, parsed, task, &[("ids", id)]).await {
                 probe::Probed::Owner { key, .. } => Some(key),
                 probe::Probed::Nobody { .. } => None,
             }
@@ -181,9 +213,16 @@ async fn poll_many(ctx: &Ctx, parsed: &ParsedRequest, ids: &str) -> Handled {
     }
     let all_known = owners.iter().all(Option::is_some);
     if groups.len() == 1 && all_known {
-        // One key owns them all: forward as is and pass the answer through verbatim.
+        // One key owns them all: forward as is (respelled if need be) and pass the answer
+        // through verbatim.
         let key = groups[0].0.clone();
-        let (attempt, tries) = with_retries(ctx, &key, parsed, &[]).await;
+        let respelled = ids
+            .iter()
+            .zip(&spelled)
+            .any(|(raw, spelled)| raw != spelled)
+            .then(|| spelled.join(","));
+        let extra: Vec<(&str, &str)> = respelled.iter().map(|l| ("ids", l.as_str())).collect();
+        let (attempt, tries) = with_retries(ctx, &key, parsed, &extra).await;
         let outcome = attempt.outcome.label();
         return match attempt.deliverable() {
             Some(answer) => {
@@ -198,7 +237,11 @@ async fn poll_many(ctx: &Ctx, parsed: &ParsedRequest, ids: &str) -> Handled {
 
     let mut items: Vec<String> = vec![WRONG_ID.to_owned(); ids.len()];
     let answers = join_all(groups.iter().map(|(key, slots)| {
-        let joined = slots.iter().map(|s| ids[*s]).collect::<Vec<_>>().join(",");
+        let joined = slots
+            .iter()
+            .map(|s| spelled[*s].as_str())
+            .collect::<Vec<_>>()
+            .join(",");
         async move {
             let (attempt, _) = with_retries(ctx, key, parsed, &[("ids", &joined)]).await;
             attempt

@@ -152,6 +152,7 @@ pub(super) async fn probe(
     }
 }
 
-fn count(ctx: &Ctx, result: &str) {
+/// Counts one unknown id in `keyrelay_probes_total` by what became of it.
+pub(super) fn count(ctx: &Ctx, result: &str) {
     ctx.app.metrics().probes.with_label_values(&[result]).inc();
 }
