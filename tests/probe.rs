@@ -5,6 +5,7 @@ mod common;
 
 use common::*;
 use keyrelay::pins::TaskId;
+use keyrelay::sim::{FaultKind, FaultTarget};
 
 /// Every `res.php` request the simulator saw about a task (not the refresh's account reads).
 fn task_requests(h: &Harness) -> Vec<keyrelay::sim::Received> {
@@ -196,5 +197,192 @@ async fn leading_zeros_in_an_ids_list_poll_the_real_tasks() {
     for key in snapshot.pool.keys() {
         assert_eq!(snapshot.pool.load(key).in_use(), 0, "{}", key.name);
     }
+    h.stop().await;
+}
+
+/// Faults that leave a key unable to say whether a task is its own.
+fn unsure_faults() -> Vec<(&'static str, FaultKind)> {
+    vec![
+        ("502", FaultKind::Status(502)),
+        ("500", FaultKind::Status(500)),
+        ("429", FaultKind::Status(429)),
+        ("reset", FaultKind::Reset),
+        ("server error", FaultKind::Code("ERROR_SERVER_ERROR".into())),
+        ("no key", FaultKind::Code("ERROR_KEY_DOES_NOT_EXIST".into())),
+    ]
+}
+
+#[tokio::test]
+async fn an_owner_that_cannot_answer_a_probe_gets_not_ready_and_is_asked_again() {
+    for (name, kind) in unsure_faults() {
+        for json in [false, true] {
+            let h = Harness::three_keys().await;
+            let id = h.submit_past_keyrelay(KEY_B).await;
+            h.sim
+                .add_fault(KEY_B, fault(FaultTarget::Poll, kind.clone(), Some(1)));
+            let flag = if json { "&json=1" } else { "" };
+            let first = h.get(&format!("/res.php?action=get&id={id}{flag}")).await;
+            assert_eq!(first.status, 200, "{name}");
+            if json {
+                assert_eq!(first.json()["request"], "CAPCHA_NOT_READY", "{name}");
+                assert_eq!(first.json()["status"], 0, "{name}");
+            } else {
+                assert_eq!(first.text(), "CAPCHA_NOT_READY", "{name}");
+            }
+            // Not remembered as a miss: the next poll asks again and finds the owner.
+            let second = h.get(&format!("/res.php?action=get&id={id}{flag}")).await;
+            assert_eq!(second.headers["x-keyrelay-key"], "b", "{name}");
+            let metrics = h.metrics().await;
+            for (result, value) in [
+                ("unsure", Some(1.0)),
+                ("found", Some(1.0)),
+                ("not_found", None),
+                ("remembered", None),
+            ] {
+                let series = format!("keyrelay_probes_total{{result=\"{result}\"}}");
+                assert_eq!(metric(&metrics, &series), value, "{name}: {result}");
+            }
+            h.stop().await;
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_report_the_probe_cannot_place_asks_to_retry_not_to_give_up() {
+    for (name, kind) in unsure_faults() {
+        let h = Harness::three_keys().await;
+        let id = h.submit_past_keyrelay(KEY_B).await;
+        h.sim
+            .add_fault(KEY_B, fault(FaultTarget::Poll, kind, Some(1)));
+        let answer = h
+            .get(&format!("/res.php?action=reportbad&id={id}&json=1"))
+            .await
+            .json();
+        assert_eq!(answer["request"], "ERROR_SERVER_ERROR", "{name}");
+        h.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn a_timeout_during_a_probe_is_no_verdict_either() {
+    let sim = sim_with(&[KEY_A, KEY_B]).await;
+    let mut config = config_for(&sim, &[("a", KEY_A, 1.0), ("b", KEY_B, 1.0)]);
+    config.timeouts.request = std::time::Duration::from_millis(200);
+    let h = Harness::start(sim, config).await;
+    let id = h.submit_past_keyrelay(KEY_A).await;
+    let gate = std::sync::Arc::new(tokio::sync::Notify::new());
+    h.sim.add_fault(
+        KEY_A,
+        fault(FaultTarget::Poll, FaultKind::Hold(gate.clone()), Some(1)),
+    );
+    let answer = h.get(&format!("/res.php?action=get2&id={id}")).await;
+    assert_eq!(answer.text(), "CAPCHA_NOT_READY");
+    gate.notify_waiters();
+    let again = h.get(&format!("/res.php?action=get2&id={id}")).await;
+    assert_eq!(again.headers["x-keyrelay-key"], "a");
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn the_probe_answers_when_the_owner_claims_the_id_not_when_the_slowest_key_does() {
+    let h = Harness::three_keys().await;
+    let id = h.submit_past_keyrelay(KEY_B).await;
+    // a (not the owner) is held for as long as the test runs; b, the owner, until released.
+    let slow = std::sync::Arc::new(tokio::sync::Notify::new());
+    let owner = std::sync::Arc::new(tokio::sync::Notify::new());
+    h.sim.add_fault(
+        KEY_A,
+        fault(FaultTarget::Poll, FaultKind::Hold(slow.clone()), Some(1)),
+    );
+    h.sim.add_fault(
+        KEY_B,
+        fault(FaultTarget::Poll, FaultKind::Hold(owner.clone()), Some(1)),
+    );
+    let poll = {
+        let url = h.url(&format!("/res.php?action=get&id={id}"));
+        let client = h.client.clone();
+        tokio::spawn(async move {
+            let response = client.get(url.parse().unwrap()).await.unwrap();
+            let key = response.headers()["x-keyrelay-key"]
+                .to_str()
+                .unwrap()
+                .to_owned();
+            let body = http_body_util::BodyExt::collect(response.into_body())
+                .await
+                .unwrap()
+                .to_bytes();
+            (key, String::from_utf8_lossy(&body).into_owned())
+        })
+    };
+    let exchanges = |key: &str| {
+        let series =
+            format!("keyrelay_upstream_duration_seconds_count{{endpoint=\"res\",key=\"{key}\"}}");
+        metric(&h.app.render_metrics(), &series)
+    };
+    // c answers "not mine" at once; a and b are held.
+    eventually("every key was asked and c answered", || {
+        let asked: Vec<Option<String>> = task_requests(&h).into_iter().map(|r| r.key).collect();
+        let all_asked = [KEY_A, KEY_B, KEY_C]
+            .iter()
+            .all(|k| asked.contains(&Some((*k).to_owned())));
+        all_asked && exchanges("c") == Some(1.0)
+    })
+    .await;
+    owner.notify_one();
+    let (key, body) = poll.await.unwrap();
+    assert_eq!((key.as_str(), body.as_str()), ("b", "CAPCHA_NOT_READY"));
+    // a is still held: its exchange never finished, so it was neither timed nor failed.
+    assert_eq!(exchanges("b"), Some(1.0));
+    assert_eq!(exchanges("a"), None);
+    assert!(!h
+        .app
+        .render_metrics()
+        .contains("keyrelay_key_errors_total{code=\"timeout\""));
+    // Pinned to b: the next poll goes to b alone, a is not asked again.
+    h.sim.clear_received();
+    let next = h.get(&format!("/res.php?action=get&id={id}")).await;
+    assert_eq!(next.text(), format!("OK|tok-{id}"));
+    assert_eq!(task_requests(&h).len(), 1);
+    slow.notify_waiters();
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn keys_that_rightly_say_not_mine_are_not_charged_an_error() {
+    let h = Harness::three_keys().await;
+    let stranger = h.submit_past_keyrelay(KEY_C).await;
+    h.get(&format!("/res.php?action=get&id={stranger}")).await;
+    h.get("/res.php?action=get&id=123456").await;
+    h.get("/res.php?action=reportbad&id=654321").await;
+    h.get("/res.php?action=get&ids=777,888&json=1").await;
+    let metrics = h.metrics().await;
+    assert!(
+        !metrics.contains("keyrelay_key_errors_total"),
+        "no key error: {metrics}"
+    );
+    let status = h.get("/status").await.json();
+    for key in status["keys"].as_array().unwrap() {
+        assert!(
+            key["last_error"].is_null(),
+            "{}: {}",
+            key["name"],
+            key["last_error"]
+        );
+    }
+    // A real fault during a probe is still the key's error.
+    let id = h.submit_past_keyrelay(KEY_B).await;
+    h.sim.add_fault(
+        KEY_B,
+        fault(FaultTarget::Poll, FaultKind::Status(502), Some(1)),
+    );
+    h.get(&format!("/res.php?action=get&id={id}")).await;
+    let metrics = h.metrics().await;
+    assert_eq!(
+        metric(
+            &metrics,
+            "keyrelay_key_errors_total{code=\"http_5xx\",key=\"b\"}"
+        ),
+        Some(1.0)
+    );
     h.stop().await;
 }
