@@ -6,6 +6,8 @@
 //! unsure, which is no verdict. Ids no key owns are remembered for a while, so a client
 //! polling a bad id does not make keyrelay ask every key every time.
 
+mod misses;
+
 use std::sync::Arc;
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
@@ -13,50 +15,47 @@ use tokio::time::{Duration, Instant};
 
 use super::{Attempt, Ctx};
 use crate::captcha::{self, Outcome, ParsedRequest};
-use crate::fast_map::FastMap;
 use crate::pins::TaskId;
 use crate::pool::KeyEntry;
 use crate::upstream::UpstreamAnswer;
+use misses::Misses;
 
 /// At most this many keys are asked about one id, at once: enough for any real pool, and a
 /// bound on the traffic one unknown id can cause.
 pub const MAX_PROBED_KEYS: usize = 16;
 
-/// At most this many unknown ids of one `ids=` poll are probed; the rest answer
-/// `ERROR_WRONG_CAPTCHA_ID` at once, so one request cannot fan out without bound.
+/// At most this many distinct unknown ids of one `ids=` poll are probed; the rest answer
+/// `CAPCHA_NOT_READY` (no verdict yet), so one request cannot fan out without bound.
 pub const MAX_PROBED_IDS: usize = 8;
 
 /// How long an id no key owns is answered from memory instead of asking again.
 pub const MISS_HOLD: Duration = Duration::from_secs(60);
 
-/// Remembered misses at most; beyond, the memory is cleared rather than grown.
-const MAX_MISSES: usize = 100_000;
+/// What the remembered misses may cost at most. Ids are at most 64 bytes, so this is tens
+/// of thousands of ids: more than the probe budget lets keyrelay find in one `MISS_HOLD`.
+pub const MAX_MISS_BYTES: usize = 2 << 20;
 
 /// Answers that mean "this key does not know this task".
 pub(super) const NOT_MINE: [&str; 2] = ["ERROR_WRONG_CAPTCHA_ID", "ERROR_WRONG_ID_FORMAT"];
 
-/// Ids recently probed without finding an owner, with when they may be probed again.
-#[derive(Default)]
-pub struct ProbeMisses {
-    /// Sharded like the pins; entries are copied out, never held across an await.
-    until: FastMap<TaskId, Instant>,
+/// What the probe keeps between requests, shared by the whole process.
+pub struct ProbeState {
+    /// Ids recently found to be nobody's.
+    misses: Misses,
 }
 
-impl ProbeMisses {
-    fn held(&self, task: &TaskId, now: Instant) -> bool {
-        self.until.get(task).is_some_and(|until| *until > now)
-    }
-
-    fn remember(&self, task: TaskId, now: Instant) {
-        if self.until.len() >= MAX_MISSES {
-            // Crude but bounded: a burst of bad ids costs one round of probes each again.
-            self.until.clear();
+impl Default for ProbeState {
+    fn default() -> ProbeState {
+        ProbeState {
+            misses: Misses::new(MISS_HOLD, MAX_MISS_BYTES),
         }
-        self.until.insert(task, now + MISS_HOLD);
     }
+}
 
-    fn forget(&self, task: &TaskId) {
-        self.until.remove(task);
+impl ProbeState {
+    /// Drops remembered misses whose hold has ended; returns how many are left.
+    pub fn sweep(&self, now: Instant) -> usize {
+        self.misses.sweep(now)
     }
 }
 
@@ -116,7 +115,7 @@ pub(super) async fn probe(
     extra: &[(&str, &str)],
 ) -> Probed {
     let now = Instant::now();
-    let misses = ctx.app.probe_misses();
+    let misses = &ctx.app.probe().misses;
     if misses.held(task, now) {
         count(ctx, "remembered");
         return Probed::Nobody { remembered: true };
