@@ -75,7 +75,8 @@ struct Inner {
     /// Set while all upstream traffic is paused because the service banned keyrelay's IP.
     /// A std `Mutex`: read and written in a few instructions, never across an await.
     paused_until: Mutex<Option<Instant>>,
-    /// What the owner probe keeps between requests: ids found to be nobody's.
+    /// What the owner probe keeps between requests: ids found to be nobody's, and the
+    /// budget its upstream requests draw from.
     probe: ProbeState,
     /// Held while an attempt's health decision is made and applied (a few instructions,
     /// never across an await), so the ejection cap counts every cooldown in flight.
@@ -420,7 +421,10 @@ fn keep_start_only_settings(running: &Config, new: &mut Config) -> Vec<&'static 
     }
     if new.pins.ttl != running.pins.ttl || new.pins.max_pins != running.pins.max_pins {
         changed.push("pins");
+        // The probe budget is read on every probe, so it applies live.
+        let probe = (new.pins.probe_rate, new.pins.probe_burst);
         new.pins = running.pins.clone();
+        (new.pins.probe_rate, new.pins.probe_burst) = probe;
     }
     changed
 }

@@ -75,7 +75,7 @@ pub struct Metrics {
     pub connections_rejected: IntCounter,
     /// Retries not made because the retry budget was spent.
     pub retries_denied: IntCounter,
-    /// Unknown task ids by what became of them: found, not_found, remembered, unsure, invalid.
+    /// Unknown task ids by what became of them: found, not_found, remembered, unsure, budget, invalid.
     pub probes: IntCounterVec,
     upstream_paused: IntGauge,
 }
@@ -323,7 +323,7 @@ impl Metrics {
                 r,
                 counter(
                     "keyrelay_probes_total",
-                    "Task ids keyrelay had no pin for, by what became of them: found, not_found, remembered, unsure, invalid.",
+                    "Task ids keyrelay had no pin for, by what became of them: found, not_found, remembered, unsure, budget, invalid.",
                     &["result"],
                 )?
             ),

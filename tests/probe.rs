@@ -386,3 +386,79 @@ async fn keys_that_rightly_say_not_mine_are_not_charged_an_error() {
     );
     h.stop().await;
 }
+
+#[tokio::test]
+async fn unknown_ids_draw_from_one_budget_whatever_the_pool_size() {
+    let all = [KEY_A, KEY_B, KEY_C, KEY_D];
+    for size in [1, 2, 4] {
+        let keys = &all[..size];
+        let sim = sim_with(keys).await;
+        let names = ["a", "b", "c", "d"];
+        let pool: Vec<(&str, &str, f64)> =
+            keys.iter().zip(names).map(|(k, n)| (n, *k, 1.0)).collect();
+        let mut config = config_for(&sim, &pool);
+        // Sixteen requests, and next to no refill while the test runs.
+        config.pins.probe_burst = 16;
+        config.pins.probe_rate = 0.001;
+        let h = Harness::start(sim, config).await;
+        let ids = 100u64;
+        for n in 0..ids {
+            let flag = if n % 2 == 0 { "&json=1" } else { "" };
+            let answer = h
+                .get(&format!("/res.php?action=get&id={}{flag}", 5_000_000 + n))
+                .await;
+            assert_eq!(answer.status, 200);
+            let code = if flag.is_empty() {
+                answer.text()
+            } else {
+                answer.json()["request"].as_str().unwrap().to_owned()
+            };
+            assert!(
+                code == "ERROR_WRONG_CAPTCHA_ID" || code == "CAPCHA_NOT_READY",
+                "{size} keys: {code}"
+            );
+        }
+        let probes = (16 / size) as u64;
+        assert_eq!(
+            task_requests(&h).len() as u64,
+            probes * size as u64,
+            "{size} keys: upstream requests within the burst"
+        );
+        let metrics = h.metrics().await;
+        let count = |result: &str| {
+            metric(
+                &metrics,
+                &format!("keyrelay_probes_total{{result=\"{result}\"}}"),
+            )
+        };
+        assert_eq!(count("not_found"), Some(probes as f64), "{size} keys");
+        assert_eq!(count("budget"), Some((ids - probes) as f64), "{size} keys");
+        h.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn an_ids_list_probes_each_unknown_id_once_and_the_rest_are_not_ready() {
+    let h = Harness::three_keys().await;
+    let same = vec!["4242"; 20].join(",");
+    let answer = h.get(&format!("/res.php?action=get&ids={same}")).await;
+    assert_eq!(answer.text(), vec!["ERROR_WRONG_CAPTCHA_ID"; 20].join("|"));
+    assert_eq!(task_requests(&h).len(), 3, "one probe of one id");
+
+    h.sim.clear_received();
+    let many: Vec<String> = (0..12).map(|n| (6_000_000 + n).to_string()).collect();
+    let answer = h
+        .get(&format!(
+            "/res.php?action=get&json=1&ids={}",
+            many.join(",")
+        ))
+        .await
+        .json();
+    let items: Vec<&str> = answer["request"].as_str().unwrap().split('|').collect();
+    let limit = 8; // MAX_PROBED_IDS
+
+    assert_eq!(items[..limit], vec!["ERROR_WRONG_CAPTCHA_ID"; limit][..]);
+    assert_eq!(items[limit..], vec!["CAPCHA_NOT_READY"; 12 - limit][..]);
+    assert_eq!(task_requests(&h).len(), 3 * limit);
+    h.stop().await;
+}

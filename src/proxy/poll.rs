@@ -75,6 +75,12 @@ async fn poll_one(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
                 "no key claimed this task, but not every key could answer",
                 "upstream_failed",
             ),
+            Probed::NoBudget => no_verdict(
+                ctx,
+                parsed,
+                "keyrelay has no pin for this task and its probe budget is spent",
+                "probe_budget",
+            ),
         };
     };
     let (attempt, tries) = with_retries(ctx, &key, parsed, &respelled).await;
@@ -191,7 +197,7 @@ enum Slot {
     Key(Arc<KeyEntry>),
     /// Answered by keyrelay: `ERROR_WRONG_CAPTCHA_ID` when the id cannot be a task or no key
     /// owns it; `CAPCHA_NOT_READY` when there is no verdict yet (a probe that could not be
-    /// sure, or an id past the probe limit).
+    /// sure, a spent probe budget, or an id past the probe limit).
     Local(&'static str),
 }
 
@@ -241,7 +247,7 @@ async fn poll_many(ctx: &Ctx, parsed: &ParsedRequest, ids: &str) -> Handled {
         match probe::probe(ctx, parsed, task, &[("ids", &spelled)]).await {
             Probed::Owner { key, .. } => Slot::Key(key),
             Probed::Nobody { .. } => Slot::Local(WRONG_ID),
-            Probed::Unsure => Slot::Local(NOT_READY),
+            Probed::Unsure | Probed::NoBudget => Slot::Local(NOT_READY),
         }
     }))
     .await;

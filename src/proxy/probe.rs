@@ -6,6 +6,7 @@
 //! unsure, which is no verdict. Ids no key owns are remembered for a while, so a client
 //! polling a bad id does not make keyrelay ask every key every time.
 
+mod budget;
 mod misses;
 
 use std::sync::Arc;
@@ -18,6 +19,7 @@ use crate::captcha::{self, Outcome, ParsedRequest};
 use crate::pins::TaskId;
 use crate::pool::KeyEntry;
 use crate::upstream::UpstreamAnswer;
+use budget::Budget;
 use misses::Misses;
 
 /// At most this many keys are asked about one id, at once: enough for any real pool, and a
@@ -42,15 +44,21 @@ pub(super) const NOT_MINE: [&str; 2] = ["ERROR_WRONG_CAPTCHA_ID", "ERROR_WRONG_I
 pub struct ProbeState {
     /// Ids recently found to be nobody's.
     misses: Misses,
+    /// Upstream probe requests that may be made now (`[pins] probe_rate`, `probe_burst`).
+    budget: Budget,
 }
 
 impl Default for ProbeState {
     fn default() -> ProbeState {
         ProbeState {
             misses: Misses::new(MISS_HOLD, MAX_MISS_BYTES),
+            budget: Budget::default(),
         }
     }
 }
+
+// Every probe of a full-size pool must fit in the smallest burst the config allows.
+const _: () = assert!(MAX_PROBED_KEYS as u32 <= crate::config::MIN_PROBE_BURST);
 
 impl ProbeState {
     /// Drops remembered misses whose hold has ended; returns how many are left.
@@ -72,6 +80,8 @@ pub(super) enum Probed {
     /// No owner claimed it, but some key could not say (an error, a timeout): the task may
     /// well exist, so this is no verdict.
     Unsure,
+    /// Not probed: the probe budget is spent. No verdict either.
+    NoBudget,
 }
 
 /// What one key's answer says about the task.
@@ -121,6 +131,18 @@ pub(super) async fn probe(
         return Probed::Nobody { remembered: true };
     }
     let keys = &ctx.snapshot.pool.keys()[..ctx.snapshot.pool.keys().len().min(MAX_PROBED_KEYS)];
+    // Charged per key asked, before asking: what goes upstream is what the budget bounds.
+    let pins = &ctx.snapshot.config.pins;
+    let asked = keys.len() as u32;
+    if !ctx
+        .app
+        .probe()
+        .budget
+        .try_take(asked, pins.probe_rate, pins.probe_burst, now)
+    {
+        count(ctx, "budget");
+        return Probed::NoBudget;
+    }
     let mut asking: FuturesUnordered<_> = keys
         .iter()
         .map(|key| async move { (key, ctx.exchange(key, parsed, extra).await) })
