@@ -18,7 +18,7 @@ use crate::health::{HealthEvent, HealthStore, MemoryHealth, StateKind, Transitio
 use crate::metrics::Metrics;
 use crate::pins::{JournalPins, MemoryPins, PinStore};
 use crate::pool::{KeyEntry, KeyPool, Selection};
-use crate::proxy::probe::ProbeMisses;
+use crate::proxy::probe::ProbeState;
 use crate::registry::{KeyRegistry, RegistryFull};
 use crate::reload::Applied;
 use crate::upstream::UpstreamClient;
@@ -76,8 +76,9 @@ struct Inner {
     /// Set while all upstream traffic is paused because the service banned keyrelay's IP.
     /// A std `Mutex`: read and written in a few instructions, never across an await.
     paused_until: Mutex<Option<Instant>>,
-    /// Unknown task ids recently probed without an owner.
-    probe_misses: ProbeMisses,
+    /// What the owner probe keeps between requests: ids found to be nobody's, and the
+    /// budget its upstream requests draw from.
+    probe: ProbeState,
     /// Held while an attempt's health decision is made and applied (a few instructions,
     /// never across an await), so the ejection cap counts every cooldown in flight.
     ejection_lock: Mutex<()>,
@@ -152,7 +153,7 @@ impl App {
             seeded: seed.map(|s| Mutex::new(SmallRng::seed_from_u64(s))),
             started: Instant::now(),
             paused_until: Mutex::new(None),
-            probe_misses: ProbeMisses::default(),
+            probe: ProbeState::default(),
             ejection_lock: Mutex::new(()),
             requests: TaskTracker::new(),
             retry_budget,
@@ -254,8 +255,8 @@ impl App {
         self.0.ejection_lock.lock().expect("ejection lock poisoned")
     }
 
-    pub(crate) fn probe_misses(&self) -> &ProbeMisses {
-        &self.0.probe_misses
+    pub(crate) fn probe(&self) -> &ProbeState {
+        &self.0.probe
     }
 
     /// Records a first attempt, which earns retries for later.
@@ -430,7 +431,10 @@ fn keep_start_only_settings(running: &Config, new: &mut Config) -> Vec<&'static 
     }
     if new.pins.ttl != running.pins.ttl || new.pins.max_pins != running.pins.max_pins {
         changed.push("pins");
+        // The probe budget is read on every probe, so it applies live.
+        let probe = (new.pins.probe_rate, new.pins.probe_burst);
         new.pins = running.pins.clone();
+        (new.pins.probe_rate, new.pins.probe_burst) = probe;
     }
     changed
 }

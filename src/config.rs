@@ -66,6 +66,16 @@ pub const DEFAULT_RETRY_BUDGET_MIN: u32 = 10;
 pub const DEFAULT_PIN_TTL: Duration = Duration::from_secs(2 * 60 * 60);
 /// About a hundred bytes each, so the cap bounds the pin table near 100 MB in the worst case.
 pub const DEFAULT_MAX_PINS: usize = 1_000_000;
+/// Upstream requests a second the owner probe may make: a fraction of what a busy pool's
+/// polls send, so unknown ids cannot multiply traffic into an IP ban.
+pub const DEFAULT_PROBE_RATE: f64 = 50.0;
+/// Probe requests that may go at once after a quiet spell: a restart that lost its pins
+/// finds a few hundred tasks at once, then at `probe_rate`.
+pub const DEFAULT_PROBE_BURST: u32 = 500;
+/// The smallest burst allowed: one probe of a full-size pool (`MAX_PROBED_KEYS` keys).
+pub const MIN_PROBE_BURST: u32 = 16;
+/// The largest rate or burst accepted: beyond, the budget would bound nothing.
+pub const MAX_PROBE_BUDGET: f64 = 1_000_000.0;
 /// Nine base64 images (a BLS grid) plus fields fit with room; larger bodies are not captchas.
 pub const DEFAULT_MAX_BODY: usize = 16 * 1024 * 1024;
 /// Real clients send a few hundred bytes of headers; hyper's own default is 400 KiB.
@@ -251,6 +261,10 @@ pub struct Pins {
     pub max_pins: usize,
     /// Keep pins on disk (in `data_dir`) so they survive restarts and crashes.
     pub durable: bool,
+    /// Upstream requests per second the owner probe may make for ids without a pin (> 0).
+    pub probe_rate: f64,
+    /// Probe requests that may go at once (>= `MIN_PROBE_BURST`).
+    pub probe_burst: u32,
 }
 
 /// `[observability]`: what keyrelay tells callers and operators about itself.
@@ -447,6 +461,8 @@ impl Default for Pins {
             ttl: DEFAULT_PIN_TTL,
             max_pins: DEFAULT_MAX_PINS,
             durable: DEFAULT_DURABLE_PINS,
+            probe_rate: DEFAULT_PROBE_RATE,
+            probe_burst: DEFAULT_PROBE_BURST,
         }
     }
 }

@@ -76,7 +76,7 @@ pub struct Metrics {
     pub connections_rejected: IntCounter,
     /// Retries not made because the retry budget was spent.
     pub retries_denied: IntCounter,
-    /// Probes for unknown task ids by result: found, not_found, rate_limited.
+    /// Unknown task ids by what became of them: found, not_found, remembered, unsure, budget, invalid.
     pub probes: IntCounterVec,
     /// keyrelay's own checks of a key-unusable verdict a caller's request drew, by result.
     pub key_checks: IntCounterVec,
@@ -326,7 +326,7 @@ impl Metrics {
                 r,
                 counter(
                     "keyrelay_probes_total",
-                    "Unknown task ids probed across the pool, by result: found, not_found, rate_limited.",
+                    "Task ids keyrelay had no pin for, by what became of them: found, not_found, remembered, unsure, budget, invalid.",
                     &["result"],
                 )?
             ),

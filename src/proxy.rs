@@ -336,6 +336,19 @@ impl Ctx {
         parsed: &ParsedRequest,
         extra: &[(&str, &str)],
     ) -> Attempt {
+        let attempt = self.exchange(key, parsed, extra).await;
+        self.record_key_error(key, &attempt);
+        attempt
+    }
+
+    /// [`Ctx::attempt`] without counting a failure against the key: for the owner probe, to
+    /// which most keys rightly answer "not my task".
+    pub async fn exchange(
+        &self,
+        key: &KeyEntry,
+        parsed: &ParsedRequest,
+        extra: &[(&str, &str)],
+    ) -> Attempt {
         let mut set = Vec::with_capacity(1 + extra.len());
         set.push(("key", key.key.expose()));
         set.extend_from_slice(extra);
@@ -369,14 +382,19 @@ impl Ctx {
         if attempt.outcome == Outcome::IpBanned {
             self.app.pause_upstream(self.policy().ip_ban_pause);
         }
+        attempt
+    }
+
+    /// Counts a failed attempt in `keyrelay_key_errors_total` and as the key's last error.
+    pub fn record_key_error(&self, key: &KeyEntry, attempt: &Attempt) {
         if attempt.outcome != Outcome::Success {
-            metrics
+            self.app
+                .metrics()
                 .key_errors
                 .with_label_values(&[key.name.as_str(), attempt.code])
                 .inc();
             key.stats.set_last_error(attempt.code);
         }
-        attempt
     }
 
     /// Decides what an attempt means for its key (with `decide`, a pure policy), applies

@@ -129,7 +129,7 @@ pub async fn run(
     Ok(())
 }
 
-/// Drops expired pins now and then. A durable store may compact its journal while
+/// Drops expired pins (and the probe's expired misses) now and then. A durable store may compact its journal while
 /// sweeping, which is blocking file I/O, so it runs on the blocking pool.
 async fn sweep_pins(app: App) {
     let mut tick = tokio::time::interval(PIN_SWEEP_INTERVAL);
@@ -137,6 +137,9 @@ async fn sweep_pins(app: App) {
         tick.tick().await;
         let store = app.clone();
         let now = Instant::now();
+        // The probe's misses expire on every probe too; this frees them after a burst of
+        // bad ids when no probe follows.
+        app.probe().sweep(now);
         if let Ok(dropped) = tokio::task::spawn_blocking(move || store.pins().sweep(now)).await {
             if dropped > 0 {
                 tracing::debug!(dropped, "expired pins dropped");

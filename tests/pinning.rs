@@ -228,7 +228,7 @@ async fn unknown_ids_get_wrong_captcha_id_in_the_callers_format() {
         Some(1.0)
     );
     assert_eq!(
-        metric(&metrics, "keyrelay_probes_total{result=\"rate_limited\"}"),
+        metric(&metrics, "keyrelay_probes_total{result=\"remembered\"}"),
         Some(1.0)
     );
     h.stop().await;

@@ -82,6 +82,8 @@ pub(super) struct RawPins {
     pub ttl: Option<Value>,
     pub max_pins: Option<usize>,
     pub durable: Option<bool>,
+    pub probe_rate: Option<f64>,
+    pub probe_burst: Option<u32>,
 }
 
 /// `[limits]`.

@@ -908,3 +908,32 @@ fn a_stale_timeout_must_be_positive_and_a_tier_a_whole_number() {
         "capacity.queue_timeout: write durations as a string with a unit, e.g. \"30s\" (got the integer 5)",
     );
 }
+
+#[test]
+fn the_probe_budget_is_read_and_checked() {
+    let text = format!("{}[pins]\nprobe_rate = 2.5\nprobe_burst = 40\n", one_key());
+    let config = Config::from_toml_str(&text, &no_env).expect("valid");
+    assert_eq!((config.pins.probe_rate, config.pins.probe_burst), (2.5, 40));
+    let defaults = Config::from_toml_str(&one_key(), &no_env).expect("valid");
+    assert_eq!(
+        (defaults.pins.probe_rate, defaults.pins.probe_burst),
+        (DEFAULT_PROBE_RATE, DEFAULT_PROBE_BURST)
+    );
+    for (setting, problem) in [
+        ("probe_rate = 0.0", "pins.probe_rate: must be > 0"),
+        ("probe_rate = -1.0", "pins.probe_rate: must be > 0"),
+        ("probe_rate = nan", "pins.probe_rate: must be > 0"),
+        ("probe_rate = inf", "pins.probe_rate: must be > 0"),
+        ("probe_rate = 2e6", "pins.probe_rate: must be > 0"),
+        ("probe_burst = 15", "pins.probe_burst: must be >= 16"),
+        ("probe_burst = 0", "pins.probe_burst: must be >= 16"),
+        ("probe_burst = 2000000", "pins.probe_burst: must be >= 16"),
+    ] {
+        let text = format!("{}[pins]\n{setting}\n", one_key());
+        let found = problems(&text);
+        assert!(
+            found.iter().any(|p| p.starts_with(problem)),
+            "{setting}: {found:?}"
+        );
+    }
+}

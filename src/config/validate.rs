@@ -273,10 +273,36 @@ fn failover(p: &mut Problems, raw: RawFailover) -> Failover {
 fn pins(p: &mut Problems, raw: RawPins) -> Pins {
     let ttl = duration(p, "pins.ttl", raw.ttl, DEFAULT_PIN_TTL, Zero::Rejected);
     let max_pins = at_least_one(p, "pins.max_pins", raw.max_pins, DEFAULT_MAX_PINS);
+    let probe_rate = match raw.probe_rate {
+        None => DEFAULT_PROBE_RATE,
+        Some(rate) if rate > 0.0 && rate <= MAX_PROBE_BUDGET => rate,
+        Some(rate) => {
+            p.add(
+                "pins.probe_rate",
+                format!("must be > 0 and <= {MAX_PROBE_BUDGET} requests a second, got {rate}"),
+            );
+            DEFAULT_PROBE_RATE
+        }
+    };
+    let probe_burst = match raw.probe_burst {
+        None => DEFAULT_PROBE_BURST,
+        Some(burst) if burst >= MIN_PROBE_BURST && f64::from(burst) <= MAX_PROBE_BUDGET => burst,
+        Some(burst) => {
+            p.add(
+                "pins.probe_burst",
+                format!(
+                    "must be >= {MIN_PROBE_BURST} (one probe of a full pool) and <= {MAX_PROBE_BUDGET}, got {burst}"
+                ),
+            );
+            DEFAULT_PROBE_BURST
+        }
+    };
     Pins {
         ttl,
         max_pins,
         durable: raw.durable.unwrap_or(DEFAULT_DURABLE_PINS),
+        probe_rate,
+        probe_burst,
     }
 }
 

@@ -1,15 +1,17 @@
 //! `res.php` actions tied to a task (`get`, `get2`, `reportbad`, `reportgood`): each goes out
 //! with the key that created the task, and `ids=` lists are split per key and re-joined.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use futures_util::future::join_all;
 use tokio::time::Instant;
 
-use super::{probe, Attempt, Ctx, Handled};
+use super::probe::{self, Probed};
+use super::{Attempt, Ctx, Handled};
 use crate::captcha::{self, Outcome, ParsedRequest, Reply};
 use crate::failover::{self, Next};
-use crate::pins::TaskId;
+use crate::pins::{BadTaskId, TaskId, MAX_TASK_ID_LEN, TASK_ID_PUNCTUATION};
 use crate::pool::KeyEntry;
 
 const WRONG_ID: &str = "ERROR_WRONG_CAPTCHA_ID";
@@ -31,19 +33,57 @@ pub(super) async fn poll(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
 
 async fn poll_one(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
     let started = Instant::now();
-    let Some(task) = parsed.param("id").as_deref().and_then(TaskId::parse) else {
-        return ctx.local_error(
-            WRONG_ID,
-            "no task id given: pass id=<task id>",
-            "unknown_task",
-        );
+    let raw = parsed.param("id").unwrap_or_default();
+    let task = match TaskId::read(&raw) {
+        Ok(task) => task,
+        Err(BadTaskId::Blank) => {
+            return ctx.local_error(
+                WRONG_ID,
+                "no task id given: pass id=<task id>",
+                "unknown_task",
+            )
+        }
+        // Definite without asking anyone: no key can own what is not a task id. The id is
+        // not echoed: it may be megabytes.
+        Err(_) => {
+            probe::count(ctx, "invalid");
+            return ctx.local_error(WRONG_ID, &not_an_id(), "bad_request");
+        }
     };
+    // The upstream gets the id as keyrelay reads it, so "0123" polls task 123 there too.
+    let canonical = (!task.spelled_as(&raw)).then(|| task.to_string());
+    let respelled: Vec<(&str, &str)> = canonical.iter().map(|id| ("id", id.as_str())).collect();
     let Some(key) = owner(ctx, &task) else {
-        return probe::probe(ctx, parsed, &task, &[])
-            .await
-            .into_handled(ctx, &task);
+        return match probe::probe(ctx, parsed, &task, &respelled).await {
+            Probed::Owner {
+                key,
+                answer,
+                outcome,
+            } => Handled::upstream(answer, outcome, &key, 1),
+            Probed::Nobody { remembered } => {
+                let moments_ago = if remembered {
+                    " (asked moments ago)"
+                } else {
+                    ""
+                };
+                let text = format!("no key of the pool owns task {task}{moments_ago}");
+                ctx.local_error(WRONG_ID, &text, "unknown_task")
+            }
+            Probed::Unsure => no_verdict(
+                ctx,
+                parsed,
+                "no key claimed this task, but not every key could answer",
+                "upstream_failed",
+            ),
+            Probed::NoBudget => no_verdict(
+                ctx,
+                parsed,
+                "keyrelay has no pin for this task and its probe budget is spent",
+                "probe_budget",
+            ),
+        };
     };
-    let (attempt, tries) = with_retries(ctx, &key, parsed, &[]).await;
+    let (attempt, tries) = with_retries(ctx, &key, parsed, &respelled).await;
     let outcome = attempt.outcome.label();
     tracing::info!(
         action = parsed.action().as_deref().unwrap_or(""),
@@ -61,6 +101,14 @@ async fn poll_one(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
         Some(answer) => Handled::upstream(answer, outcome, &key, tries),
         None => unanswered(ctx, parsed),
     }
+}
+
+/// What an id that cannot be a task id is told.
+fn not_an_id() -> String {
+    let punctuation = String::from_utf8_lossy(TASK_ID_PUNCTUATION);
+    format!(
+        "not a task id: ids are at most {MAX_TASK_ID_LEN} ASCII letters, digits or any of {punctuation}"
+    )
 }
 
 /// Whether a poll's answer ends its task: a solution, or a verdict on the task itself
@@ -84,20 +132,27 @@ fn finish_items(ctx: &Ctx, ids: &[&str], items: &[String]) {
     }
 }
 
-/// A poll the upstream did not answer after every retry. For `get`/`get2` the honest answer
-/// is "not ready (as far as keyrelay knows)": every client polls again, and gives up on its
-/// own timeout if the outage lasts. A report cannot be answered that way.
+/// A poll the upstream did not answer after every retry.
 fn unanswered(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
+    no_verdict(
+        ctx,
+        parsed,
+        "the upstream did not answer this poll",
+        "upstream_failed",
+    )
+}
+
+/// A poll keyrelay has no answer for, because `why`. For `get`/`get2` the honest answer is
+/// "not ready (as far as keyrelay knows)": every client polls again, and gives up on its own
+/// timeout if this lasts, whereas `ERROR_WRONG_CAPTCHA_ID` would make it drop a task that
+/// may exist. A report cannot be answered that way: "retry later".
+fn no_verdict(ctx: &Ctx, parsed: &ParsedRequest, why: &str, outcome: &'static str) -> Handled {
     match parsed.action().as_deref() {
-        Some("get" | "get2") => ctx.local_error(
-            NOT_READY,
-            "the upstream did not answer this poll; poll again",
-            "upstream_failed",
-        ),
+        Some("get" | "get2") => ctx.local_error(NOT_READY, &format!("{why}; poll again"), outcome),
         _ => ctx.local_error(
             "ERROR_SERVER_ERROR",
-            "the upstream did not answer; retry later",
-            "upstream_failed",
+            &format!("{why}; retry later"),
+            outcome,
         ),
     }
 }
@@ -135,8 +190,19 @@ fn owner(ctx: &Ctx, task: &TaskId) -> Option<Arc<KeyEntry>> {
     ctx.app.registry().get(id)
 }
 
+/// What one slot of an `ids=` list answers, decided before anything goes to the owners.
+#[derive(Clone)]
+enum Slot {
+    /// Asked of this key, with the other ids it owns.
+    Key(Arc<KeyEntry>),
+    /// Answered by keyrelay: `ERROR_WRONG_CAPTCHA_ID` when the id cannot be a task or no key
+    /// owns it; `CAPCHA_NOT_READY` when there is no verdict yet (a probe that could not be
+    /// sure, a spent probe budget, or an id past the probe limit).
+    Local(&'static str),
+}
+
 /// `get` with `ids=a,b,c`: ids of one key go out together; the answers are re-joined in the
-/// caller's order. Unknown ids answer `ERROR_WRONG_CAPTCHA_ID` in their slot.
+/// caller's order. Unknown ids are probed; see [`Slot`] for what answers in their slot.
 async fn poll_many(ctx: &Ctx, parsed: &ParsedRequest, ids: &str) -> Handled {
     let started = Instant::now();
     let ids: Vec<&str> = ids
@@ -144,46 +210,77 @@ async fn poll_many(ctx: &Ctx, parsed: &ParsedRequest, ids: &str) -> Handled {
         .map(str::trim)
         .filter(|id| !id.is_empty())
         .collect();
-    let mut owners: Vec<Option<Arc<KeyEntry>>> = ids
+    // Ids that cannot be task ids are answered in their slot and never go upstream; the
+    // rest go out in their canonical spelling.
+    let tasks: Vec<Option<TaskId>> = ids.iter().map(|raw| TaskId::parse(raw)).collect();
+    let spelled: Vec<String> = ids
         .iter()
-        .map(|raw| TaskId::parse(raw).and_then(|task| owner(ctx, &task)))
+        .zip(&tasks)
+        .map(|(raw, task)| match task {
+            Some(task) if !task.spelled_as(raw) => task.to_string(),
+            _ => (*raw).to_owned(),
+        })
         .collect();
-    // Ids without a pin are looked for across the pool, a bounded number per request; a
-    // found id is pinned and joins its key's group below, which asks for it once more (one
-    // extra poll, the first time only).
-    let unknown: Vec<usize> = (0..ids.len())
-        .filter(|slot| owners[*slot].is_none())
+    let mut slots: Vec<Option<Slot>> = tasks
+        .iter()
+        .map(|task| match task {
+            None => Some(Slot::Local(WRONG_ID)),
+            Some(task) => owner(ctx, task).map(Slot::Key),
+        })
+        .collect();
+    let unknown = slots.iter().filter(|slot| slot.is_none()).count();
+    // Ids without a pin are looked for across the pool, each distinct id once and a bounded
+    // number per request; a found id is pinned and joins its key's group below, which asks
+    // for it once more (one extra poll, the first time only). Ids past the bound get no
+    // verdict: not ready, so the client polls again and they are looked for then.
+    let mut distinct = HashSet::new();
+    let probed: Vec<&TaskId> = slots
+        .iter()
+        .zip(&tasks)
+        .filter(|(slot, _)| slot.is_none())
+        .filter_map(|(_, task)| task.as_ref())
+        .filter(|task| distinct.insert(*task))
         .take(probe::MAX_PROBED_IDS)
         .collect();
-    let probes = join_all(unknown.iter().map(|slot| {
-        let id = ids[*slot];
-        async move {
-            let task = TaskId::parse(id)?;
-            match probe::probe(ctx, parsed, &task, &[("ids", id)]).await {
-                probe::Probed::Owner { key, .. } => Some(key),
-                probe::Probed::Nobody { .. } => None,
-            }
+    let found = join_all(probed.iter().map(|task| async move {
+        let spelled = task.to_string();
+        match probe::probe(ctx, parsed, task, &[("ids", &spelled)]).await {
+            Probed::Owner { key, .. } => Slot::Key(key),
+            Probed::Nobody { .. } => Slot::Local(WRONG_ID),
+            Probed::Unsure | Probed::NoBudget => Slot::Local(NOT_READY),
         }
     }))
     .await;
-    for (slot, found) in unknown.into_iter().zip(probes) {
-        owners[slot] = found;
+    let found: HashMap<&TaskId, Slot> = probed.into_iter().zip(found).collect();
+    for (slot, task) in slots.iter_mut().zip(&tasks) {
+        if slot.is_none() {
+            let verdict = task.as_ref().and_then(|task| found.get(task));
+            *slot = Some(verdict.cloned().unwrap_or(Slot::Local(NOT_READY)));
+        }
     }
+    let slots: Vec<Slot> = slots.into_iter().flatten().collect();
 
     // Groups in order of first appearance, so requests go out in a stable order.
     let mut groups: Vec<(Arc<KeyEntry>, Vec<usize>)> = Vec::new();
-    for (slot, key) in owners.iter().enumerate() {
-        let Some(key) = key else { continue };
+    for (index, slot) in slots.iter().enumerate() {
+        let Slot::Key(key) = slot else { continue };
         match groups.iter_mut().find(|(k, _)| k.id == key.id) {
-            Some((_, slots)) => slots.push(slot),
-            None => groups.push((key.clone(), vec![slot])),
+            Some((_, indexes)) => indexes.push(index),
+            None => groups.push((key.clone(), vec![index])),
         }
     }
-    let all_known = owners.iter().all(Option::is_some);
+    let all_known = slots.iter().all(|slot| matches!(slot, Slot::Key(_)));
     if groups.len() == 1 && all_known {
-        // One key owns them all: forward as is and pass the answer through verbatim.
+        // One key owns them all: forward as is (respelled if need be) and pass the answer
+        // through verbatim.
         let key = groups[0].0.clone();
-        let (attempt, tries) = with_retries(ctx, &key, parsed, &[]).await;
+        let respelled = ids
+            .iter()
+            .zip(&spelled)
+            .any(|(raw, spelled)| raw != spelled)
+            .then(|| spelled.join(","));
+        let extra: Vec<(&str, &str)> = respelled.iter().map(|l| ("ids", l.as_str())).collect();
+        let (attempt, tries) = with_retries(ctx, &key, parsed, &extra).await;
         let outcome = attempt.outcome.label();
         return match attempt.deliverable() {
             Some(answer) => {
@@ -196,9 +293,19 @@ async fn poll_many(ctx: &Ctx, parsed: &ParsedRequest, ids: &str) -> Handled {
         };
     }
 
-    let mut items: Vec<String> = vec![WRONG_ID.to_owned(); ids.len()];
+    let mut items: Vec<String> = slots
+        .iter()
+        .map(|slot| match slot {
+            Slot::Local(code) => (*code).to_owned(),
+            Slot::Key(_) => NOT_READY.to_owned(),
+        })
+        .collect();
     let answers = join_all(groups.iter().map(|(key, slots)| {
-        let joined = slots.iter().map(|s| ids[*s]).collect::<Vec<_>>().join(",");
+        let joined = slots
+            .iter()
+            .map(|s| spelled[*s].as_str())
+            .collect::<Vec<_>>()
+            .join(",");
         async move {
             let (attempt, _) = with_retries(ctx, key, parsed, &[("ids", &joined)]).await;
             attempt
@@ -225,7 +332,7 @@ async fn poll_many(ctx: &Ctx, parsed: &ParsedRequest, ids: &str) -> Handled {
         action = "get",
         ids = ids.len(),
         keys = groups.len(),
-        unknown = owners.iter().filter(|o| o.is_none()).count(),
+        unknown,
         latency_ms = started.elapsed().as_millis() as u64,
         "poll"
     );

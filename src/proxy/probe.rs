@@ -1,60 +1,69 @@
 //! Finding the owner of a task id keyrelay has no pin for: a lost pin, a task submitted by
 //! another keyrelay instance, or one submitted before keyrelay was introduced. The pool's
-//! keys are asked concurrently; the first that answers with anything but "not my task" owns
-//! it, and the task is pinned to it. Ids no key owns are remembered for a while, so a
-//! client polling a bad id does not make keyrelay ask every key every time.
+//! keys are asked concurrently; the first that answers about the task owns it, the task is
+//! pinned to it, and its answer goes to the caller at once. "Nobody owns it" is said only
+//! when every key asked said "not mine"; a key that could not answer makes the probe
+//! unsure, which is no verdict. Ids no key owns are remembered for a while, so a client
+//! polling a bad id does not make keyrelay ask every key every time.
+
+mod budget;
+mod misses;
 
 use std::sync::Arc;
 
-use futures_util::future::join_all;
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::time::{Duration, Instant};
 
-use super::{Ctx, Handled};
+use super::{Attempt, Ctx};
 use crate::captcha::{self, Outcome, ParsedRequest};
-use crate::fast_map::FastMap;
 use crate::pins::TaskId;
 use crate::pool::KeyEntry;
 use crate::upstream::UpstreamAnswer;
+use budget::Budget;
+use misses::Misses;
 
 /// At most this many keys are asked about one id, at once: enough for any real pool, and a
 /// bound on the traffic one unknown id can cause.
 pub const MAX_PROBED_KEYS: usize = 16;
 
-/// At most this many unknown ids of one `ids=` poll are probed; the rest answer
-/// `ERROR_WRONG_CAPTCHA_ID` at once, so one request cannot fan out without bound.
+/// At most this many distinct unknown ids of one `ids=` poll are probed; the rest answer
+/// `CAPCHA_NOT_READY` (no verdict yet), so one request cannot fan out without bound.
 pub const MAX_PROBED_IDS: usize = 8;
 
 /// How long an id no key owns is answered from memory instead of asking again.
 pub const MISS_HOLD: Duration = Duration::from_secs(60);
 
-/// Remembered misses at most; beyond, the memory is cleared rather than grown.
-const MAX_MISSES: usize = 100_000;
+/// What the remembered misses may cost at most. Ids are at most 64 bytes, so this is tens
+/// of thousands of ids: more than the probe budget lets keyrelay find in one `MISS_HOLD`.
+pub const MAX_MISS_BYTES: usize = 2 << 20;
 
 /// Answers that mean "this key does not know this task".
-const NOT_MINE: [&str; 2] = ["ERROR_WRONG_CAPTCHA_ID", "ERROR_WRONG_ID_FORMAT"];
+pub(super) const NOT_MINE: [&str; 2] = ["ERROR_WRONG_CAPTCHA_ID", "ERROR_WRONG_ID_FORMAT"];
 
-/// Ids recently probed without finding an owner, with when they may be probed again.
-#[derive(Default)]
-pub struct ProbeMisses {
-    /// Sharded like the pins; entries are copied out, never held across an await.
-    until: FastMap<TaskId, Instant>,
+/// What the probe keeps between requests, shared by the whole process.
+pub struct ProbeState {
+    /// Ids recently found to be nobody's.
+    misses: Misses,
+    /// Upstream probe requests that may be made now (`[pins] probe_rate`, `probe_burst`).
+    budget: Budget,
 }
 
-impl ProbeMisses {
-    fn held(&self, task: &TaskId, now: Instant) -> bool {
-        self.until.get(task).is_some_and(|until| *until > now)
-    }
-
-    fn remember(&self, task: TaskId, now: Instant) {
-        if self.until.len() >= MAX_MISSES {
-            // Crude but bounded: a burst of bad ids costs one round of probes each again.
-            self.until.clear();
+impl Default for ProbeState {
+    fn default() -> ProbeState {
+        ProbeState {
+            misses: Misses::new(MISS_HOLD, MAX_MISS_BYTES),
+            budget: Budget::default(),
         }
-        self.until.insert(task, now + MISS_HOLD);
     }
+}
 
-    fn forget(&self, task: &TaskId) {
-        self.until.remove(task);
+// Every probe of a full-size pool must fit in the smallest burst the config allows.
+const _: () = assert!(MAX_PROBED_KEYS as u32 <= crate::config::MIN_PROBE_BURST);
+
+impl ProbeState {
+    /// Drops remembered misses whose hold has ended; returns how many are left.
+    pub fn sweep(&self, now: Instant) -> usize {
+        self.misses.sweep(now)
     }
 }
 
@@ -66,34 +75,49 @@ pub(super) enum Probed {
         answer: UpstreamAnswer,
         outcome: &'static str,
     },
-    /// No key owns it, or it was probed without success moments ago.
-    Nobody { rate_limited: bool },
+    /// Every key asked said the task is not theirs, now or moments ago (`remembered`).
+    Nobody { remembered: bool },
+    /// No owner claimed it, but some key could not say (an error, a timeout): the task may
+    /// well exist, so this is no verdict.
+    Unsure,
+    /// Not probed: the probe budget is spent. No verdict either.
+    NoBudget,
 }
 
-impl Probed {
-    /// The caller's answer for a single-id request.
-    pub(super) fn into_handled(self, ctx: &Ctx, task: &TaskId) -> Handled {
-        match self {
-            Probed::Owner {
-                key,
-                answer,
-                outcome,
-            } => Handled::upstream(answer, outcome, &key, 1),
-            Probed::Nobody { rate_limited } => {
-                let text = if rate_limited {
-                    format!("no key of the pool owns task {task} (asked moments ago)")
-                } else {
-                    format!("no key of the pool owns task {task}")
-                };
-                ctx.local_error(NOT_MINE[0], &text, "unknown_task")
-            }
-        }
+/// What one key's answer says about the task.
+enum Verdict {
+    /// It answered about the task: a result, "not ready", or a verdict such as unsolvable.
+    Mine,
+    /// It said the task is not its own.
+    NotMine,
+    /// It could not say: an error of the key or the service, a timeout, an odd answer.
+    CannotSay,
+}
+
+fn verdict(attempt: &Attempt) -> Verdict {
+    let Ok(answer) = &attempt.result else {
+        return Verdict::CannotSay;
+    };
+    // Read as a one-item answer, so that both a single poll's `ERROR_WRONG_CAPTCHA_ID` and
+    // a batch poll's `{"status":1,"request":"ERROR_WRONG_CAPTCHA_ID"}` say "not mine".
+    let not_mine = answer.status.is_success()
+        && captcha::split_ids_reply(&answer.body, 1)
+            .is_some_and(|items| NOT_MINE.contains(&items[0].as_str()));
+    if not_mine {
+        return Verdict::NotMine;
+    }
+    // A key that is dead, busy or failing says nothing either way.
+    let about_the_task = matches!(attempt.outcome, Outcome::Success | Outcome::CallerError);
+    if about_the_task && answer.status.is_success() {
+        Verdict::Mine
+    } else {
+        Verdict::CannotSay
     }
 }
 
 /// Asks the pool's keys who owns `task`, with the caller's own request and the `extra`
-/// replacements (for a batch poll, `ids` narrowed to this one id). A `get` has no side
-/// effect on a key that does not own the task; a report is recorded only by the owner.
+/// replacements (for a batch poll, `ids` narrowed to this one id), and answers as soon as
+/// one claims it. Only a full set of "not mine" answers is a verdict that nobody does.
 pub(super) async fn probe(
     ctx: &Ctx,
     parsed: &ParsedRequest,
@@ -101,57 +125,74 @@ pub(super) async fn probe(
     extra: &[(&str, &str)],
 ) -> Probed {
     let now = Instant::now();
-    let misses = ctx.app.probe_misses();
+    let misses = &ctx.app.probe().misses;
     if misses.held(task, now) {
-        count(ctx, "rate_limited");
-        return Probed::Nobody { rate_limited: true };
+        count(ctx, "remembered");
+        return Probed::Nobody { remembered: true };
     }
-    let keys: Vec<Arc<KeyEntry>> = ctx
-        .snapshot
-        .pool
-        .keys()
+    let keys = &ctx.snapshot.pool.keys()[..ctx.snapshot.pool.keys().len().min(MAX_PROBED_KEYS)];
+    // Charged per key asked, before asking: what goes upstream is what the budget bounds.
+    let pins = &ctx.snapshot.config.pins;
+    let asked = keys.len() as u32;
+    if !ctx
+        .app
+        .probe()
+        .budget
+        .try_take(asked, pins.probe_rate, pins.probe_burst, now)
+    {
+        count(ctx, "budget");
+        return Probed::NoBudget;
+    }
+    let mut asking: FuturesUnordered<_> = keys
         .iter()
-        .take(MAX_PROBED_KEYS)
-        .cloned()
+        .map(|key| async move { (key, ctx.exchange(key, parsed, extra).await) })
         .collect();
-    let attempts = join_all(keys.iter().map(|key| ctx.attempt(key, parsed, extra))).await;
-    for (key, attempt) in keys.into_iter().zip(attempts) {
-        // Only an answer about the task shows ownership: a result, "not ready", or a verdict
-        // on the task such as unsolvable. A key that is dead or busy says nothing either way.
-        // Read as a one-item answer, so that both a single poll's `ERROR_WRONG_CAPTCHA_ID`
-        // and a batch poll's `{"status":1,"request":"ERROR_WRONG_CAPTCHA_ID"}` say "not mine".
-        let not_mine = match &attempt.result {
-            Ok(answer) => captcha::split_ids_reply(&answer.body, 1)
-                .is_some_and(|items| NOT_MINE.contains(&items[0].as_str())),
-            Err(_) => true,
-        };
-        let about_the_task = matches!(attempt.outcome, Outcome::Success | Outcome::CallerError);
-        if not_mine || !about_the_task {
-            continue;
+    let mut unsure = keys.is_empty();
+    while let Some((key, attempt)) = asking.next().await {
+        match verdict(&attempt) {
+            Verdict::NotMine => {}
+            Verdict::CannotSay => {
+                // A real fault of the key, unlike "not mine", which is most keys' right answer.
+                ctx.record_key_error(key, &attempt);
+                unsure = true;
+            }
+            Verdict::Mine => {
+                let outcome = attempt.outcome.label();
+                let Some(answer) = attempt.deliverable() else {
+                    unsure = true;
+                    continue;
+                };
+                // Pinned, not opened: a task keyrelay did not see submitted holds no thread in
+                // its count (the refresh's threadsinfo counts it as the key's external load).
+                ctx.app.pins().pin(task.clone(), key.id, Instant::now());
+                misses.forget(task);
+                count(ctx, "found");
+                tracing::info!(key = %key.name, task_id = %task, "unknown task found on a key and pinned");
+                // Dropping `asking` cancels the requests still out: each closes its connection
+                // (a connection goes back to the pool only with its whole answer read), and
+                // whether or not it reached its key, it changes nothing there. A task has one
+                // owner, and it has answered; to any other key a get or get2 is a read of a
+                // task it does not have, and a reportbad or reportgood is refused with
+                // ERROR_WRONG_CAPTCHA_ID and recorded nowhere.
+                return Probed::Owner {
+                    key: key.clone(),
+                    answer,
+                    outcome,
+                };
+            }
         }
-        let outcome = attempt.outcome.label();
-        let Some(answer) = attempt.deliverable() else {
-            continue;
-        };
-        // Pinned, not opened: a task keyrelay did not see submitted holds no thread in its
-        // count (the refresh's threadsinfo counts it as the key's external load).
-        ctx.app.pins().pin(task.clone(), key.id, Instant::now());
-        misses.forget(task);
-        count(ctx, "found");
-        tracing::info!(key = %key.name, task_id = %task, "unknown task found on a key and pinned");
-        return Probed::Owner {
-            key,
-            answer,
-            outcome,
-        };
+    }
+    if unsure {
+        // Not remembered: the next poll asks again, and may find the owner then.
+        count(ctx, "unsure");
+        return Probed::Unsure;
     }
     misses.remember(task.clone(), now);
     count(ctx, "not_found");
-    Probed::Nobody {
-        rate_limited: false,
-    }
+    Probed::Nobody { remembered: false }
 }
 
-fn count(ctx: &Ctx, result: &str) {
+/// Counts one unknown id in `keyrelay_probes_total` by what became of it.
+pub(super) fn count(ctx: &Ctx, result: &str) {
     ctx.app.metrics().probes.with_label_values(&[result]).inc();
 }

@@ -260,6 +260,7 @@ async fn handle(state: &State, endpoint: Endpoint, request: &Received, malformed
         // solve.php spends the delay "solving", holding a thread, so tests can see it busy.
         Some(FaultKind::Delay(delay)) if endpoint == Endpoint::Solve => solve_time = delay,
         Some(FaultKind::Delay(delay)) => tokio::time::sleep(delay).await,
+        Some(FaultKind::Hold(gate)) => gate.notified().await,
         None => {}
     }
     let checked = admit_request(state, key, malformed);

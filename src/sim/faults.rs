@@ -1,7 +1,10 @@
 //! Injected failures: what a fault is, and the book that decides which request gets one.
 //! Knows nothing of HTTP; the endpoint code acts on the [`FaultKind`] it is handed.
 
+use std::sync::Arc;
 use std::time::Duration;
+
+use tokio::sync::Notify;
 
 /// Which endpoints a fault applies to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -24,6 +27,10 @@ pub enum FaultKind {
     Delay(Duration),
     /// Close the connection without any answer, after reading the request.
     Reset,
+    /// Wait until the test releases the gate (`notify_one`, or `notify_waiters` for every
+    /// request held), then behave normally: a request held in flight for exactly as long as
+    /// the test wants, with no clock involved.
+    Hold(Arc<Notify>),
     /// Answer this error code in the caller's format (plain or JSON) with HTTP 200.
     Code(String),
 }
