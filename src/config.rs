@@ -355,14 +355,7 @@ impl Config {
             source,
         })?;
         let mut config = Config::from_toml_str(&text, &|name| std::env::var(name).ok())?;
-        // A relative data_dir, or none, is taken relative to the config file, which is
-        // where an operator looks for it.
-        let base = path.parent().unwrap_or(Path::new("."));
-        config.data_dir = Some(match config.data_dir.take() {
-            Some(dir) if dir.is_absolute() => dir,
-            Some(dir) => base.join(dir),
-            None => base.to_owned(),
-        });
+        config.data_dir = Some(data_dir_for(path, config.data_dir.take()));
         Ok(config)
     }
 
@@ -390,6 +383,25 @@ impl Config {
     pub fn summary(&self) -> String {
         summary::render(self)
     }
+}
+
+/// Where the durable state of the config file at `path` lives. A relative `data_dir`, or
+/// none, is taken relative to the file, which is where an operator looks for it. The result
+/// is absolute: a bare `proxy.toml` has the parent `""`, which no system call accepts as a
+/// directory, and an absolute path also says plainly in logs where the journal is.
+fn data_dir_for(path: &Path, configured: Option<PathBuf>) -> PathBuf {
+    let base = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        // `proxy.toml` (parent "") or `/` (no parent): the file's directory is the current one.
+        _ => Path::new("."),
+    };
+    let dir = match configured {
+        Some(dir) if dir.is_absolute() => dir,
+        Some(dir) => base.join(dir),
+        None => base.to_owned(),
+    };
+    // Only fails for an empty path, which `base` never is; the relative path still works then.
+    std::path::absolute(&dir).unwrap_or(dir)
 }
 
 // === impl KeyConfig ===
