@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use crate::ApiKey;
 
-pub use upstream::Upstream;
+pub use upstream::{BadTarget, Upstream};
 
 /// Loopback, so that a fresh install is not an open relay spending the pool's keys.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
