@@ -12,6 +12,7 @@ use tokio::time::{Duration, Instant};
 use super::{Ctx, Handled};
 use crate::captcha::{self, Outcome, ParsedRequest};
 use crate::fast_map::FastMap;
+use crate::metrics::ProbeResult;
 use crate::pins::TaskId;
 use crate::pool::KeyEntry;
 use crate::upstream::UpstreamAnswer;
@@ -103,7 +104,7 @@ pub(super) async fn probe(
     let now = Instant::now();
     let misses = ctx.app.probe_misses();
     if misses.held(task, now) {
-        count(ctx, "rate_limited");
+        count(ctx, ProbeResult::RateLimited);
         return Probed::Nobody { rate_limited: true };
     }
     let keys: Vec<Arc<KeyEntry>> = ctx
@@ -137,7 +138,7 @@ pub(super) async fn probe(
         // count (the refresh's threadsinfo counts it as the key's external load).
         ctx.app.pins().pin(task.clone(), key.id, Instant::now());
         misses.forget(task);
-        count(ctx, "found");
+        count(ctx, ProbeResult::Found);
         tracing::info!(key = %key.name, task_id = %task, "unknown task found on a key and pinned");
         return Probed::Owner {
             key,
@@ -146,12 +147,12 @@ pub(super) async fn probe(
         };
     }
     misses.remember(task.clone(), now);
-    count(ctx, "not_found");
+    count(ctx, ProbeResult::NotFound);
     Probed::Nobody {
         rate_limited: false,
     }
 }
 
-fn count(ctx: &Ctx, result: &str) {
-    ctx.app.metrics().probes.with_label_values(&[result]).inc();
+fn count(ctx: &Ctx, result: ProbeResult) {
+    ctx.app.metrics().count_probe(result);
 }
