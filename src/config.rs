@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use crate::ApiKey;
 
+pub use redact::ParseError;
 pub use upstream::{BadTarget, Upstream};
 
 /// Loopback, so that a fresh install is not an open relay spending the pool's keys.
@@ -300,10 +301,11 @@ pub enum ConfigError {
         #[source]
         source: std::io::Error,
     },
-    /// The text is not TOML, or a field has the wrong type or name. toml's error (line,
-    /// column, message) is kept, with any line that could hold a key masked with `*`.
-    #[error("{}", .0.to_string().trim_end())]
-    Parse(#[source] toml::de::Error),
+    /// The text is not TOML, or a field has the wrong type or name: toml's line, column and
+    /// source line, with any line that could hold a key masked with `*`, and a message that
+    /// names the field and the expected type but never the value.
+    #[error("{0}")]
+    Parse(#[source] ParseError),
     /// One or more validation problems, each naming its field (e.g.
     /// `keys[1] ("client-b").weight: must be > 0, got -1`).
     #[error("{}", invalid_message(.0))]
@@ -337,11 +339,8 @@ impl Config {
         text: &str,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Config, ConfigError> {
-        let raw: raw::RawConfig = toml::from_str(text).map_err(|mut e| {
-            let masked = redact::mask_secrets(text);
-            e.set_input(Some(&masked));
-            ConfigError::Parse(e)
-        })?;
+        let raw: raw::RawConfig =
+            toml::from_str(text).map_err(|e| ConfigError::Parse(redact::parse_error(text, e)))?;
         validate::validate(raw, env).map_err(ConfigError::Invalid)
     }
 

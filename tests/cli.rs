@@ -479,3 +479,53 @@ fn an_explicit_missing_config_is_named_without_the_hint() {
     );
     assert!(!text.contains("keyrelay demo"), "{text}");
 }
+
+/// A key typed into the wrong field of a running keyrelay's proxy.toml: the reload is
+/// rejected, and the logged error names the field but shows at most a fingerprint.
+#[test]
+fn a_rejected_reload_logs_no_value_typed_into_the_wrong_field() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (_sim, sim_addr) = start_simulator(dir.path());
+    write_shipped_config(dir.path(), &sim_addr);
+    let mut proxy = Running::start(
+        dir.path(),
+        &["--config".to_owned(), "proxy.toml".to_owned()],
+    );
+    proxy.line_with("keyrelay listening", false);
+    let good = std::fs::read_to_string(dir.path().join("proxy.toml")).expect("read");
+    let secret = "0123456789abcdef0123456789abcdef";
+    let edits = [
+        ("keys_env", format!("keys_env = \"{secret}\"\n{good}")),
+        (
+            "max_attempts",
+            good.replacen(
+                "max_attempts = 3",
+                &format!("max_attempts = \"{secret}\""),
+                1,
+            ),
+        ),
+        (
+            "listen",
+            good.replacen(
+                "listen = \"127.0.0.1:0\"",
+                &format!("listen = \"{secret}\""),
+                1,
+            ),
+        ),
+    ];
+    for (field, text) in edits {
+        assert_ne!(text, good, "{field}: the edit applies");
+        std::fs::write(dir.path().join("proxy.toml"), &text).expect("write");
+        let line = proxy.line_with("config reload rejected", false);
+        // A parse error spans lines (toml's excerpt): the field is on one of the next ones.
+        if !line.contains(field) {
+            proxy.line_with(field, false);
+        }
+        assert!(
+            !proxy.seen.contains(secret),
+            "{field}: logged the value:\n{}",
+            proxy.seen
+        );
+        assert!(!proxy.seen.contains("0123456789abcdef"), "{}", proxy.seen);
+    }
+}

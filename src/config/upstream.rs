@@ -37,7 +37,12 @@ impl Upstream {
         let https = match uri.scheme_str() {
             Some(scheme) if scheme.eq_ignore_ascii_case("https") => true,
             Some(scheme) if scheme.eq_ignore_ascii_case("http") => false,
-            Some(other) => return Err(format!("scheme must be http or https, got {other:?}")),
+            Some(other) => {
+                return Err(format!(
+                    "scheme must be http or https, got {}",
+                    super::redact::quoted(other)
+                ))
+            }
             None => return Err("must start with http:// or https://".to_owned()),
         };
         let authority = uri
@@ -56,7 +61,12 @@ impl Upstream {
         if let Some(port) = authority[host.len()..].strip_prefix(':') {
             match port.parse::<u16>() {
                 Ok(p) if p > 0 => {}
-                _ => return Err(format!("invalid port {port:?}; expected 1-65535")),
+                _ => {
+                    return Err(format!(
+                        "invalid port {}; expected 1-65535",
+                        super::redact::quoted(port)
+                    ))
+                }
             }
         }
         if uri.query().is_some() {
