@@ -15,7 +15,7 @@ use tower::retry::budget::{Budget, TpsBudget};
 use crate::capacity::{Capacity, MemoryLoad};
 use crate::config::Config;
 use crate::health::{HealthEvent, HealthStore, MemoryHealth, StateKind, Transition};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, Release};
 use crate::pins::{JournalPins, MemoryPins, PinStore};
 use crate::pool::{KeyEntry, KeyPool, Selection};
 use crate::proxy::probe::ProbeState;
@@ -131,6 +131,7 @@ impl App {
         let health: Arc<dyn HealthStore> = Arc::new(MemoryHealth::new());
         let client = UpstreamClient::new(config.timeouts.connect)?;
         let metrics = Metrics::new()?;
+        metrics.admit_keys(config.keys.iter().map(|k| k.name.as_str()));
         let registry = Arc::new(KeyRegistry::new());
         let capacity = Arc::new(Capacity::new(Box::new(MemoryLoad::new())));
         let pool = build_pool(&config, &registry, health.clone(), capacity.clone())?;
@@ -186,7 +187,7 @@ impl App {
     /// A task got its final answer: its thread is free again (counted the first time only).
     pub fn finish_task(&self, task: &crate::pins::TaskId) {
         if self.0.capacity.finish(task).is_some() {
-            self.count_releases("final", 1);
+            self.count_releases(Release::Final, 1);
         }
     }
 
@@ -195,7 +196,7 @@ impl App {
     pub fn reconcile_threads(&self, key: &KeyEntry, working: u32, asked: Instant) {
         let released = self.0.capacity.reconcile(key.id, working, asked);
         if released > 0 {
-            self.count_releases("reconciled", u64::from(released));
+            self.count_releases(Release::Reconciled, u64::from(released));
             tracing::debug!(key = %key.name, released, working, "threads reconciled with threadsinfo");
         }
     }
@@ -204,18 +205,14 @@ impl App {
     /// per task released.
     pub fn release_stale_threads(&self, cutoff: Instant) -> Vec<crate::health::KeyId> {
         let released = self.0.capacity.release_stale(cutoff);
-        self.count_releases("stale", released.len() as u64);
+        self.count_releases(Release::Stale, released.len() as u64);
         released
     }
 
     /// The one place thread releases are counted, by reason.
-    fn count_releases(&self, reason: &str, released: u64) {
+    fn count_releases(&self, reason: Release, released: u64) {
         if released > 0 {
-            self.0
-                .metrics
-                .thread_releases
-                .with_label_values(&[reason])
-                .inc_by(released);
+            self.0.metrics.count_releases(reason, released);
         }
     }
 
@@ -337,6 +334,9 @@ impl App {
                 .collect(),
             needs_restart,
         };
+        self.0
+            .metrics
+            .admit_keys(config.keys.iter().map(|k| k.name.as_str()));
         self.0.snapshot.store(Arc::new(Snapshot { config, pool }));
         // New keys, capacities or tiers may give queued submits somewhere to go.
         self.0.capacity.nudge();

@@ -22,7 +22,8 @@ use std::time::Duration;
 
 use crate::ApiKey;
 
-pub use upstream::Upstream;
+pub use redact::ParseError;
+pub use upstream::{BadTarget, Upstream};
 
 /// Loopback, so that a fresh install is not an open relay spending the pool's keys.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
@@ -314,10 +315,11 @@ pub enum ConfigError {
         #[source]
         source: std::io::Error,
     },
-    /// The text is not TOML, or a field has the wrong type or name. toml's error (line,
-    /// column, message) is kept, with any line that could hold a key masked with `*`.
-    #[error("{}", .0.to_string().trim_end())]
-    Parse(#[source] toml::de::Error),
+    /// The text is not TOML, or a field has the wrong type or name: toml's line, column and
+    /// source line, with any line that could hold a key masked with `*`, and a message that
+    /// names the field and the expected type but never the value.
+    #[error("{0}")]
+    Parse(#[source] ParseError),
     /// One or more validation problems, each naming its field (e.g.
     /// `keys[1] ("client-b").weight: must be > 0, got -1`).
     #[error("{}", invalid_message(.0))]
@@ -351,11 +353,8 @@ impl Config {
         text: &str,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Config, ConfigError> {
-        let raw: raw::RawConfig = toml::from_str(text).map_err(|mut e| {
-            let masked = redact::mask_secrets(text);
-            e.set_input(Some(&masked));
-            ConfigError::Parse(e)
-        })?;
+        let raw: raw::RawConfig =
+            toml::from_str(text).map_err(|e| ConfigError::Parse(redact::parse_error(text, e)))?;
         validate::validate(raw, env).map_err(ConfigError::Invalid)
     }
 
@@ -369,14 +368,7 @@ impl Config {
             source,
         })?;
         let mut config = Config::from_toml_str(&text, &|name| std::env::var(name).ok())?;
-        // A relative data_dir, or none, is taken relative to the config file, which is
-        // where an operator looks for it.
-        let base = path.parent().unwrap_or(Path::new("."));
-        config.data_dir = Some(match config.data_dir.take() {
-            Some(dir) if dir.is_absolute() => dir,
-            Some(dir) => base.join(dir),
-            None => base.to_owned(),
-        });
+        config.data_dir = Some(data_dir_for(path, config.data_dir.take()));
         Ok(config)
     }
 
@@ -404,6 +396,25 @@ impl Config {
     pub fn summary(&self) -> String {
         summary::render(self)
     }
+}
+
+/// Where the durable state of the config file at `path` lives. A relative `data_dir`, or
+/// none, is taken relative to the file, which is where an operator looks for it. The result
+/// is absolute: a bare `proxy.toml` has the parent `""`, which no system call accepts as a
+/// directory, and an absolute path also says plainly in logs where the journal is.
+fn data_dir_for(path: &Path, configured: Option<PathBuf>) -> PathBuf {
+    let base = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        // `proxy.toml` (parent "") or `/` (no parent): the file's directory is the current one.
+        _ => Path::new("."),
+    };
+    let dir = match configured {
+        Some(dir) if dir.is_absolute() => dir,
+        Some(dir) => base.join(dir),
+        None => base.to_owned(),
+    };
+    // Only fails for an empty path, which `base` never is; the relative path still works then.
+    std::path::absolute(&dir).unwrap_or(dir)
 }
 
 // === impl KeyConfig ===

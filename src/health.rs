@@ -31,6 +31,10 @@ pub enum StateKind {
 }
 
 impl StateKind {
+    /// Every state, for metric series that start at 0.
+    pub const ALL: &'static [StateKind] =
+        &[StateKind::Active, StateKind::Cooling, StateKind::Benched];
+
     /// Metric label and status text.
     pub fn label(self) -> &'static str {
         match self {

@@ -23,15 +23,9 @@ use tracing_subscriber::EnvFilter;
 #[derive(Parser)]
 #[command(version, about, long_about)]
 struct Cli {
-    /// The configuration file.
-    #[arg(
-        long,
-        short,
-        global = true,
-        default_value = "proxy.toml",
-        value_name = "PATH"
-    )]
-    config: PathBuf,
+    /// The configuration file [default: proxy.toml in the current directory].
+    #[arg(long, short, global = true, value_name = "PATH")]
+    config: Option<PathBuf>,
     /// Log format.
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
@@ -117,13 +111,37 @@ fn build_runtime(threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
     }
 }
 
+/// The file a bare `keyrelay` (or `keyrelay check`) reads: the README's first run starts
+/// from the directory that holds the shipped `proxy.toml`.
+const DEFAULT_CONFIG: &str = "proxy.toml";
+
+/// Where the config comes from: `--config`, or the default file, which may well be missing
+/// for someone who just installed keyrelay.
+enum ConfigPath {
+    Given(PathBuf),
+    Default,
+}
+
+impl ConfigPath {
+    fn path(&self) -> &Path {
+        match self {
+            ConfigPath::Given(path) => path,
+            ConfigPath::Default => Path::new(DEFAULT_CONFIG),
+        }
+    }
+}
+
 async fn dispatch(cli: Cli, threads: usize) -> anyhow::Result<()> {
+    let config = match cli.config {
+        Some(path) => ConfigPath::Given(path),
+        None => ConfigPath::Default,
+    };
     match cli.command {
-        None => serve(&cli.config, threads).await,
+        None => serve(&config, threads).await,
         Some(Command::Check) => {
-            let config = load_config(&cli.config)?;
-            println!("{} is valid", cli.config.display());
-            print!("{}", config.summary());
+            let loaded = load_config(&config)?;
+            println!("{} is valid", config.path().display());
+            print!("{}", loaded.summary());
             Ok(())
         }
         Some(Command::Simulate {
@@ -135,8 +153,9 @@ async fn dispatch(cli: Cli, threads: usize) -> anyhow::Result<()> {
     }
 }
 
-async fn serve(path: &Path, threads: usize) -> anyhow::Result<()> {
-    let config = load_config(path)?;
+async fn serve(source: &ConfigPath, threads: usize) -> anyhow::Result<()> {
+    let path = source.path();
+    let config = load_config(source)?;
     let listen = config.listen;
     let upstream = config.upstream.as_str().to_owned();
     let keys = config.keys.len();
@@ -159,10 +178,22 @@ async fn serve(path: &Path, threads: usize) -> anyhow::Result<()> {
 
 /// Loads the config, with an error that names the file once. `ConfigError`'s messages
 /// already carry their cause, so it is flattened rather than chained, which would print the
-/// cause twice.
-fn load_config(path: &Path) -> anyhow::Result<Config> {
-    Config::load(path).map_err(|e| match e {
-        ConfigError::Io { .. } => anyhow::anyhow!("{e}"),
+/// cause twice. A missing default file gets a hint instead of a bare "No such file": that is
+/// what a new user running `keyrelay` outside the repository meets first.
+fn load_config(source: &ConfigPath) -> anyhow::Result<Config> {
+    let path = source.path();
+    Config::load(path).map_err(|e| match (&e, source) {
+        (ConfigError::Io { source: io, .. }, ConfigPath::Default)
+            if io.kind() == std::io::ErrorKind::NotFound =>
+        {
+            let here = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+            anyhow::anyhow!(
+                "no {DEFAULT_CONFIG} in {}: pass --config PATH, start keyrelay where its \
+                 {DEFAULT_CONFIG} is, or try `keyrelay demo`, which needs no config",
+                here.display()
+            )
+        }
+        (ConfigError::Io { .. }, _) => anyhow::anyhow!("{e}"),
         _ => anyhow::anyhow!("{}: {e}", path.display()),
     })
 }
@@ -178,7 +209,12 @@ async fn simulate(
         keys
     };
     let mut sim = Simulator::new().polls_to_ready(polls_to_ready);
-    println!("simulated CaptchaAI on http://{listen} with keys:");
+    let listener = TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("cannot listen on {listen}"))?;
+    // The bound address, so that `--listen 127.0.0.1:0` says where the simulator is.
+    let addr = listener.local_addr()?;
+    println!("simulated CaptchaAI on http://{addr} with keys:");
     for key in keys {
         println!(
             "  {}  balance {}  threads {}  {:?}",
@@ -186,9 +222,6 @@ async fn simulate(
         );
         sim = sim.key(key);
     }
-    let listener = TcpListener::bind(listen)
-        .await
-        .with_context(|| format!("cannot listen on {listen}"))?;
     sim.serve(listener, keyrelay::server::shutdown_signal())
         .await?;
     Ok(())

@@ -21,14 +21,89 @@ const LATENCY_BUCKETS: &[f64] = &[
     120.0, 180.0,
 ];
 
-/// The `outcome` values of `keyrelay_key_submits_total`.
-const SUBMIT_OUTCOMES: [&str; 5] = [
-    "ok",
-    "key_unusable",
-    "key_full",
-    "caller_error",
-    "transient",
-];
+/// A closed set of label values: the enum, its `ALL` and its `label` come from one list, so a
+/// value added here is also one that [`Metrics`] starts at 0 (Prometheus's instrumentation
+/// practice: a series that appears only on its first event reads as "no data" to `rate()`
+/// and to alerts until then).
+macro_rules! label_set {
+    ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident => $label:literal),+ $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub enum $name {
+            $($(#[$vmeta])* $variant),+
+        }
+
+        impl $name {
+            /// Every value, in declaration order.
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+
+            /// The metric label.
+            pub fn label(self) -> &'static str {
+                match self {
+                    $($name::$variant => $label),+
+                }
+            }
+        }
+    };
+}
+
+label_set! {
+    /// The `outcome` of `keyrelay_key_submits_total`: the five classes operators alert on.
+    SubmitOutcome {
+        Ok => "ok",
+        KeyUnusable => "key_unusable",
+        KeyFull => "key_full",
+        CallerError => "caller_error",
+        Transient => "transient",
+    }
+}
+
+label_set! {
+    /// Why a task gave its thread back: the `reason` of `keyrelay_thread_releases_total`.
+    Release {
+        /// Its final answer was polled.
+        Final => "final",
+        /// `capacity.stale_after` passed with no final answer polled.
+        Stale => "stale",
+        /// threadsinfo showed the service no longer working on it.
+        Reconciled => "reconciled",
+    }
+}
+
+label_set! {
+    /// How a probe for an unknown task id ended: the `result` of `keyrelay_probes_total`.
+    ProbeResult {
+        /// A key owns the id: it is pinned and its answer relayed.
+        Found => "found",
+        /// Every key asked said "not mine": `ERROR_WRONG_CAPTCHA_ID`, remembered.
+        NotFound => "not_found",
+        /// Answered from the miss cache, without asking.
+        Remembered => "remembered",
+        /// Some key could not say (a failure, a timeout): not ready, not remembered.
+        Unsure => "unsure",
+        /// The probe budget was spent: not ready, nobody asked.
+        Budget => "budget",
+        /// Not a task id at all: answered without asking.
+        Invalid => "invalid",
+    }
+}
+
+label_set! {
+    /// How a config reload ended: the `result` of `keyrelay_config_reloads_total`.
+    ReloadResult {
+        Applied => "applied",
+        Rejected => "rejected",
+    }
+}
+
+label_set! {
+    /// How a wait for a thread ended: the `result` of `keyrelay_queue_wait_seconds`.
+    WaitResult {
+        Admitted => "admitted",
+        Refused => "refused",
+        NoKey => "no_key",
+    }
+}
 
 /// Typed handles to every metric keyrelay exports.
 pub struct Metrics {
@@ -50,8 +125,8 @@ pub struct Metrics {
     pub queue_wait: HistogramVec,
     /// Submits answered "busy" because every key was full, by why the wait ended.
     pub pool_full: IntCounterVec,
-    /// Threads given back by tasks, by why: final answer, stale timeout, reconciliation.
-    pub thread_releases: IntCounterVec,
+    /// Threads given back by tasks, by [`Release`]; counted through `count_releases`.
+    thread_releases: IntCounterVec,
     /// Submit attempts by key and how the key answered.
     pub key_submits: IntCounterVec,
     /// Upstream error codes (and transport failures) by key.
@@ -70,14 +145,14 @@ pub struct Metrics {
     pub refresh_runs: IntCounter,
     /// Keys whose refresh read failed or was rejected.
     pub refresh_failures: IntCounterVec,
-    /// Config reloads by result: applied or rejected.
-    pub config_reloads: IntCounterVec,
+    /// Config reloads by [`ReloadResult`]; counted through `count_reload`.
+    config_reloads: IntCounterVec,
     /// Connections closed at once because `limits.max_connections` were open.
     pub connections_rejected: IntCounter,
     /// Retries not made because the retry budget was spent.
     pub retries_denied: IntCounter,
-    /// Unknown task ids by what became of them: found, not_found, remembered, unsure, budget, invalid.
-    pub probes: IntCounterVec,
+    /// Unknown task ids by what became of them ([`ProbeResult`]); counted through `count_probe`.
+    probes: IntCounterVec,
     /// keyrelay's own checks of a key-unusable verdict a caller's request drew, by result.
     pub key_checks: IntCounterVec,
     upstream_paused: IntGauge,
@@ -117,7 +192,7 @@ impl Metrics {
                 labels,
             )
         };
-        let metrics = Metrics {
+        Ok(Metrics {
             keys_active: register!(
                 r,
                 IntGauge::new(
@@ -346,26 +421,84 @@ impl Metrics {
                 )?
             ),
             registry: r,
-        };
-        // A closed label set starts at 0, so a rate over it exists before the first event.
-        for result in CheckResult::ALL {
-            metrics.key_checks.with_label_values(&[result.label()]);
         }
-        Ok(metrics)
+        .with_closed_sets_at_zero())
+    }
+
+    /// Starts every series whose labels are keyrelay's own fixed sets at 0. Per-key series
+    /// follow in [`Metrics::admit_keys`], once the keys are known.
+    fn with_closed_sets_at_zero(self) -> Metrics {
+        for refusal in crate::capacity::Refusal::ALL {
+            self.pool_full.with_label_values(&[refusal.label()]);
+        }
+        for release in Release::ALL {
+            self.thread_releases.with_label_values(&[release.label()]);
+        }
+        for result in ProbeResult::ALL {
+            self.probes.with_label_values(&[result.label()]);
+        }
+        for result in CheckResult::ALL {
+            self.key_checks.with_label_values(&[result.label()]);
+        }
+        for result in ReloadResult::ALL {
+            self.config_reloads.with_label_values(&[result.label()]);
+        }
+        for result in WaitResult::ALL {
+            self.queue_wait.with_label_values(&[result.label()]);
+        }
+        self
+    }
+
+    /// Starts the per-key counters of `keys` at 0, for every value of their other labels, so
+    /// that `rate()` and ratios over them work before a key's first event. Called for the
+    /// keys of every pool admitted, at start and on each reload; keys seen before keep their
+    /// counts.
+    pub fn admit_keys<'a>(&self, keys: impl IntoIterator<Item = &'a str>) {
+        for key in keys {
+            for outcome in SubmitOutcome::ALL {
+                self.key_submits.with_label_values(&[key, outcome.label()]);
+            }
+            for state in StateKind::ALL {
+                self.key_transitions
+                    .with_label_values(&[key, state.label()]);
+            }
+            self.refresh_failures.with_label_values(&[key]);
+        }
+    }
+
+    /// Counts `released` threads given back for `reason`.
+    pub fn count_releases(&self, reason: Release, released: u64) {
+        self.thread_releases
+            .with_label_values(&[reason.label()])
+            .inc_by(released);
+    }
+
+    /// Counts one probe for an unknown task id.
+    pub fn count_probe(&self, result: ProbeResult) {
+        self.probes.with_label_values(&[result.label()]).inc();
+    }
+
+    /// Counts one config reload.
+    pub fn count_reload(&self, result: ReloadResult) {
+        self.config_reloads
+            .with_label_values(&[result.label()])
+            .inc();
     }
 
     /// Counts one submit attempt under the five outcomes operators alert on.
     pub fn count_submit(&self, key: &str, outcome: Outcome) {
-        let label: &str = match outcome {
-            Outcome::Success => "ok",
-            Outcome::KeyUnusable => "key_unusable",
+        let label = match outcome {
+            Outcome::Success => SubmitOutcome::Ok,
+            Outcome::KeyUnusable => SubmitOutcome::KeyUnusable,
             // CaptchaAI documents this code as "no free thread".
-            Outcome::KeyFull | Outcome::ZeroBalance => "key_full",
-            Outcome::CallerError => "caller_error",
+            Outcome::KeyFull | Outcome::ZeroBalance => SubmitOutcome::KeyFull,
+            Outcome::CallerError => SubmitOutcome::CallerError,
             // A ban or a server fault: temporary, and not the key's doing.
-            Outcome::Transient | Outcome::IpBanned => "transient",
+            Outcome::Transient | Outcome::IpBanned => SubmitOutcome::Transient,
         };
-        self.key_submits.with_label_values(&[key, label]).inc();
+        self.key_submits
+            .with_label_values(&[key, label.label()])
+            .inc();
     }
 
     /// The text exposition. Pool gauges are computed here, at scrape time, because a cooldown
@@ -391,7 +524,7 @@ impl Metrics {
             self.key_up
                 .with_label_values(&[name])
                 .set(i64::from(pool.in_rotation(key, now)));
-            for state in [StateKind::Active, StateKind::Cooling, StateKind::Benched] {
+            for &state in StateKind::ALL {
                 self.key_state
                     .with_label_values(&[name, state.label()])
                     .set(i64::from(view.state == state));
@@ -432,18 +565,6 @@ impl Metrics {
             self.key_threads_in_use
                 .with_label_values(&[name])
                 .set(i64::from(load.in_use()));
-            // Per-key counters exist from the first scrape at 0, so rate() and ratios over
-            // them work before the first event instead of reading as absent.
-            for outcome in SUBMIT_OUTCOMES {
-                self.key_submits.with_label_values(&[name, outcome]);
-            }
-            self.refresh_failures.with_label_values(&[name]);
-        }
-        for refusal in crate::capacity::Refusal::ALL {
-            self.pool_full.with_label_values(&[refusal.label()]);
-        }
-        for result in ["admitted", "refused", "no_key"] {
-            self.queue_wait.with_label_values(&[result]);
         }
         let mut out = Vec::new();
         TextEncoder::new()

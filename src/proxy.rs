@@ -31,6 +31,7 @@ use tokio::time::Instant;
 
 use crate::app::{App, Snapshot};
 use crate::captcha::{self, Answer, Endpoint, Outcome, ParsedRequest, Reply};
+use crate::config::BadTarget;
 use crate::failover;
 use crate::health::{StateKind, TRANSIENT_REASON};
 use crate::pool::KeyEntry;
@@ -250,6 +251,16 @@ async fn api(
                 let json = json_hint(query, content_type, &[]);
                 local_error(e.code(), &e.to_string(), json, "bad_request")
             }
+            // Checked once here, with the caller's own query, so that a query no URI can
+            // carry is the caller's ERROR_BAD_PARAMETERS before any key is tried. The rewrite
+            // only splices urlencoded ASCII into whole pairs, so every attempt's query is
+            // then sendable too.
+            Ok(parsed) if sendable(&snapshot, endpoint, query).is_err() => local_error(
+                "ERROR_BAD_PARAMETERS",
+                &BadTarget.to_string(),
+                parsed.wants_json(),
+                "bad_request",
+            ),
             Ok(parsed) => {
                 let ctx = Ctx {
                     json: parsed.wants_json(),
@@ -275,6 +286,16 @@ async fn api(
         metrics.local_answers.with_label_values(&[code]).inc();
     }
     (into_response(handled.reply, key_headers), handled.outcome)
+}
+
+/// Whether the caller's query can go upstream at all.
+fn sendable(snapshot: &Snapshot, endpoint: Endpoint, query: Option<&str>) -> Result<(), BadTarget> {
+    let query = query.unwrap_or_default();
+    snapshot
+        .config
+        .upstream
+        .endpoint(endpoint.path(), query)
+        .map(drop)
 }
 
 async fn dispatch_res(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
@@ -359,15 +380,22 @@ impl Ctx {
         } else {
             timeouts.request
         };
+        let uri = match key
+            .upstream
+            .endpoint(self.endpoint.path(), &rewritten.query)
+        {
+            Ok(uri) => uri,
+            // `api` refused the queries that cannot be sent; should a rewrite ever make one,
+            // the attempt fails as undelivered (which it is) rather than panicking.
+            Err(e) => return classify(Err(UpstreamError::Connect(e.to_string()))),
+        };
         let started = Instant::now();
         let result = self
             .app
             .client()
             .send(Outgoing {
                 method: self.method.clone(),
-                uri: key
-                    .upstream
-                    .endpoint(self.endpoint.path(), &rewritten.query),
+                uri,
                 headers: &self.headers,
                 body: rewritten.body,
                 timeout,
@@ -567,5 +595,32 @@ mod tests {
             b"method=base64&json=1&body=AAAA"
         ));
         assert!(!json_hint(None, None, b""));
+    }
+
+    proptest::proptest! {
+        /// What `api`'s check lets through stays sendable after any rewrite an attempt makes
+        /// (a pool key, a poll's split ids), so `Ctx::attempt`'s fallback is never the
+        /// answer: a caller's bad query is always ERROR_BAD_PARAMETERS.
+        #[test]
+        fn a_query_that_passes_the_check_stays_sendable_when_rewritten(
+            query in "((key|id|json|k%65y|\\+key|key\\[\\])(=[^&#]{0,12})?&?){0,6}",
+            key in proptest::prelude::any::<String>(),
+            id in proptest::prelude::any::<String>(),
+        ) {
+            let upstream = crate::config::Upstream::parse("http://127.0.0.1:9/x").unwrap();
+            let Ok(parsed) = ParsedRequest::parse(Some(&query), None, Bytes::new()) else {
+                return Ok(());
+            };
+            if upstream.endpoint("/res.php", &query).is_err() {
+                return Ok(());
+            }
+            for set in [vec![("key", key.as_str())], vec![("key", key.as_str()), ("id", id.as_str())]] {
+                let rewritten = parsed.rewrite(&set);
+                proptest::prop_assert!(
+                    upstream.endpoint("/res.php", &rewritten.query).is_ok(),
+                    "{:?} -> {:?}", query, rewritten.query
+                );
+            }
+        }
     }
 }

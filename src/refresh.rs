@@ -132,11 +132,16 @@ async fn account_request(
         serde_urlencoded::to_string([("key", key.key.expose()), ("action", action), ("json", "1")])
             .expect("string pairs always encode");
     let headers = HeaderMap::new();
+    // serde_urlencoded's output is always a valid query.
+    let uri = key
+        .upstream
+        .endpoint("/res.php", &query)
+        .map_err(|_| ReadError::Unavailable)?;
     let result = app
         .client()
         .send(Outgoing {
             method: Method::GET,
-            uri: key.upstream.endpoint("/res.php", &query),
+            uri,
             headers: &headers,
             body: bytes::Bytes::new(),
             timeout,

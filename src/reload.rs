@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use crate::app::App;
 use crate::config::{Config, ConfigError};
+use crate::metrics::ReloadResult;
 use crate::registry::RegistryFull;
 
 /// How often the file is checked for changes.
@@ -97,17 +98,14 @@ pub fn reload_and_report(app: &App, path: &Path, cause: &'static str) {
                     "changed settings take effect only after a restart"
                 );
             }
-            "applied"
+            ReloadResult::Applied
         }
         Err(e) => {
             tracing::warn!(cause, error = %e, "config reload rejected; keeping the running config");
-            "rejected"
+            ReloadResult::Rejected
         }
     };
-    app.metrics()
-        .config_reloads
-        .with_label_values(&[result])
-        .inc();
+    app.metrics().count_reload(result);
 }
 
 /// A cheap content fingerprint; `None` while the file cannot be read (mid-rename, say), so

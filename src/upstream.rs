@@ -238,9 +238,23 @@ fn is_credential(name: &header::HeaderName) -> bool {
     HINTS.iter().any(|hint| name.contains(hint))
 }
 
+/// The header names a message's `Connection` headers list: hop-by-hop for that message
+/// alone, so a proxy drops them along with `Connection` itself (RFC 9110 §7.6.1). Every
+/// `Connection` header counts, each a comma-separated list; names are case-insensitive
+/// (`HeaderName` lowercases them) and empty or malformed elements name nothing.
+fn connection_options(headers: &HeaderMap) -> Vec<header::HeaderName> {
+    headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .flat_map(|value| value.as_bytes().split(|&b| b == b','))
+        .filter_map(|option| header::HeaderName::from_bytes(option.trim_ascii()).ok())
+        .collect()
+}
+
 fn copy_request_headers(from: &HeaderMap, to: &mut HeaderMap) {
+    let listed = connection_options(from);
     for (name, value) in from {
-        if is_forwardable(name) && !is_credential(name) {
+        if is_forwardable(name) && !is_credential(name) && !listed.contains(name) {
             to.append(name.clone(), value.clone());
         }
     }
@@ -250,9 +264,12 @@ fn copy_request_headers(from: &HeaderMap, to: &mut HeaderMap) {
 /// an answer carries a handful of headers and one or two to drop, so editing its map is
 /// cheaper than building another.
 pub fn answer_headers(mut headers: HeaderMap) -> HeaderMap {
+    let listed = connection_options(&headers);
     let dropped: Vec<header::HeaderName> = headers
         .keys()
-        .filter(|name| !is_forwardable(name) || *name == header::CONTENT_ENCODING)
+        .filter(|name| {
+            !is_forwardable(name) || *name == header::CONTENT_ENCODING || listed.contains(name)
+        })
         .cloned()
         .collect();
     for name in dropped {
@@ -352,5 +369,102 @@ mod tests {
                 ("x-request-id", "r1"),
             ]
         );
+    }
+
+    fn header_map(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.append(
+                header::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                HeaderValue::from_str(value).unwrap(),
+            );
+        }
+        map
+    }
+
+    fn names(map: &HeaderMap) -> Vec<&str> {
+        let mut names: Vec<&str> = map.keys().map(|n| n.as_str()).collect();
+        names.sort_unstable();
+        names
+    }
+
+    #[test]
+    fn answer_headers_named_in_connection_are_dropped() {
+        let upstream = header_map(&[
+            ("content-type", "text/plain"),
+            ("x-trace", "t1"),
+            ("x-debug", "d"),
+            ("server", "nginx"),
+            ("Connection", " X-Trace ,close,, x-DEBUG"),
+        ]);
+        assert_eq!(names(&answer_headers(upstream)), ["content-type", "server"]);
+    }
+
+    #[test]
+    fn caller_headers_named_in_connection_do_not_go_upstream() {
+        let caller = header_map(&[
+            ("user-agent", "python-requests"),
+            ("x-forward-me", "1"),
+            ("x-hop", "h"),
+            ("connection", "keep-alive"),
+            ("connection", "X-Hop"),
+        ]);
+        let mut sent = HeaderMap::new();
+        copy_request_headers(&caller, &mut sent);
+        assert_eq!(names(&sent), ["user-agent", "x-forward-me"]);
+    }
+
+    #[test]
+    fn malformed_connection_options_name_nothing() {
+        let upstream = header_map(&[
+            ("x-kept", "1"),
+            ("connection", "bad name, ,\"x-kept\", x-kept;q=1"),
+        ]);
+        assert_eq!(names(&answer_headers(upstream)), ["x-kept"]);
+    }
+
+    proptest::proptest! {
+        /// Any set of end-to-end headers, any subset of them listed in one to three
+        /// Connection headers in any case, with padding and empty elements: exactly the
+        /// listed ones are dropped, on answers and on requests alike.
+        #[test]
+        fn exactly_the_listed_headers_are_dropped(
+            headers in proptest::collection::btree_set("x-[a-z0-9]{1,8}", 1..8),
+            listed_mask in proptest::collection::vec(proptest::prelude::any::<bool>(), 8),
+            split in 1usize..4,
+            upper in proptest::prelude::any::<bool>(),
+        ) {
+            let headers: Vec<String> = headers.into_iter().collect();
+            let listed: Vec<&String> = headers
+                .iter()
+                .zip(&listed_mask)
+                .filter_map(|(name, &on)| on.then_some(name))
+                .collect();
+            let mut pairs: Vec<(String, String)> =
+                headers.iter().map(|n| (n.clone(), "v".to_owned())).collect();
+            pairs.push(("content-type".to_owned(), "text/plain".to_owned()));
+            let spelled: Vec<String> = listed
+                .iter()
+                .map(|n| if upper { n.to_ascii_uppercase() } else { (*n).clone() })
+                .collect();
+            for chunk in spelled.chunks(spelled.len().div_ceil(split).max(1)) {
+                pairs.push(("connection".to_owned(), format!(" {}, ,", chunk.join(" ,"))));
+            }
+            let pairs: Vec<(&str, &str)> =
+                pairs.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+            let mut want: Vec<&str> = headers
+                .iter()
+                .filter(|n| !listed.contains(n))
+                .map(String::as_str)
+                .chain(["content-type"])
+                .collect();
+            want.sort_unstable();
+
+            let kept = answer_headers(header_map(&pairs));
+            proptest::prop_assert_eq!(names(&kept), want.clone());
+            let mut sent = HeaderMap::new();
+            copy_request_headers(&header_map(&pairs), &mut sent);
+            proptest::prop_assert_eq!(names(&sent), want);
+        }
     }
 }

@@ -1,7 +1,15 @@
 //! The command line as users meet it: help, version, `check` on the shipped and broken
-//! configs, and `demo` end to end.
+//! configs, `demo` end to end, and the README's first run (`simulate` beside
+//! `--config proxy.toml`, and a bare `keyrelay`) through the real binary from a directory of
+//! its own. The README's commands are read from README.md itself, so that a command edited
+//! there is a test that no longer finds it.
 
-use std::process::{Command, Output};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::time::{Duration, Instant};
 
 fn keyrelay(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_keyrelay"))
@@ -210,4 +218,314 @@ fn json_logs_are_one_object_per_line() {
         .unwrap()
         .starts_with("127.0.0.1:"));
     assert!(!first.contains("0123456789abcdef"));
+}
+
+// === the README's first run ===
+
+/// How long any one step of a started binary may take: generous for a loaded CI machine,
+/// bounded so a hang fails the test instead of stalling it.
+const STEP: Duration = Duration::from_secs(20);
+
+/// The arguments after `--` of the `cargo run --release -- ...` line of README.md whose
+/// arguments start with `first`: the test runs exactly what the README shows.
+fn readme_args(first: &str) -> Vec<String> {
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
+        .expect("README.md");
+    let line = readme
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("cargo run --release -- "))
+        .map(|rest| rest.split('#').next().unwrap_or_default().trim())
+        .find(|args| args.split_whitespace().next() == Some(first))
+        .unwrap_or_else(|| panic!("README.md shows no `cargo run --release -- {first} ...`"));
+    line.split_whitespace().map(str::to_owned).collect()
+}
+
+/// A started binary with its stdout and stderr lines on channels, killed when dropped.
+struct Running {
+    child: Child,
+    out: Receiver<String>,
+    err: Receiver<String>,
+    seen: String,
+}
+
+impl Running {
+    fn start(dir: &Path, args: &[String]) -> Running {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_keyrelay"))
+            .args(args)
+            .current_dir(dir)
+            .env_remove("RUST_LOG")
+            .env_remove("KEYRELAY_THREADS")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("keyrelay starts");
+        let out = lines_of(child.stdout.take().expect("piped"));
+        let err = lines_of(child.stderr.take().expect("piped"));
+        Running {
+            child,
+            out,
+            err,
+            seen: String::new(),
+        }
+    }
+
+    /// The first line on stdout (`from_stdout`) or stderr that contains `what`.
+    fn line_with(&mut self, what: &str, from_stdout: bool) -> String {
+        let deadline = Instant::now() + STEP;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let lines = if from_stdout { &self.out } else { &self.err };
+            match lines.recv_timeout(left) {
+                Ok(line) => {
+                    self.seen.push_str(&line);
+                    self.seen.push('\n');
+                    if line.contains(what) {
+                        return line;
+                    }
+                }
+                Err(_) => panic!("no line with {what:?}; output so far:\n{}", self.seen),
+            }
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn lines_of(pipe: impl Read + Send + 'static) -> Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// One HTTP/1.1 GET with `Connection: close`: status code and body.
+fn http_get(addr: &str, target: &str) -> std::io::Result<(u16, String)> {
+    let mut stream = TcpStream::connect(addr)?;
+    stream.set_read_timeout(Some(STEP))?;
+    write!(
+        stream,
+        "GET {target} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer)?;
+    let status = answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or(0);
+    let body = answer
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_owned())
+        .unwrap_or_default();
+    Ok((status, body))
+}
+
+/// Polls `/healthz` until it answers 200, for at most [`STEP`].
+fn wait_healthy(addr: &str) {
+    let deadline = Instant::now() + STEP;
+    loop {
+        if let Ok((200, body)) = http_get(addr, "/healthz") {
+            assert_eq!(body, "ok\n");
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{addr}/healthz never answered 200"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `keyrelay simulate` as the README starts it, on an ephemeral port instead of 9000; its
+/// address, from the line it prints.
+fn start_simulator(dir: &Path) -> (Running, String) {
+    let mut args = readme_args("simulate");
+    args.extend(["--listen".to_owned(), "127.0.0.1:0".to_owned()]);
+    let mut sim = Running::start(dir, &args);
+    let line = sim.line_with("simulated CaptchaAI on http://", true);
+    let addr = line
+        .split("http://")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .expect("an address")
+        .to_owned();
+    assert!(
+        !addr.ends_with(":0"),
+        "the simulator printed its configured port, not the bound one: {line}"
+    );
+    for key in keyrelay::sim::DEFAULT_KEYS {
+        sim.line_with(key, true);
+    }
+    (sim, addr)
+}
+
+/// The shipped proxy.toml, unchanged but for an ephemeral listen port and the simulator's
+/// address, written as `proxy.toml` in `dir`.
+fn write_shipped_config(dir: &Path, sim_addr: &str) {
+    let shipped = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("proxy.toml"))
+        .expect("proxy.toml");
+    let listen = "listen = \"127.0.0.1:8080\"\n";
+    let upstream = "upstream = \"http://127.0.0.1:9000\"\n";
+    assert!(
+        shipped.contains(listen) && shipped.contains(upstream),
+        "{shipped}"
+    );
+    let text = shipped
+        .replacen(listen, "listen = \"127.0.0.1:0\"\n", 1)
+        .replacen(upstream, &format!("upstream = \"http://{sim_addr}\"\n"), 1);
+    std::fs::write(dir.join("proxy.toml"), text).expect("write proxy.toml");
+}
+
+/// Starts keyrelay in `dir` with `args`, waits for it to be healthy, and has it solve one
+/// task on the simulator the way the README's Python snippet asks for one.
+fn serve_one_task(dir: &Path, args: &[String]) {
+    let mut proxy = Running::start(dir, args);
+    let line = proxy.line_with("keyrelay listening", false);
+    let addr = line
+        .split("addr=")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no addr in {line:?}"))
+        .to_owned();
+    wait_healthy(&addr);
+    let (status, body) = http_get(
+        &addr,
+        "/in.php?key=0123456789abcdef0123456789abcdef&method=userrecaptcha&googlekey=site&pageurl=https://example.com&json=1",
+    )
+    .expect("the submit is answered");
+    assert_eq!(status, 200, "{body}");
+    let answer: serde_json::Value = serde_json::from_str(&body).expect("a JSON answer");
+    assert_eq!(answer["status"], 1, "{body}; log:\n{}", proxy.seen);
+    // Pins are journalled next to the config, as the README says.
+    assert!(
+        dir.join("pins.journal").is_file(),
+        "no pins.journal in {}",
+        dir.display()
+    );
+    assert!(
+        !proxy.seen.contains("cannot open the pin journal"),
+        "{}",
+        proxy.seen
+    );
+}
+
+#[test]
+fn the_readme_first_run_works_from_a_relative_config() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (_sim, sim_addr) = start_simulator(dir.path());
+    write_shipped_config(dir.path(), &sim_addr);
+    let args = readme_args("--config");
+    assert_eq!(
+        args,
+        ["--config", "proxy.toml"],
+        "the README's relative path"
+    );
+    serve_one_task(dir.path(), &args);
+}
+
+#[test]
+fn a_bare_keyrelay_serves_the_proxy_toml_of_its_directory() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (_sim, sim_addr) = start_simulator(dir.path());
+    write_shipped_config(dir.path(), &sim_addr);
+    serve_one_task(dir.path(), &[]);
+}
+
+#[test]
+fn a_bare_keyrelay_without_a_config_says_what_to_do() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    for args in [&[][..], &["check"][..]] {
+        let out = Command::new(env!("CARGO_BIN_EXE_keyrelay"))
+            .args(args)
+            .current_dir(dir.path())
+            .env_remove("RUST_LOG")
+            .output()
+            .expect("keyrelay runs");
+        assert!(!out.status.success(), "{args:?}");
+        let text = stderr(&out);
+        for hint in ["no proxy.toml in ", "--config PATH", "keyrelay demo"] {
+            assert!(
+                text.contains(hint),
+                "{args:?}: {hint:?} missing from:\n{text}"
+            );
+        }
+        assert_eq!(text.lines().count(), 1, "one line: {text}");
+    }
+}
+
+#[test]
+fn an_explicit_missing_config_is_named_without_the_hint() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = Command::new(env!("CARGO_BIN_EXE_keyrelay"))
+        .args(["--config", "proxy.toml"])
+        .current_dir(dir.path())
+        .output()
+        .expect("keyrelay runs");
+    assert!(!out.status.success());
+    let text = stderr(&out);
+    assert!(
+        text.starts_with("error: cannot read proxy.toml: "),
+        "{text}"
+    );
+    assert!(!text.contains("keyrelay demo"), "{text}");
+}
+
+/// A key typed into the wrong field of a running keyrelay's proxy.toml: the reload is
+/// rejected, and the logged error names the field but shows at most a fingerprint.
+#[test]
+fn a_rejected_reload_logs_no_value_typed_into_the_wrong_field() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (_sim, sim_addr) = start_simulator(dir.path());
+    write_shipped_config(dir.path(), &sim_addr);
+    let mut proxy = Running::start(
+        dir.path(),
+        &["--config".to_owned(), "proxy.toml".to_owned()],
+    );
+    proxy.line_with("keyrelay listening", false);
+    let good = std::fs::read_to_string(dir.path().join("proxy.toml")).expect("read");
+    let secret = "0123456789abcdef0123456789abcdef";
+    let edits = [
+        ("keys_env", format!("keys_env = \"{secret}\"\n{good}")),
+        (
+            "max_attempts",
+            good.replacen(
+                "max_attempts = 3",
+                &format!("max_attempts = \"{secret}\""),
+                1,
+            ),
+        ),
+        (
+            "listen",
+            good.replacen(
+                "listen = \"127.0.0.1:0\"",
+                &format!("listen = \"{secret}\""),
+                1,
+            ),
+        ),
+    ];
+    for (field, text) in edits {
+        assert_ne!(text, good, "{field}: the edit applies");
+        std::fs::write(dir.path().join("proxy.toml"), &text).expect("write");
+        let line = proxy.line_with("config reload rejected", false);
+        // A parse error spans lines (toml's excerpt): the field is on one of the next ones.
+        if !line.contains(field) {
+            proxy.line_with(field, false);
+        }
+        assert!(
+            !proxy.seen.contains(secret),
+            "{field}: logged the value:\n{}",
+            proxy.seen
+        );
+        assert!(!proxy.seen.contains("0123456789abcdef"), "{}", proxy.seen);
+    }
 }

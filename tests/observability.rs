@@ -353,3 +353,130 @@ fn metric_names_are_read_from_text() {
         vec!["keyrelay_key_errors_total", "keyrelay_keys_active"]
     );
 }
+
+// === counters start at 0 ===
+
+/// Counters whose label values are not all known at start: documented in docs/metrics.md
+/// as appearing on first use.
+const OPEN_COUNTERS: [&str; 3] = [
+    "keyrelay_key_errors_total",
+    "keyrelay_failovers_total",
+    "keyrelay_local_answers_total",
+];
+
+/// Every series that must exist before any traffic: each value of each of keyrelay's own
+/// closed label sets (taken from the enums the code counts with, so a value added there is
+/// checked here), and for each key in `keys` every per-key combination.
+fn closed_series(keys: &[&str]) -> Vec<String> {
+    use keyrelay::capacity::Refusal;
+    use keyrelay::health::StateKind;
+    use keyrelay::metrics::{ProbeResult, Release, ReloadResult, SubmitOutcome, WaitResult};
+    let mut series: Vec<String> = vec![
+        "keyrelay_connections_rejected_total".to_owned(),
+        "keyrelay_retries_denied_total".to_owned(),
+    ];
+    let one = |name: &str, label: &str, value: &str| format!("{name}{{{label}=\"{value}\"}}");
+    series.extend(
+        Refusal::ALL
+            .iter()
+            .map(|r| one("keyrelay_pool_full_total", "reason", r.label())),
+    );
+    series.extend(
+        Release::ALL
+            .iter()
+            .map(|r| one("keyrelay_thread_releases_total", "reason", r.label())),
+    );
+    series.extend(
+        ProbeResult::ALL
+            .iter()
+            .map(|r| one("keyrelay_probes_total", "result", r.label())),
+    );
+    series.extend(
+        ReloadResult::ALL
+            .iter()
+            .map(|r| one("keyrelay_config_reloads_total", "result", r.label())),
+    );
+    series.extend(
+        WaitResult::ALL
+            .iter()
+            .map(|r| one("keyrelay_queue_wait_seconds_count", "result", r.label())),
+    );
+    for key in keys {
+        series.extend(SubmitOutcome::ALL.iter().map(|o| {
+            format!(
+                "keyrelay_key_submits_total{{key=\"{key}\",outcome=\"{}\"}}",
+                o.label()
+            )
+        }));
+        series.extend(StateKind::ALL.iter().map(|s| {
+            format!(
+                "keyrelay_key_transitions_total{{key=\"{key}\",state=\"{}\"}}",
+                s.label()
+            )
+        }));
+        series.push(one("keyrelay_refresh_failures_total", "key", key));
+    }
+    series
+}
+
+fn assert_all_zero(text: &str, series: &[String]) {
+    for s in series {
+        assert_eq!(metric(text, s), Some(0.0), "{s} is not at 0 in:\n{text}");
+    }
+}
+
+#[tokio::test]
+async fn every_closed_label_set_is_at_zero_before_any_traffic() {
+    let h = Harness::three_keys().await;
+    let text = h.metrics().await;
+    assert_all_zero(&text, &closed_series(&["a", "b", "c"]));
+    // And nothing else is missing: every counter family in the output has a series, except
+    // the documented open ones.
+    for line in text.lines() {
+        let Some(name) = line
+            .strip_prefix("# TYPE ")
+            .and_then(|rest| rest.strip_suffix(" counter"))
+        else {
+            continue;
+        };
+        assert!(
+            !OPEN_COUNTERS.contains(&name),
+            "{name} has series before any traffic; is its label set closed now?"
+        );
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with(name) && !l.starts_with('#')),
+            "{name} has no series"
+        );
+    }
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn keys_a_reload_adds_start_at_zero_too() {
+    let h = Harness::three_keys().await;
+    let mut config = h.app.snapshot().config.clone();
+    let upstream = config.upstream.clone();
+    config.keys.push(key("d", KEY_D, 1.0, &upstream));
+    h.app.apply_config(config).expect("the reload applies");
+    let text = h.metrics().await;
+    assert_all_zero(&text, &closed_series(&["d"]));
+    h.stop().await;
+}
+
+#[test]
+fn metrics_md_names_every_counter_with_an_open_label_set() {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/metrics.md"))
+        .expect("docs/metrics.md");
+    let section = doc
+        .split("**Counters start at 0.**")
+        .nth(1)
+        .and_then(|rest| rest.split("\n\n").next())
+        .expect("docs/metrics.md has a \"Counters start at 0.\" paragraph");
+    for name in OPEN_COUNTERS {
+        assert!(
+            section.contains(&format!("`{name}`")),
+            "{name} in:\n{section}"
+        );
+    }
+}

@@ -84,7 +84,7 @@ async fn ids_that_cannot_be_task_ids_are_answered_without_asking_any_key() {
     );
     assert_eq!(
         metric(&metrics, "keyrelay_probes_total{result=\"not_found\"}"),
-        None
+        Some(0.0)
     );
     h.stop().await;
 }
@@ -236,8 +236,8 @@ async fn an_owner_that_cannot_answer_a_probe_gets_not_ready_and_is_asked_again()
             for (result, value) in [
                 ("unsure", Some(1.0)),
                 ("found", Some(1.0)),
-                ("not_found", None),
-                ("remembered", None),
+                ("not_found", Some(0.0)),
+                ("remembered", Some(0.0)),
             ] {
                 let series = format!("keyrelay_probes_total{{result=\"{result}\"}}");
                 assert_eq!(metric(&metrics, &series), value, "{name}: {result}");

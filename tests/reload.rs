@@ -263,7 +263,7 @@ async fn twenty_reloads_under_continuous_load_fail_no_request() {
             &metrics,
             "keyrelay_config_reloads_total{result=\"rejected\"}"
         ),
-        None
+        Some(0.0)
     );
     Arc::try_unwrap(h).ok().unwrap().stop().await;
 }

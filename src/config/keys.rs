@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use toml::Value;
 
 use super::raw::RawKey;
+use super::redact::{quoted, variable};
 use super::validate::{a_type, Problems};
 use super::{KeyConfig, Upstream, DEFAULT_TIER, DEFAULT_WEIGHT};
 use crate::ApiKey;
@@ -30,11 +31,17 @@ struct Entry {
 }
 
 impl Entry {
-    /// `keys[0] ("client-a")`: the origin, and the name when there is one to show.
+    /// `keys[0] ("client-a")`: the origin, and the name when there is one to show. A name
+    /// that is not a valid one may be a key typed into the wrong field, so it is shown only
+    /// as [`quoted`] allows.
     fn path(&self, name: Option<&str>) -> String {
         match name.or(self.given_name.as_deref()) {
             Some(name) if !name.is_empty() && name != self.origin => {
-                format!("{} ({name:?})", self.origin)
+                let shown = match name_problem(name) {
+                    None => format!("{name:?}"),
+                    Some(_) => quoted(name),
+                };
+                format!("{} ({shown})", self.origin)
             }
             _ => self.origin.clone(),
         }
@@ -56,10 +63,16 @@ pub(super) fn pool(
         match env_state {
             EnvKeys::NotConfigured | EnvKeys::Found => {}
             EnvKeys::Unset(var) => {
-                message.push_str(&format!(" (keys_env names {var}, which is not set)"));
+                message.push_str(&format!(
+                    " (keys_env names {}, which is not set)",
+                    variable(&var)
+                ));
             }
             EnvKeys::Empty(var) => {
-                message.push_str(&format!(" (keys_env names {var}, which holds no keys)"));
+                message.push_str(&format!(
+                    " (keys_env names {}, which holds no keys)",
+                    variable(&var)
+                ));
             }
         }
         p.add("keys", message);
@@ -123,12 +136,12 @@ fn file_entries(
             );
             continue;
         }
-        // Every RawKey field is a raw Value, so this fails only on an unknown field, and
-        // that message names the field, not its value.
+        // Every RawKey field is a raw Value, so this fails only on an unknown field; its
+        // name could be a pasted key, so the message goes through `redact` too.
         let raw: RawKey = match item.try_into() {
             Ok(raw) => raw,
             Err(e) => {
-                p.add(&origin, e.message());
+                p.add(&origin, super::redact::safe(e.message()));
                 continue;
             }
         };
@@ -206,7 +219,10 @@ fn env_entries(
     if !is_env_name(var) {
         p.add(
             "keys_env",
-            format!("{var:?} is not an environment variable name (A-Z, a-z, 0-9 and '_')"),
+            format!(
+                "{} is not an environment variable name (A-Z, a-z, 0-9 and '_')",
+                quoted(var)
+            ),
         );
         return EnvKeys::NotConfigured;
     }
@@ -264,7 +280,10 @@ fn resolve_key(
         } else if let Some(substitute) = env(var) {
             value.push_str(&substitute);
         } else {
-            p.add(&field, format!("environment variable {var} is not set"));
+            p.add(
+                &field,
+                format!("environment variable {} is not set", variable(var)),
+            );
             failed = true;
         }
         vars.push(var);

@@ -1,5 +1,10 @@
-//! Masks the parts of a TOML document that may hold an API key, so that a parse error can
-//! quote its source line without quoting a secret.
+//! Keeps values typed into `proxy.toml` out of error messages: masks the parts of a TOML
+//! document that may hold an API key, so that a parse error can quote its source line
+//! without quoting a secret; rewrites toml's and serde's messages so they name the field and
+//! the expected type but not the value; and decides how a string from the file may be
+//! quoted in a validation message. A key typed into the wrong field (`keys_env = "0123…"`,
+//! `listen = "0123…"`, `max_attempts = "0123…"`) would otherwise be printed, and on reload
+//! logged.
 //!
 //! toml's error display shows the whole line the error points at. A syntax error in
 //! `key = 0123…` (unquoted), a duplicate `key` line, a typo'd field (`kee = "0123…"`) or a key
@@ -77,14 +82,18 @@ fn mask_line(line: &str) -> String {
     }
 }
 
-/// `[section]` or `[[keys]]` made only of bare-key characters: nothing there can be a secret
-/// that toml would accept, and showing it tells the reader which section broke.
+/// `[section]` or `[[keys]]` whose names are all field-like: showing it tells the reader
+/// which section broke, and a pasted key (`[0123…]`) is not field-like.
 fn is_plain_header(trimmed: &str) -> bool {
-    trimmed.starts_with('[')
-        && trimmed.chars().all(|c| {
-            c.is_ascii_alphanumeric()
-                || matches!(c, '[' | ']' | '_' | '-' | '.' | ' ' | '\t' | '\r')
-        })
+    let Some(inner) = trimmed.trim_end().strip_prefix('[') else {
+        return false;
+    };
+    let inner = inner.trim_start_matches('[');
+    let Some(inner) = inner.strip_suffix(']') else {
+        return false;
+    };
+    let inner = inner.trim_end_matches(']');
+    !inner.trim().is_empty() && inner.split('.').all(|s| is_key_or_field_like(s.trim()))
 }
 
 /// The dotted field name left of the first `=` and the `=`'s byte index, when that left
@@ -135,6 +144,169 @@ fn is_key_or_field_like(field: &str) -> bool {
             && field
                 .chars()
                 .all(|c| c.is_ascii_lowercase() || matches!(c, '_' | '.')))
+}
+
+// === values in messages ===
+
+/// Strings shorter than this are quoted whole: no API key is that short (CaptchaAI's have
+/// 32 characters), and a short typo such as `"5 minuts"` is best shown as typed.
+const MAX_QUOTED: usize = 12;
+
+/// How a string typed into the file appears in a validation message: quoted whole when it
+/// cannot be a key (shorter than any key, or an upper-case variable name such as
+/// `CAPTCHAAI_KEYS`, which keys, lower-case hex, are not), else as `a string ending …cdef`,
+/// the fingerprint `ApiKey` shows, or just `a string` when too short for one.
+pub(super) fn quoted(text: &str) -> String {
+    if text.chars().count() < MAX_QUOTED || is_variable_name(text) {
+        return format!("{text:?}");
+    }
+    match crate::ApiKey::new(text).fingerprint().as_str() {
+        "…" => "a string".to_owned(),
+        tail => format!("a string ending {tail}"),
+    }
+}
+
+/// How an environment variable name from the file appears in a message: bare when
+/// [`quoted`] would show it whole, else as its fingerprint.
+pub(super) fn variable(name: &str) -> String {
+    match quoted(name) {
+        whole if whole.starts_with('"') => name.to_owned(),
+        fingerprint => fingerprint.replacen("a string", "a name", 1),
+    }
+}
+
+/// `A-Z`, `0-9` and `_`, with at least one `_` and one letter, not starting with a digit: the
+/// shape environment variable names are given by convention.
+fn is_variable_name(text: &str) -> bool {
+    text.contains('_')
+        && text.chars().any(|c| c.is_ascii_uppercase())
+        && !text.starts_with(|c: char| c.is_ascii_digit())
+        && text
+            .chars()
+            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+}
+
+/// A toml parse or type error as keyrelay shows it: toml's position and source line, from
+/// a copy of the document with secrets (and the offending value) masked, and a message
+/// that names no value. toml's own error is not kept: its `Display` and `Debug` carry
+/// serde's message, which quotes the value (`invalid type: string "0123…", expected u32`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParseError {
+    shown: String,
+    message: String,
+    span: Option<std::ops::Range<usize>>,
+}
+
+impl ParseError {
+    /// What went wrong, without any value from the file.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// Byte range in the document that the error points at.
+    pub fn span(&self) -> Option<std::ops::Range<usize>> {
+        self.span.clone()
+    }
+}
+
+impl std::fmt::Display for ParseError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.shown)
+    }
+}
+
+impl std::error::Error for ParseError {}
+
+/// `error`, raised while reading `text`, made safe to show.
+pub(super) fn parse_error(text: &str, mut error: toml::de::Error) -> ParseError {
+    let (message, value_at_fault) = safe_message(error.message());
+    let span = error.span();
+    let mut masked = mask_secrets(text).into_bytes();
+    if let (true, Some(span)) = (value_at_fault, &span) {
+        // The span of a type error is the value itself: its line shows the field, not it.
+        for b in masked.get_mut(span.clone()).into_iter().flatten() {
+            if !b.is_ascii_whitespace() {
+                *b = MASK;
+            }
+        }
+    }
+    // Masking replaces whole UTF-8 sequences with ASCII or keeps them, except inside a span
+    // cut mid-character, which from_utf8_lossy then shows as U+FFFD.
+    let masked = String::from_utf8_lossy(&masked).into_owned();
+    error.set_input(Some(&masked));
+    let full = error.to_string();
+    // toml prints the source excerpt, then its message; the excerpt is kept, the message
+    // replaced. Without a span there is no excerpt, only the message and the field path.
+    let shown = match (span.is_some(), full.rfind(error.message())) {
+        (true, Some(at)) => format!("{}{message}", &full[..at]),
+        _ => message.clone(),
+    };
+    ParseError {
+        shown: shown.trim_end().to_owned(),
+        message,
+        span,
+    }
+}
+
+/// toml's or serde's message with no value from the file in it, and whether it is about a
+/// value (so the excerpt must hide that value too).
+///
+/// serde's type errors read `invalid type: <what> <value>, expected <type>` (and likewise
+/// `invalid value` and `invalid length`), where `<value>` is the file's; they become
+/// `invalid type: <what>, expected <type>`. Everything else keeps only the quoted names
+/// that look like field names (`unknown field \`kee\``); any other quoted token, which could be
+/// a pasted key, becomes its fingerprint.
+fn safe_message(message: &str) -> (String, bool) {
+    for prefix in ["invalid type: ", "invalid value: ", "invalid length "] {
+        let Some(rest) = message.strip_prefix(prefix) else {
+            continue;
+        };
+        // `<type>` comes from keyrelay's schema, so the last ", expected " is serde's own.
+        let Some((found, expected)) = rest.rsplit_once(", expected ") else {
+            return (format!("{}wrong type or value", prefix), true);
+        };
+        // `<what>` is serde's word for the kind (`string`, `floating point`, `sequence`);
+        // the value, if any, starts at the first quote.
+        let what = found
+            .split(['`', '"', '\''])
+            .next()
+            .unwrap_or_default()
+            .trim();
+        let what = if what.is_empty() { "a value" } else { what };
+        return (format!("{prefix}{what}, expected {expected}"), true);
+    }
+    (safe_quotes(message), false)
+}
+
+/// A serde message about one `[[keys]]` entry, made safe as [`parse_error`] does.
+pub(super) fn safe(message: &str) -> String {
+    safe_message(message).0
+}
+
+/// `message` with every token between backticks or double quotes that is not field-like
+/// replaced by its fingerprint.
+fn safe_quotes(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    while let Some(open) = rest.find(['`', '"']) {
+        let quote = rest[open..].chars().next().unwrap_or('`');
+        let after = &rest[open + 1..];
+        let Some(close) = after.find(quote) else {
+            break;
+        };
+        let token = &after[..close];
+        out.push_str(&rest[..open]);
+        out.push(quote);
+        if is_key_or_field_like(token) || token.chars().count() < MAX_QUOTED {
+            out.push_str(token);
+        } else {
+            out.push_str(&crate::ApiKey::new(token).fingerprint());
+        }
+        out.push(quote);
+        rest = &after[close + 1..];
+    }
+    out.push_str(rest);
+    out
 }
 
 fn all_segments_in(field: &str, names: &[&str]) -> bool {

@@ -37,7 +37,12 @@ impl Upstream {
         let https = match uri.scheme_str() {
             Some(scheme) if scheme.eq_ignore_ascii_case("https") => true,
             Some(scheme) if scheme.eq_ignore_ascii_case("http") => false,
-            Some(other) => return Err(format!("scheme must be http or https, got {other:?}")),
+            Some(other) => {
+                return Err(format!(
+                    "scheme must be http or https, got {}",
+                    super::redact::quoted(other)
+                ))
+            }
             None => return Err("must start with http:// or https://".to_owned()),
         };
         let authority = uri
@@ -56,7 +61,12 @@ impl Upstream {
         if let Some(port) = authority[host.len()..].strip_prefix(':') {
             match port.parse::<u16>() {
                 Ok(p) if p > 0 => {}
-                _ => return Err(format!("invalid port {port:?}; expected 1-65535")),
+                _ => {
+                    return Err(format!(
+                        "invalid port {}; expected 1-65535",
+                        super::redact::quoted(port)
+                    ))
+                }
             }
         }
         if uri.query().is_some() {
@@ -84,10 +94,16 @@ impl Upstream {
     /// Full URI for an endpoint path (`"/in.php"`) and a raw query (`""` = none):
     /// base `https://h:1/x` + `/in.php` + `a=b` -> `https://h:1/x/in.php?a=b`.
     ///
-    /// # Panics
-    /// Only if `path` or `query` holds characters a URI cannot carry unescaped; callers pass
-    /// constant paths and queries that are already urlencoded.
-    pub fn endpoint(&self, path: &str, query: &str) -> Uri {
+    /// # Errors
+    /// [`BadTarget`] if `path` or `query` holds bytes a URI cannot carry unescaped (a space,
+    /// a control character, `"`, ...) or a `#`, which would cut the query short. The query
+    /// is the caller's, so this is the caller's mistake, never a panic.
+    pub fn endpoint(&self, path: &str, query: &str) -> Result<Uri, BadTarget> {
+        // `Uri` would silently drop everything from a `#` on, sending a shorter query than
+        // the caller's.
+        if path.contains('#') || query.contains('#') {
+            return Err(BadTarget);
+        }
         let mut target = String::with_capacity(self.prefix.len() + path.len() + query.len() + 2);
         target.push_str(&self.prefix);
         // Without the slash, "in.php" would glue onto the prefix or the host name.
@@ -106,9 +122,9 @@ impl Upstream {
             Scheme::HTTP
         });
         parts.authority = Some(self.authority.clone());
-        parts.path_and_query =
-            Some(PathAndQuery::try_from(target).expect("path and query are urlencoded"));
-        Uri::from_parts(parts).expect("scheme, authority and path are all set")
+        parts.path_and_query = Some(PathAndQuery::try_from(target).map_err(|_| BadTarget)?);
+        // Scheme, authority and path are all set, so only a bad part could fail here.
+        Uri::from_parts(parts).map_err(|_| BadTarget)
     }
 
     /// The normalised base without trailing `/`.
@@ -116,6 +132,12 @@ impl Upstream {
         &self.base
     }
 }
+
+/// A path or query that cannot be sent as a URI. Says nothing of the bytes: a query holds
+/// the caller's key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("the request's query holds characters a URL cannot carry unescaped")]
+pub struct BadTarget;
 
 impl fmt::Debug for Upstream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -171,20 +193,21 @@ mod tests {
     fn endpoint_joins_base_path_and_query() {
         let up = parsed("https://h:1/x");
         assert_eq!(
-            up.endpoint("/in.php", "a=b").to_string(),
+            up.endpoint("/in.php", "a=b").unwrap().to_string(),
             "https://h:1/x/in.php?a=b"
         );
         assert_eq!(
-            up.endpoint("/res.php", "").to_string(),
+            up.endpoint("/res.php", "").unwrap().to_string(),
             "https://h:1/x/res.php"
         );
         assert_eq!(
-            up.endpoint("in.php", "").to_string(),
+            up.endpoint("in.php", "").unwrap().to_string(),
             "https://h:1/x/in.php"
         );
         let root = parsed("http://127.0.0.1:9000/");
         assert_eq!(
             root.endpoint("/res.php", "key=k&action=get&id=1")
+                .unwrap()
                 .to_string(),
             "http://127.0.0.1:9000/res.php?key=k&action=get&id=1"
         );
@@ -194,7 +217,7 @@ mod tests {
     fn endpoint_authorities_are_lowercase() {
         // The upstream pool keys connections by the authority's exact bytes.
         let up = parsed("HTTP://OCR.CaptchaAI.com:8080/Prefix");
-        let uri = up.endpoint("/in.php", "");
+        let uri = up.endpoint("/in.php", "").unwrap();
         assert_eq!(uri.authority().unwrap().as_str(), "ocr.captchaai.com:8080");
         assert_eq!(uri.scheme_str(), Some("http"));
         assert_eq!(uri.path(), "/Prefix/in.php", "the path keeps its case");
@@ -203,7 +226,7 @@ mod tests {
     #[test]
     fn endpoint_keeps_urlencoded_query_bytes() {
         let up = parsed("https://h");
-        let uri = up.endpoint("/in.php", "body=a%2Bb%3D&json=1");
+        let uri = up.endpoint("/in.php", "body=a%2Bb%3D&json=1").unwrap();
         assert_eq!(uri.query(), Some("body=a%2Bb%3D&json=1"));
     }
 
@@ -238,5 +261,37 @@ mod tests {
         }
         let spaces = Upstream::parse("http://h /x").expect_err("space");
         assert!(spaces.starts_with("not a valid URL: "), "{spaces}");
+    }
+
+    #[test]
+    fn unsendable_queries_are_errors() {
+        let up = parsed("https://h/x");
+        for query in ["a=b c", "a=\"b\"", "a=\n", "a=\u{7f}", "a=b#frag", "a=<b>"] {
+            assert_eq!(up.endpoint("/in.php", query), Err(BadTarget), "{query:?}");
+        }
+        assert_eq!(up.endpoint("/in php", ""), Err(BadTarget));
+    }
+
+    proptest::proptest! {
+        /// Any query at all, as a caller could send it: an error or a URI, never a panic, and
+        /// a URI carries the query byte for byte.
+        #[test]
+        fn endpoint_never_panics_on_caller_queries(query in proptest::prelude::any::<String>()) {
+            let up = parsed("http://127.0.0.1:9000/api");
+            match up.endpoint("/in.php", &query) {
+                Ok(uri) => {
+                    proptest::prop_assert_eq!(uri.path(), "/api/in.php");
+                    proptest::prop_assert_eq!(uri.query().unwrap_or(""), query.as_str());
+                }
+                Err(e) => proptest::prop_assert_eq!(e, BadTarget),
+            }
+        }
+
+        /// Queries made of URI-safe bytes, as a client's urlencoding produces: always sent.
+        #[test]
+        fn urlencoded_queries_are_always_sent(query in "[A-Za-z0-9%=&_.~+*-]{0,200}") {
+            let uri = parsed("https://h").endpoint("/res.php", &query);
+            proptest::prop_assert!(uri.is_ok(), "{:?}", query);
+        }
     }
 }

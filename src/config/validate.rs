@@ -8,6 +8,7 @@ use std::time::Duration;
 use toml::Value;
 
 use super::raw::{RawCapacity, RawConfig, RawFailover, RawLimits, RawPins, RawTimeouts};
+use super::redact::quoted;
 use super::*;
 
 /// Longest duration any setting accepts. Far beyond every sensible value, and near enough
@@ -88,7 +89,10 @@ fn listen(p: &mut Problems, raw: Option<String>) -> SocketAddr {
     text.parse().unwrap_or_else(|_| {
         p.add(
             "listen",
-            format!("{text:?} is not an IP address and port such as \"127.0.0.1:8080\""),
+            format!(
+                "{} is not an IP address and port such as \"127.0.0.1:8080\"",
+                quoted(&text)
+            ),
         );
         default()
     })
@@ -106,7 +110,8 @@ fn strategy(p: &mut Problems, raw: Option<String>) -> Strategy {
         p.add(
             "strategy",
             format!(
-                "{text:?} is not a strategy; use one of {}",
+                "{} is not a strategy; use one of {}",
+                quoted(&text),
                 known.join(", ")
             ),
         );
@@ -417,7 +422,20 @@ fn duration(
         }
     };
     match humantime::parse_duration(&text) {
-        Err(e) => p.add(field, format!("invalid duration {text:?}: {e}")),
+        // humantime's message for an unknown unit quotes the unit, so it is shown only when
+        // the text may be quoted whole; its other messages give a position.
+        Err(e) => match (quoted(&text), &e) {
+            (shown, _) if shown.starts_with('"') => {
+                p.add(field, format!("invalid duration {shown}: {e}"))
+            }
+            (shown, humantime::DurationError::UnknownUnit { start, end, .. }) => p.add(
+                field,
+                format!(
+                    "invalid duration, {shown}: unknown time unit at bytes {start}..{end}; use ns, us, ms, s, m, h, d"
+                ),
+            ),
+            (shown, _) => p.add(field, format!("invalid duration, {shown}: {e}")),
+        },
         Ok(d) if d.is_zero() && zero == Zero::Rejected => p.add(field, "must be greater than 0"),
         Ok(d) if d > MAX_DURATION => p.add(
             field,
@@ -436,13 +454,22 @@ fn size(p: &mut Problems, field: &str, raw: Option<Value>, default: usize) -> us
     let bytes = match raw {
         None => return default,
         Some(Value::Integer(n)) => u64::try_from(n).unwrap_or(0),
-        Some(Value::String(text)) => match text.parse::<bytesize::ByteSize>() {
-            Ok(size) => size.as_u64(),
-            Err(e) => {
-                p.add(field, format!("invalid size: {e}"));
-                return default;
+        Some(Value::String(text)) => {
+            match text.parse::<bytesize::ByteSize>() {
+                Ok(size) => size.as_u64(),
+                // bytesize's message quotes the text, so it is shown only when the text may be.
+                Err(e) => {
+                    match quoted(&text) {
+                    shown if shown.starts_with('"') => p.add(field, format!("invalid size: {e}")),
+                    shown => p.add(
+                        field,
+                        format!("must be a size such as \"16MiB\" or a number of bytes, got {shown}"),
+                    ),
+                }
+                    return default;
+                }
             }
-        },
+        }
         Some(other) => {
             p.add(
                 field,

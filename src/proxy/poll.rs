@@ -46,7 +46,7 @@ async fn poll_one(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
         // Definite without asking anyone: no key can own what is not a task id. The id is
         // not echoed: it may be megabytes.
         Err(_) => {
-            probe::count(ctx, "invalid");
+            probe::count(ctx, crate::metrics::ProbeResult::Invalid);
             return ctx.local_error(WRONG_ID, &not_an_id(), "bad_request");
         }
     };

@@ -16,6 +16,7 @@ use tokio::time::{Duration, Instant};
 
 use super::{Attempt, Ctx};
 use crate::captcha::{self, Outcome, ParsedRequest};
+use crate::metrics::ProbeResult;
 use crate::pins::TaskId;
 use crate::pool::KeyEntry;
 use crate::upstream::UpstreamAnswer;
@@ -127,7 +128,7 @@ pub(super) async fn probe(
     let now = Instant::now();
     let misses = &ctx.app.probe().misses;
     if misses.held(task, now) {
-        count(ctx, "remembered");
+        count(ctx, ProbeResult::Remembered);
         return Probed::Nobody { remembered: true };
     }
     let keys = &ctx.snapshot.pool.keys()[..ctx.snapshot.pool.keys().len().min(MAX_PROBED_KEYS)];
@@ -140,7 +141,7 @@ pub(super) async fn probe(
         .budget
         .try_take(asked, pins.probe_rate, pins.probe_burst, now)
     {
-        count(ctx, "budget");
+        count(ctx, ProbeResult::Budget);
         return Probed::NoBudget;
     }
     let mut asking: FuturesUnordered<_> = keys
@@ -166,7 +167,7 @@ pub(super) async fn probe(
                 // its count (the refresh's threadsinfo counts it as the key's external load).
                 ctx.app.pins().pin(task.clone(), key.id, Instant::now());
                 misses.forget(task);
-                count(ctx, "found");
+                count(ctx, ProbeResult::Found);
                 tracing::info!(key = %key.name, task_id = %task, "unknown task found on a key and pinned");
                 // Dropping `asking` cancels the requests still out: each closes its connection
                 // (a connection goes back to the pool only with its whole answer read), and
@@ -184,15 +185,15 @@ pub(super) async fn probe(
     }
     if unsure {
         // Not remembered: the next poll asks again, and may find the owner then.
-        count(ctx, "unsure");
+        count(ctx, ProbeResult::Unsure);
         return Probed::Unsure;
     }
     misses.remember(task.clone(), now);
-    count(ctx, "not_found");
+    count(ctx, ProbeResult::NotFound);
     Probed::Nobody { remembered: false }
 }
 
 /// Counts one unknown id in `keyrelay_probes_total` by what became of it.
-pub(super) fn count(ctx: &Ctx, result: &str) {
-    ctx.app.metrics().probes.with_label_values(&[result]).inc();
+pub(super) fn count(ctx: &Ctx, result: ProbeResult) {
+    ctx.app.metrics().count_probe(result);
 }
