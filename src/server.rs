@@ -1,7 +1,5 @@
 //! The accept loop, the background tasks, and graceful shutdown.
 
-mod watched;
-
 use std::future::Future;
 use std::time::Duration;
 
@@ -17,8 +15,8 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::app::App;
+use crate::proxy::Hangup;
 use crate::{proxy, refresh};
-use watched::Watched;
 
 /// How often recorded pins are forced to disk: the power-loss window.
 const PIN_SYNC_INTERVAL: Duration = Duration::from_secs(1);
@@ -78,7 +76,13 @@ pub async fn run(
                 };
                 let _ = stream.set_nodelay(true);
                 let app = app.clone();
-                let (stream, hangup) = Watched::new(stream);
+                let (stream, hangup) = match Hangup::watch(stream) {
+                    Ok(watched) => watched,
+                    Err(e) => {
+                        tracing::warn!(%peer, error = %e, "cannot set up the connection; closed");
+                        continue;
+                    }
+                };
                 let service = service_fn(move |mut req| {
                     req.extensions_mut().insert(hangup.clone());
                     proxy::handle(app.clone(), req)

@@ -1,0 +1,115 @@
+//! A request whose caller left before the answer says so in a warning, without a key. In a
+//! test binary of its own: it installs the process's global log subscriber to read the
+//! lines, which no other test may share.
+
+mod common;
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::*;
+use keyrelay::sim::{FaultKind, FaultTarget};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+#[derive(Clone, Default)]
+struct Logs(Arc<Mutex<Vec<u8>>>);
+
+impl Logs {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+impl Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Logs {
+    type Writer = Logs;
+    fn make_writer(&'a self) -> Logs {
+        self.clone()
+    }
+}
+
+fn warnings(logs: &Logs) -> Vec<String> {
+    logs.text()
+        .lines()
+        .filter(|l| l.contains("WARN") && l.contains("the caller left before the answer"))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[tokio::test]
+async fn a_caller_that_left_or_half_closed_is_named_in_a_warning() {
+    let logs = Logs::default();
+    tracing_subscriber::fmt()
+        .with_writer(logs.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::INFO)
+        .init();
+    let sim = sim_with(&[KEY_A]).await;
+    let config = config_for(&sim, &[("a", KEY_A, 1.0)]);
+    let h = Harness::start(sim, config).await;
+    let host = h.addr.to_string();
+    let submit = format!(
+        "GET /in.php?key={CALLER_KEY}&method=userrecaptcha&googlekey=g&pageurl=https://x.test HTTP/1.1\r\n\
+         Host: {host}\r\n\r\n"
+    );
+
+    // Gone: the request and the close leave together, and the upstream answers later.
+    h.sim.add_fault(
+        KEY_A,
+        fault(
+            FaultTarget::Submit,
+            FaultKind::Delay(Duration::from_millis(50)),
+            Some(1),
+        ),
+    );
+    let mut stream = TcpStream::connect(h.addr).await.expect("connect");
+    stream.write_all(submit.as_bytes()).await.expect("write");
+    drop(stream);
+    eventually("a warning for the departed caller", || {
+        warnings(&logs).len() == 1
+    })
+    .await;
+
+    // Half-closed: it still reads its answer, and the warning says it was sent.
+    let mut stream = TcpStream::connect(h.addr).await.expect("connect");
+    stream.write_all(submit.as_bytes()).await.expect("write");
+    stream.shutdown().await.expect("half-close");
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).await.expect("read");
+    assert!(String::from_utf8_lossy(&answer).contains("OK|"));
+    eventually("a warning for the half-closed caller", || {
+        warnings(&logs).len() == 2
+    })
+    .await;
+
+    // A caller that waits draws no warning.
+    h.submit().await;
+    h.stop().await;
+    let warnings = warnings(&logs);
+    assert_eq!(warnings.len(), 2, "{}", logs.text());
+    for line in &warnings {
+        assert!(line.contains("endpoint=\"in\""), "{line}");
+        assert!(line.contains("outcome=\"success\""), "{line}");
+    }
+    assert!(
+        warnings[1].contains("in case it only half-closed"),
+        "{}",
+        warnings[1]
+    );
+    let text = logs.text();
+    assert!(
+        !text.contains(KEY_A) && !text.contains(CALLER_KEY),
+        "{text}"
+    );
+}
