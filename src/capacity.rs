@@ -7,6 +7,13 @@
 //! creates until the task's final answer, a stale timeout, or a refresh that shows the
 //! upstream no longer working on it, and given back at once if no task was created.
 //!
+//! A `threadsinfo` read is matched against keyrelay's own count by a [`ReadMark`] taken just
+//! before the read is sent, never by clock times: the service's `working` figure may include
+//! any of keyrelay's tasks that was in flight at some moment of the read, so all of those are
+//! subtracted before the rest is taken as outside load. No task is counted twice; outside
+//! load errs low, which the service's "busy" answers and the cooldowns they cause make good,
+//! where erring high would lock a key that has nothing to do.
+//!
 //! The counts sit behind the narrow [`LoadStore`] interface, as pins and health do, so that
 //! a shared store can later let several replicas count one pool's threads together.
 
@@ -22,6 +29,7 @@ use tokio::time::Instant;
 
 use crate::health::KeyId;
 use crate::pins::TaskId;
+use crate::task_table::Entry;
 
 /// One key's threads in use, as keyrelay counts them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -44,6 +52,27 @@ impl Load {
     }
 }
 
+/// What a store noted about one key just before a `threadsinfo` read was sent, for
+/// [`LoadStore::reconcile`] to judge the answer by.
+#[derive(Clone, Debug)]
+pub struct ReadMark {
+    pub(crate) key: KeyId,
+    /// Submits on their way and tasks open, when marked. With the holds taken since, these
+    /// are every task of keyrelay's the service can have counted while it read.
+    pub(crate) in_flight: u32,
+    /// The key's running count of holds ever taken, when marked.
+    pub(crate) holds: u64,
+    /// The tasks open when marked: created before the service was asked, so the answer
+    /// counts each one that is still open and that the service still works on.
+    pub(crate) open: Vec<(TaskId, Entry)>,
+}
+
+impl ReadMark {
+    pub fn key(&self) -> KeyId {
+        self.key
+    }
+}
+
 /// The narrow interface to per-key thread counts.
 pub trait LoadStore: Send + Sync + 'static {
     /// Takes one of `key`'s threads if fewer than `limit` are in use (always, without a
@@ -60,11 +89,16 @@ pub trait LoadStore: Send + Sync + 'static {
     fn load(&self, key: KeyId) -> Load;
     /// Ends the open tasks opened at or before `cutoff`; one key per task ended.
     fn release_stale(&self, cutoff: Instant) -> Vec<KeyId>;
-    /// Aligns `key`'s counts with the upstream's `working` threads, read by a request sent
-    /// at `asked`: keyrelay's tasks opened before then beyond `working` are taken as done
-    /// (oldest first; they are solved, only not polled yet), and working threads beyond
-    /// keyrelay's tasks become the key's `external` load. Returns how many tasks it ended.
-    fn reconcile(&self, key: KeyId, working: u32, asked: Instant) -> u32;
+    /// Notes `key`'s counts for a `threadsinfo` read about to be sent; the answer goes to
+    /// [`LoadStore::reconcile`] with this mark.
+    fn mark(&self, key: KeyId) -> ReadMark;
+    /// Aligns the marked key's counts with the upstream's `working` threads, as read by the
+    /// request sent after `mark`. Tasks open at the mark and still open were surely counted
+    /// if the service still works on them: beyond `working`, they are taken as done (oldest
+    /// first; solved, only not polled yet). The key's `external` load becomes `working` minus
+    /// every task of keyrelay's the service may have counted (in flight at the mark, or
+    /// held since), at least zero. Returns how many tasks it ended.
+    fn reconcile(&self, mark: ReadMark, working: u32) -> u32;
 }
 
 /// The shared side of admission: the counts, and the queue of submits waiting for a thread.
@@ -110,11 +144,18 @@ impl Capacity {
         released
     }
 
+    /// Notes `key`'s counts just before its `threadsinfo` is asked; see [`LoadStore::mark`].
+    pub fn mark(&self, key: KeyId) -> ReadMark {
+        self.store.mark(key)
+    }
+
     /// See [`LoadStore::reconcile`]. Queued submits look again if tasks gave their threads
-    /// back.
-    pub fn reconcile(&self, key: KeyId, working: u32, asked: Instant) -> u32 {
-        let released = self.store.reconcile(key, working, asked);
-        if released > 0 {
+    /// back or outside load went down.
+    pub fn reconcile(&self, mark: ReadMark, working: u32) -> u32 {
+        let key = mark.key;
+        let external = self.store.load(key).external;
+        let released = self.store.reconcile(mark, working);
+        if released > 0 || self.store.load(key).external < external {
             self.queue.freed();
         }
         released
