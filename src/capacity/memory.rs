@@ -156,6 +156,9 @@ impl LoadStore for MemoryLoad {
 }
 
 #[cfg(test)]
+mod properties;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use std::time::Duration;
