@@ -117,7 +117,9 @@ impl Capacity {
 
     /// Takes a thread of `key` if fewer than `limit` are in use.
     pub fn try_hold(&self, key: KeyId, limit: Option<u32>) -> Option<Lease<'_>> {
-        self.store.try_hold(key, limit).then_some(Lease {
+        // Lazily: a lease gives a thread back when dropped, so one built for a refused hold
+        // would give back a thread someone else holds, and wake the queue for nothing.
+        self.store.try_hold(key, limit).then(|| Lease {
             capacity: self,
             key,
             kept: false,
@@ -235,6 +237,9 @@ impl std::fmt::Debug for Lease<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use tokio::task::JoinHandle;
 
     fn capacity() -> Capacity {
         Capacity::new(Box::new(MemoryLoad::new()))
@@ -252,5 +257,69 @@ mod tests {
         assert!(capacity.try_hold(KeyId(0), Some(1)).is_none());
         assert_eq!(capacity.finish(&TaskId::Num(7)), Some(KeyId(0)));
         assert!(capacity.try_hold(KeyId(0), Some(1)).is_some());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_refused_hold_changes_no_count() {
+        for limit in 0..4 {
+            for refused in 1..4 {
+                let capacity = capacity();
+                let leases: Vec<_> = (0..limit)
+                    .map(|_| capacity.try_hold(KeyId(0), Some(limit)).expect("free"))
+                    .collect();
+                for _ in 0..refused {
+                    assert!(capacity.try_hold(KeyId(0), Some(limit)).is_none());
+                    assert_eq!(
+                        capacity.load(KeyId(0)).pending,
+                        limit,
+                        "{limit} threads, {refused} refusals"
+                    );
+                }
+                drop(leases);
+                assert_eq!(capacity.load(KeyId(0)), Load::default());
+            }
+        }
+    }
+
+    /// A waiter on a full key, counting its looks; it gives up after `MAX_LOOKS`, so a head
+    /// that looks again without being woken fails the test instead of spinning forever.
+    fn waiter(capacity: &Arc<Capacity>, looks: &Arc<AtomicUsize>) -> JoinHandle<bool> {
+        const MAX_LOOKS: usize = 20;
+        let (capacity, looks) = (capacity.clone(), looks.clone());
+        tokio::spawn(async move {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            let take = || {
+                if looks.fetch_add(1, Ordering::SeqCst) >= MAX_LOOKS {
+                    return Take::NoKey;
+                }
+                match capacity.try_hold(KeyId(0), Some(1)) {
+                    Some(lease) => Take::Got(lease.key()),
+                    None => Take::Full,
+                }
+            };
+            let (waited, _) = capacity.wait_for(deadline, 10, || None, take).await;
+            matches!(waited, Waited::Got(KeyId(0)))
+        })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_read_that_lowers_outside_load_wakes_a_waiting_submit() {
+        let capacity = Arc::new(capacity());
+        // Someone else works on the key's only thread.
+        assert_eq!(capacity.reconcile(capacity.mark(KeyId(0)), 1), 0);
+        let looks = Arc::new(AtomicUsize::new(0));
+        let started = Instant::now();
+        let waiting = waiter(&capacity, &looks);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(capacity.queued(), 1, "waiting");
+        // Once before queueing, once at the head of the queue; refusals wake nobody.
+        assert_eq!(looks.load(Ordering::SeqCst), 2, "no look without news");
+        // The next read finds the other client gone; no task of keyrelay's ended.
+        assert_eq!(capacity.reconcile(capacity.mark(KeyId(0)), 0), 0);
+        assert!(waiting.await.unwrap(), "the waiter got the thread");
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "woken by the read, not by the once-a-second recheck"
+        );
     }
 }
