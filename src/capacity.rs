@@ -322,4 +322,72 @@ mod tests {
             "woken by the read, not by the once-a-second recheck"
         );
     }
+
+    #[derive(Clone, Debug)]
+    enum LeaseOp {
+        Hold(u32),
+        Drop(proptest::sample::Index),
+        Keep(proptest::sample::Index),
+        Finish(proptest::sample::Index),
+    }
+
+    fn lease_op() -> impl proptest::strategy::Strategy<Value = LeaseOp> {
+        use proptest::prelude::*;
+        prop_oneof![
+            3 => (0_u32..4).prop_map(LeaseOp::Hold),
+            1 => any::<proptest::sample::Index>().prop_map(LeaseOp::Drop),
+            1 => any::<proptest::sample::Index>().prop_map(LeaseOp::Keep),
+            1 => any::<proptest::sample::Index>().prop_map(LeaseOp::Finish),
+        ]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config {
+            cases: 256,
+            failure_persistence: None,
+            ..proptest::test_runner::Config::default()
+        })]
+
+        /// Holds granted and refused, leases dropped or kept, tasks finished: the counts are
+        /// always exactly the leases held and the tasks open, and a hold is granted exactly
+        /// when fewer than its limit are in use.
+        #[test]
+        fn the_counts_are_exactly_the_leases_and_tasks_held(
+            ops in proptest::collection::vec(lease_op(), 0..60),
+        ) {
+            let capacity = capacity();
+            let mut leases = Vec::new();
+            let mut tasks: Vec<TaskId> = Vec::new();
+            let mut next = 0_u64;
+            for op in ops {
+                match op {
+                    LeaseOp::Hold(limit) => {
+                        let free = (leases.len() + tasks.len()) < limit as usize;
+                        let lease = capacity.try_hold(KeyId(0), Some(limit));
+                        proptest::prop_assert_eq!(lease.is_some(), free);
+                        leases.extend(lease);
+                    }
+                    LeaseOp::Drop(i) if !leases.is_empty() => {
+                        drop(leases.swap_remove(i.index(leases.len())));
+                    }
+                    LeaseOp::Keep(i) if !leases.is_empty() => {
+                        let lease = leases.swap_remove(i.index(leases.len()));
+                        next += 1;
+                        lease.keep_for(TaskId::Num(next), Instant::now());
+                        tasks.push(TaskId::Num(next));
+                    }
+                    LeaseOp::Finish(i) if !tasks.is_empty() => {
+                        let task = tasks.swap_remove(i.index(tasks.len()));
+                        proptest::prop_assert_eq!(capacity.finish(&task), Some(KeyId(0)));
+                    }
+                    _ => {}
+                }
+                let load = capacity.load(KeyId(0));
+                proptest::prop_assert_eq!(
+                    (load.pending as usize, load.open as usize, load.external),
+                    (leases.len(), tasks.len(), 0)
+                );
+            }
+        }
+    }
 }
