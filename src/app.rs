@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 use tower::retry::budget::{Budget, TpsBudget};
 
-use crate::capacity::{Capacity, MemoryLoad};
+use crate::capacity::{Capacity, MemoryLoad, ReadMark};
 use crate::config::Config;
 use crate::health::{HealthEvent, HealthStore, MemoryHealth, StateKind, Transition};
 use crate::metrics::{Metrics, Release};
@@ -192,9 +192,10 @@ impl App {
     }
 
     /// Aligns `key`'s thread count with the upstream's `working` threads, read by a request
-    /// sent at `asked` (see `LoadStore::reconcile`), and counts the threads that gives back.
-    pub fn reconcile_threads(&self, key: &KeyEntry, working: u32, asked: Instant) {
-        let released = self.0.capacity.reconcile(key.id, working, asked);
+    /// sent after `mark` (see `LoadStore::reconcile`), and counts the threads that gives back.
+    pub fn reconcile_threads(&self, key: &KeyEntry, working: u32, mark: ReadMark) {
+        debug_assert_eq!(mark.key(), key.id, "a read is reconciled with its own key");
+        let released = self.0.capacity.reconcile(mark, working);
         if released > 0 {
             self.count_releases(Release::Reconciled, u64::from(released));
             tracing::debug!(key = %key.name, released, working, "threads reconciled with threadsinfo");

@@ -7,6 +7,13 @@
 //! creates until the task's final answer, a stale timeout, or a refresh that shows the
 //! upstream no longer working on it, and given back at once if no task was created.
 //!
+//! A `threadsinfo` read is matched against keyrelay's own count by a [`ReadMark`] taken just
+//! before the read is sent, never by clock times: the service's `working` figure may include
+//! any of keyrelay's tasks that was in flight at some moment of the read, so all of those are
+//! subtracted before the rest is taken as outside load. No task is counted twice; outside
+//! load errs low, which the service's "busy" answers and the cooldowns they cause make good,
+//! where erring high would lock a key that has nothing to do.
+//!
 //! The counts sit behind the narrow [`LoadStore`] interface, as pins and health do, so that
 //! a shared store can later let several replicas count one pool's threads together.
 
@@ -22,6 +29,7 @@ use tokio::time::Instant;
 
 use crate::health::KeyId;
 use crate::pins::TaskId;
+use crate::task_table::Entry;
 
 /// One key's threads in use, as keyrelay counts them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -44,6 +52,27 @@ impl Load {
     }
 }
 
+/// What a store noted about one key just before a `threadsinfo` read was sent, for
+/// [`LoadStore::reconcile`] to judge the answer by.
+#[derive(Clone, Debug)]
+pub struct ReadMark {
+    pub(crate) key: KeyId,
+    /// Submits on their way and tasks open, when marked. With the holds taken since, these
+    /// are every task of keyrelay's the service can have counted while it read.
+    pub(crate) in_flight: u32,
+    /// The key's running count of holds ever taken, when marked.
+    pub(crate) holds: u64,
+    /// The tasks open when marked: created before the service was asked, so the answer
+    /// counts each one that is still open and that the service still works on.
+    pub(crate) open: Vec<(TaskId, Entry)>,
+}
+
+impl ReadMark {
+    pub fn key(&self) -> KeyId {
+        self.key
+    }
+}
+
 /// The narrow interface to per-key thread counts.
 pub trait LoadStore: Send + Sync + 'static {
     /// Takes one of `key`'s threads if fewer than `limit` are in use (always, without a
@@ -60,11 +89,16 @@ pub trait LoadStore: Send + Sync + 'static {
     fn load(&self, key: KeyId) -> Load;
     /// Ends the open tasks opened at or before `cutoff`; one key per task ended.
     fn release_stale(&self, cutoff: Instant) -> Vec<KeyId>;
-    /// Aligns `key`'s counts with the upstream's `working` threads, read by a request sent
-    /// at `asked`: keyrelay's tasks opened before then beyond `working` are taken as done
-    /// (oldest first; they are solved, only not polled yet), and working threads beyond
-    /// keyrelay's tasks become the key's `external` load. Returns how many tasks it ended.
-    fn reconcile(&self, key: KeyId, working: u32, asked: Instant) -> u32;
+    /// Notes `key`'s counts for a `threadsinfo` read about to be sent; the answer goes to
+    /// [`LoadStore::reconcile`] with this mark.
+    fn mark(&self, key: KeyId) -> ReadMark;
+    /// Aligns the marked key's counts with the upstream's `working` threads, as read by the
+    /// request sent after `mark`. Tasks open at the mark and still open were surely counted
+    /// if the service still works on them: beyond `working`, they are taken as done (oldest
+    /// first; solved, only not polled yet). The key's `external` load becomes `working` minus
+    /// every task of keyrelay's the service may have counted (in flight at the mark, or
+    /// held since), at least zero. Returns how many tasks it ended.
+    fn reconcile(&self, mark: ReadMark, working: u32) -> u32;
 }
 
 /// The shared side of admission: the counts, and the queue of submits waiting for a thread.
@@ -83,7 +117,9 @@ impl Capacity {
 
     /// Takes a thread of `key` if fewer than `limit` are in use.
     pub fn try_hold(&self, key: KeyId, limit: Option<u32>) -> Option<Lease<'_>> {
-        self.store.try_hold(key, limit).then_some(Lease {
+        // Lazily: a lease gives a thread back when dropped, so one built for a refused hold
+        // would give back a thread someone else holds, and wake the queue for nothing.
+        self.store.try_hold(key, limit).then(|| Lease {
             capacity: self,
             key,
             kept: false,
@@ -110,11 +146,18 @@ impl Capacity {
         released
     }
 
+    /// Notes `key`'s counts just before its `threadsinfo` is asked; see [`LoadStore::mark`].
+    pub fn mark(&self, key: KeyId) -> ReadMark {
+        self.store.mark(key)
+    }
+
     /// See [`LoadStore::reconcile`]. Queued submits look again if tasks gave their threads
-    /// back.
-    pub fn reconcile(&self, key: KeyId, working: u32, asked: Instant) -> u32 {
-        let released = self.store.reconcile(key, working, asked);
-        if released > 0 {
+    /// back or outside load went down.
+    pub fn reconcile(&self, mark: ReadMark, working: u32) -> u32 {
+        let key = mark.key;
+        let external = self.store.load(key).external;
+        let released = self.store.reconcile(mark, working);
+        if released > 0 || self.store.load(key).external < external {
             self.queue.freed();
         }
         released
@@ -194,6 +237,9 @@ impl std::fmt::Debug for Lease<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use tokio::task::JoinHandle;
 
     fn capacity() -> Capacity {
         Capacity::new(Box::new(MemoryLoad::new()))
@@ -211,5 +257,137 @@ mod tests {
         assert!(capacity.try_hold(KeyId(0), Some(1)).is_none());
         assert_eq!(capacity.finish(&TaskId::Num(7)), Some(KeyId(0)));
         assert!(capacity.try_hold(KeyId(0), Some(1)).is_some());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_refused_hold_changes_no_count() {
+        for limit in 0..4 {
+            for refused in 1..4 {
+                let capacity = capacity();
+                let leases: Vec<_> = (0..limit)
+                    .map(|_| capacity.try_hold(KeyId(0), Some(limit)).expect("free"))
+                    .collect();
+                for _ in 0..refused {
+                    assert!(capacity.try_hold(KeyId(0), Some(limit)).is_none());
+                    assert_eq!(
+                        capacity.load(KeyId(0)).pending,
+                        limit,
+                        "{limit} threads, {refused} refusals"
+                    );
+                }
+                drop(leases);
+                assert_eq!(capacity.load(KeyId(0)), Load::default());
+            }
+        }
+    }
+
+    /// A waiter on a full key, counting its looks; it gives up after `MAX_LOOKS`, so a head
+    /// that looks again without being woken fails the test instead of spinning forever.
+    fn waiter(capacity: &Arc<Capacity>, looks: &Arc<AtomicUsize>) -> JoinHandle<bool> {
+        const MAX_LOOKS: usize = 20;
+        let (capacity, looks) = (capacity.clone(), looks.clone());
+        tokio::spawn(async move {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            let take = || {
+                if looks.fetch_add(1, Ordering::SeqCst) >= MAX_LOOKS {
+                    return Take::NoKey;
+                }
+                match capacity.try_hold(KeyId(0), Some(1)) {
+                    Some(lease) => Take::Got(lease.key()),
+                    None => Take::Full,
+                }
+            };
+            let (waited, _) = capacity.wait_for(deadline, 10, || None, take).await;
+            matches!(waited, Waited::Got(KeyId(0)))
+        })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_read_that_lowers_outside_load_wakes_a_waiting_submit() {
+        let capacity = Arc::new(capacity());
+        // Someone else works on the key's only thread.
+        assert_eq!(capacity.reconcile(capacity.mark(KeyId(0)), 1), 0);
+        let looks = Arc::new(AtomicUsize::new(0));
+        let started = Instant::now();
+        let waiting = waiter(&capacity, &looks);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(capacity.queued(), 1, "waiting");
+        // Once before queueing, once at the head of the queue; refusals wake nobody.
+        assert_eq!(looks.load(Ordering::SeqCst), 2, "no look without news");
+        // The next read finds the other client gone; no task of keyrelay's ended.
+        assert_eq!(capacity.reconcile(capacity.mark(KeyId(0)), 0), 0);
+        assert!(waiting.await.unwrap(), "the waiter got the thread");
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "woken by the read, not by the once-a-second recheck"
+        );
+    }
+
+    #[derive(Clone, Debug)]
+    enum LeaseOp {
+        Hold(u32),
+        Drop(proptest::sample::Index),
+        Keep(proptest::sample::Index),
+        Finish(proptest::sample::Index),
+    }
+
+    fn lease_op() -> impl proptest::strategy::Strategy<Value = LeaseOp> {
+        use proptest::prelude::*;
+        prop_oneof![
+            3 => (0_u32..4).prop_map(LeaseOp::Hold),
+            1 => any::<proptest::sample::Index>().prop_map(LeaseOp::Drop),
+            1 => any::<proptest::sample::Index>().prop_map(LeaseOp::Keep),
+            1 => any::<proptest::sample::Index>().prop_map(LeaseOp::Finish),
+        ]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config {
+            cases: 256,
+            failure_persistence: None,
+            ..proptest::test_runner::Config::default()
+        })]
+
+        /// Holds granted and refused, leases dropped or kept, tasks finished: the counts are
+        /// always exactly the leases held and the tasks open, and a hold is granted exactly
+        /// when fewer than its limit are in use.
+        #[test]
+        fn the_counts_are_exactly_the_leases_and_tasks_held(
+            ops in proptest::collection::vec(lease_op(), 0..60),
+        ) {
+            let capacity = capacity();
+            let mut leases = Vec::new();
+            let mut tasks: Vec<TaskId> = Vec::new();
+            let mut next = 0_u64;
+            for op in ops {
+                match op {
+                    LeaseOp::Hold(limit) => {
+                        let free = (leases.len() + tasks.len()) < limit as usize;
+                        let lease = capacity.try_hold(KeyId(0), Some(limit));
+                        proptest::prop_assert_eq!(lease.is_some(), free);
+                        leases.extend(lease);
+                    }
+                    LeaseOp::Drop(i) if !leases.is_empty() => {
+                        drop(leases.swap_remove(i.index(leases.len())));
+                    }
+                    LeaseOp::Keep(i) if !leases.is_empty() => {
+                        let lease = leases.swap_remove(i.index(leases.len()));
+                        next += 1;
+                        lease.keep_for(TaskId::Num(next), Instant::now());
+                        tasks.push(TaskId::Num(next));
+                    }
+                    LeaseOp::Finish(i) if !tasks.is_empty() => {
+                        let task = tasks.swap_remove(i.index(tasks.len()));
+                        proptest::prop_assert_eq!(capacity.finish(&task), Some(KeyId(0)));
+                    }
+                    _ => {}
+                }
+                let load = capacity.load(KeyId(0));
+                proptest::prop_assert_eq!(
+                    (load.pending as usize, load.open as usize, load.external),
+                    (leases.len(), tasks.len(), 0)
+                );
+            }
+        }
     }
 }

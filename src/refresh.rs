@@ -80,13 +80,14 @@ async fn refresh_key(app: &App, key: &KeyEntry, timeout: Duration) {
         return;
     }
     key.stats.set_balance(balance.as_ref().ok().copied());
-    // threadsinfo is CaptchaAI's own action; other services may not answer it.
-    let asked = Instant::now();
+    // threadsinfo is CaptchaAI's own action; other services may not answer it. The mark
+    // notes what keyrelay has in flight before the service is asked.
+    let mark = app.capacity().mark(key.id);
     let threads = read_threads(app, key, timeout).await.ok();
     key.stats
         .set_threads(threads.map(|t| (t.threads, t.working_threads)));
     if let Some(info) = threads {
-        app.reconcile_threads(key, info.working_threads, asked);
+        app.reconcile_threads(key, info.working_threads, mark);
     }
 
     let snapshot = app.snapshot();

@@ -559,3 +559,87 @@ async fn a_reload_switches_the_strategy_and_tiers_live() {
         assert_eq!(key_header(&harness.get(&submit_path(true)).await), "c");
     }
 }
+
+/// Issue 11 §3: a refresh that reads `threadsinfo` while keyrelay's own tasks are in flight
+/// must not count them a second time as outside load, or the key stays "full" after they all
+/// end and new submits are refused with `ERROR_ZERO_BALANCE`.
+#[tokio::test]
+async fn a_refresh_during_running_tasks_does_not_leave_the_key_full_after_they_end() {
+    let sim = sim_with_threads(&[(KEY_A, 3)]).await;
+    let mut config = config_with_threads(&sim, &[("a", KEY_A, 3)]);
+    config.capacity.queue_timeout = Duration::ZERO;
+    let harness = Harness::start(sim, config.clone()).await;
+    let ids = [
+        harness.submit().await,
+        harness.submit().await,
+        harness.submit().await,
+    ];
+
+    // A reload adds a key (one the service does not know, so it cannot take the overflow);
+    // that triggers a refresh, whose threadsinfo sees all three tasks working.
+    let mut reloaded = config;
+    let upstream = reloaded.upstream.clone();
+    reloaded.keys.push(key("b", KEY_D, 1.0, &upstream));
+    harness.app.apply_config(reloaded).expect("reload applies");
+    let app = harness.app.clone();
+    // The refresh sets the figures and reconciles in one step, with no await between them,
+    // and this test's runtime has one thread: once the figures show, reconciling is done.
+    eventually(
+        "the reload's refresh read threadsinfo and benched b",
+        || {
+            app.snapshot().pool.keys()[0].stats.threads() == Some((3, 3))
+                && app.snapshot().pool.keys()[1].stats.threads().is_none()
+                && app
+                    .health()
+                    .view(
+                        app.snapshot().pool.keys()[1].id,
+                        tokio::time::Instant::now(),
+                    )
+                    .state
+                    == keyrelay::health::StateKind::Benched
+        },
+    )
+    .await;
+    let load = harness
+        .app
+        .capacity()
+        .load(harness.app.snapshot().pool.keys()[0].id);
+    assert_eq!(
+        load.external, 0,
+        "keyrelay's own tasks are not outside load: {load:?}"
+    );
+
+    for id in ids {
+        poll_to_the_end(&harness, id).await;
+    }
+    let snapshot = harness.app.snapshot();
+    assert_eq!(snapshot.pool.load(&snapshot.pool.keys()[0]).in_use(), 0);
+    assert_eq!(threadsinfo(&harness).await, (3, 0, 3));
+    let answer = harness.get(&submit_path(true)).await;
+    assert_eq!(answer.json()["status"], 1, "{}", answer.text());
+    assert_eq!(key_header(&answer), "a");
+}
+
+#[tokio::test]
+async fn a_refresh_counts_outside_tasks_once_and_keyrelays_own_not_at_all() {
+    let sim = sim_with_threads(&[(KEY_A, 5)]).await;
+    let mut config = config_with_threads(&sim, &[("a", KEY_A, 5)]);
+    config.capacity.queue_timeout = Duration::ZERO;
+    let harness = Harness::start(sim, config).await;
+    // Two tasks through keyrelay and one from another script, all within the second the
+    // refresh reads threadsinfo in.
+    harness.submit().await;
+    harness.submit().await;
+    harness.submit_past_keyrelay(KEY_A).await;
+    keyrelay::refresh::refresh_all(&harness.app).await;
+    let snapshot = harness.app.snapshot();
+    let load = snapshot.pool.load(&snapshot.pool.keys()[0]);
+    assert_eq!((load.pending, load.open, load.external), (0, 2, 1));
+    assert_eq!(threadsinfo(&harness).await, (5, 3, 2));
+    // So the key takes exactly the two tasks it has threads for.
+    harness.submit().await;
+    harness.submit().await;
+    let refused = harness.get(&submit_path(true)).await.json();
+    assert_eq!(refused["request"], "ERROR_ZERO_BALANCE", "{refused}");
+    assert_eq!(harness.sim.peak_threads(KEY_A), 5);
+}

@@ -82,7 +82,7 @@ fn count(app: &App, result: CheckResult) {
 async fn settle_zero_balance(app: App, key: Arc<KeyEntry>) {
     let snapshot = app.snapshot();
     let policy = &snapshot.config.failover;
-    let asked = Instant::now();
+    let mark = app.capacity().mark(key.id);
     let info = refresh::read_threads(&app, &key, snapshot.config.timeouts.refresh).await;
     let event = match info {
         Ok(info) if info.threads > 0 && info.working_threads >= info.threads => {
@@ -90,7 +90,7 @@ async fn settle_zero_balance(app: App, key: Arc<KeyEntry>) {
                 .set_threads(Some((info.threads, info.working_threads)));
             // Someone else holds the threads keyrelay thought free: count them, so the key
             // is not handed tasks it would refuse again once its cooldown ends.
-            app.reconcile_threads(&key, info.working_threads, asked);
+            app.reconcile_threads(&key, info.working_threads, mark);
             HealthEvent::Cool {
                 reason: "ERROR_ZERO_BALANCE",
                 duration: policy.busy_cooldown,
