@@ -15,14 +15,18 @@ mod hangup;
 mod poll;
 pub(crate) mod probe;
 mod submit;
+mod to_the_end;
 pub mod verdict;
 
 pub use hangup::Hangup;
+use to_the_end::ToTheEnd;
 
 use std::convert::Infallible;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use futures_util::FutureExt;
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::header::{HeaderMap, HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
@@ -31,7 +35,6 @@ use tokio::time::Instant;
 
 use crate::app::{App, Snapshot};
 use crate::captcha::{self, Answer, Endpoint, Outcome, ParsedRequest, Reply};
-use crate::config::BadTarget;
 use crate::failover;
 use crate::health::{StateKind, TRANSIENT_REASON};
 use crate::pool::KeyEntry;
@@ -70,59 +73,33 @@ pub async fn handle(app: App, req: Request<Incoming>) -> Result<Response<Body>, 
     Ok(serve_to_the_end(app, endpoint, req).await)
 }
 
-/// Runs the API request in a task of its own, tracked for shutdown, so that it ends as it
-/// would have if its caller waited: a submit that went upstream is pinned and its thread
-/// counted even if the caller left, because the service created and billed the task.
+/// Serves an API request to its end even if its caller leaves ([`to_the_end`]), and turns
+/// a panic in it into a well-formed answer rather than a dropped connection.
 async fn serve_to_the_end(app: App, endpoint: Endpoint, req: Request<Incoming>) -> Response<Body> {
     let hangup = req
         .extensions()
         .get::<Hangup>()
         .cloned()
         .unwrap_or_default();
-    let (deliver, delivered) = tokio::sync::oneshot::channel();
     let requests = app.requests().clone();
-    requests.spawn(async move {
-        let (response, outcome) = api(app, endpoint, req).await;
-        let gone = deliver.send(response).is_err();
-        if gone || hangup.seen() {
-            caller_left(endpoint, outcome, gone);
+    let work = async move {
+        match AssertUnwindSafe(api(app, endpoint, req))
+            .catch_unwind()
+            .await
+        {
+            Ok(served) => served,
+            Err(_) => {
+                tracing::error!(endpoint = endpoint.label(), "a request handler panicked");
+                let answer = plain(
+                    StatusCode::OK,
+                    "text/plain; charset=utf-8",
+                    "ERROR_SERVER_ERROR",
+                );
+                (answer, "internal_error")
+            }
         }
-    });
-    delivered.await.unwrap_or_else(|_| {
-        // Only a panic in the request's task gets here: still a well-formed answer.
-        plain(
-            StatusCode::OK,
-            "text/plain; charset=utf-8",
-            "ERROR_SERVER_ERROR",
-        )
-    })
-}
-
-/// Logs a request whose caller closed its connection before the answer was ready. `gone`:
-/// the connection is closed for good, so the answer is lost; otherwise it is sent, which a
-/// caller that only half-closed reads.
-fn caller_left(endpoint: Endpoint, outcome: &'static str, gone: bool) {
-    let delivery = if gone {
-        "the answer could not be delivered"
-    } else {
-        "the answer was sent in case it only half-closed"
     };
-    if outcome == "bad_request" {
-        // Nothing was accepted: most likely the caller left while sending its request.
-        tracing::debug!(
-            endpoint = endpoint.label(),
-            outcome,
-            delivery,
-            "the caller left before the answer"
-        );
-        return;
-    }
-    tracing::warn!(
-        endpoint = endpoint.label(),
-        outcome,
-        delivery,
-        "the caller left before the answer; keyrelay finished the exchange (a task it created is pinned and holds its thread)"
-    );
+    ToTheEnd::new(work, endpoint, requests, hangup).await
 }
 
 /// `/metrics`, `/healthz`, `/readyz` and `/status`, on the proxy's own listener.
@@ -251,16 +228,6 @@ async fn api(
                 let json = json_hint(query, content_type, &[]);
                 local_error(e.code(), &e.to_string(), json, "bad_request")
             }
-            // Checked once here, with the caller's own query, so that a query no URI can
-            // carry is the caller's ERROR_BAD_PARAMETERS before any key is tried. The rewrite
-            // only splices urlencoded ASCII into whole pairs, so every attempt's query is
-            // then sendable too.
-            Ok(parsed) if sendable(&snapshot, endpoint, query).is_err() => local_error(
-                "ERROR_BAD_PARAMETERS",
-                &BadTarget.to_string(),
-                parsed.wants_json(),
-                "bad_request",
-            ),
             Ok(parsed) => {
                 let ctx = Ctx {
                     json: parsed.wants_json(),
@@ -286,16 +253,6 @@ async fn api(
         metrics.local_answers.with_label_values(&[code]).inc();
     }
     (into_response(handled.reply, key_headers), handled.outcome)
-}
-
-/// Whether the caller's query can go upstream at all.
-fn sendable(snapshot: &Snapshot, endpoint: Endpoint, query: Option<&str>) -> Result<(), BadTarget> {
-    let query = query.unwrap_or_default();
-    snapshot
-        .config
-        .upstream
-        .endpoint(endpoint.path(), query)
-        .map(drop)
 }
 
 async fn dispatch_res(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
@@ -385,8 +342,9 @@ impl Ctx {
             .endpoint(self.endpoint.path(), &rewritten.query)
         {
             Ok(uri) => uri,
-            // `api` refused the queries that cannot be sent; should a rewrite ever make one,
-            // the attempt fails as undelivered (which it is) rather than panicking.
+            // hyper only hands over queries a URI can carry, and the rewrite only splices
+            // urlencoded ASCII into whole pairs, so this cannot happen through the listener;
+            // should it ever, the attempt fails as undelivered (which it is), not a panic.
             Err(e) => return classify(Err(UpstreamError::Connect(e.to_string()))),
         };
         let started = Instant::now();
@@ -598,9 +556,9 @@ mod tests {
     }
 
     proptest::proptest! {
-        /// What `api`'s check lets through stays sendable after any rewrite an attempt makes
-        /// (a pool key, a poll's split ids), so `Ctx::attempt`'s fallback is never the
-        /// answer: a caller's bad query is always ERROR_BAD_PARAMETERS.
+        /// A query a URI can carry (all hyper hands over) stays sendable after any rewrite
+        /// an attempt makes (a pool key, a poll's split ids), so `Ctx::attempt`'s fallback
+        /// is never taken for a request that came through the listener.
         #[test]
         fn a_query_that_passes_the_check_stays_sendable_when_rewritten(
             query in "((key|id|json|k%65y|\\+key|key\\[\\])(=[^&#]{0,12})?&?){0,6}",

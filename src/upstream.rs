@@ -247,7 +247,13 @@ fn connection_options(headers: &HeaderMap) -> Vec<header::HeaderName> {
         .get_all(header::CONNECTION)
         .iter()
         .flat_map(|value| value.as_bytes().split(|&b| b == b','))
-        .filter_map(|option| header::HeaderName::from_bytes(option.trim_ascii()).ok())
+        .map(<[u8]>::trim_ascii)
+        // The options nearly every message carries name no header but those already
+        // dropped; skipping them spares a parse and an allocation per message.
+        .filter(|option| {
+            !option.eq_ignore_ascii_case(b"keep-alive") && !option.eq_ignore_ascii_case(b"close")
+        })
+        .filter_map(|option| header::HeaderName::from_bytes(option).ok())
         .collect()
 }
 

@@ -93,11 +93,29 @@ async fn a_caller_that_left_or_half_closed_is_named_in_a_warning() {
     })
     .await;
 
+    // Reset: the connection fails under the request, which is finished all the same.
+    h.sim.add_fault(
+        KEY_A,
+        fault(
+            FaultTarget::Submit,
+            FaultKind::Delay(Duration::from_millis(50)),
+            Some(1),
+        ),
+    );
+    let mut stream = TcpStream::connect(h.addr).await.expect("connect");
+    stream.write_all(submit.as_bytes()).await.expect("write");
+    stream.set_zero_linger().expect("linger");
+    drop(stream);
+    eventually("a warning for the reset caller", || {
+        warnings(&logs).len() == 3
+    })
+    .await;
+
     // A caller that waits draws no warning.
     h.submit().await;
     h.stop().await;
     let warnings = warnings(&logs);
-    assert_eq!(warnings.len(), 2, "{}", logs.text());
+    assert_eq!(warnings.len(), 3, "{}", logs.text());
     for line in &warnings {
         assert!(line.contains("endpoint=\"in\""), "{line}");
         assert!(line.contains("outcome=\"success\""), "{line}");

@@ -40,18 +40,50 @@ pub(crate) fn php_name(name: &str) -> &str {
 /// Deliberately wider than any one parser: a param it catches is dropped or replaced, and no
 /// captcha API param is named like `key` without being it.
 pub(crate) fn spells(name: &str, canonical: &str) -> bool {
-    // Shortest spelling is the name itself; a cheap pre-filter for the common case.
-    if name.len() < canonical.len() {
+    spells_bytes(name.as_bytes(), canonical)
+}
+
+/// [`spells`] for a name given as its UTF-8 bytes. Every param of every request comes
+/// through here once per name the rewrite sets, so the usual case (plain ASCII, no `%`) is
+/// one pass over the bytes, with no decoding and no allocation.
+pub(crate) fn spells_bytes(name: &[u8], canonical: &str) -> bool {
+    let wanted = canonical.as_bytes();
+    // The shortest spelling is the name itself.
+    if name.len() < wanted.len() {
         return false;
     }
-    if loose_eq(name, canonical) {
+    if name.is_ascii() && !name.contains(&b'%') {
+        // The same rule as `loose_eq`, for ASCII: fillers, the name, fillers, then the end,
+        // a NUL or a `[`. A NUL or `[` before the name cuts it to nothing.
+        let start = name
+            .iter()
+            .position(|&b| !is_ascii_filler(b))
+            .unwrap_or(name.len());
+        let rest = &name[start..];
+        if rest.len() < wanted.len() || !rest[..wanted.len()].eq_ignore_ascii_case(wanted) {
+            return false;
+        }
+        let tail = &rest[wanted.len()..];
+        let end = tail
+            .iter()
+            .position(|&b| b == 0 || b == b'[')
+            .unwrap_or(tail.len());
+        return tail[..end].iter().all(|&b| is_ascii_filler(b));
+    }
+    let name = String::from_utf8_lossy(name);
+    if loose_eq(&name, canonical) {
         return true;
     }
     if !name.contains('%') {
         return false;
     }
-    let decoded: Cow<'_, str> = percent_encoding::percent_decode_str(name).decode_utf8_lossy();
+    let decoded: Cow<'_, str> = percent_encoding::percent_decode_str(&name).decode_utf8_lossy();
     loose_eq(&decoded, canonical)
+}
+
+/// [`is_filler`] for an ASCII byte. NUL is not one: it ends a name.
+fn is_ascii_filler(byte: u8) -> bool {
+    byte != 0 && (byte == b' ' || byte.is_ascii_control())
 }
 
 fn loose_eq(name: &str, canonical: &str) -> bool {
@@ -115,6 +147,34 @@ mod tests {
         ] {
             assert!(spells(name, "key"), "{name:?}");
         }
+    }
+
+    #[test]
+    fn the_ascii_fast_path_agrees_with_the_general_rule() {
+        let pieces = [
+            "", "k", "e", "y", "K", "E", "Y", "key", "KEY", " ", "\t", "\0", "[", "]", "_", ".",
+            "%", "x", "\x01", "\x7f",
+        ];
+        let mut checked = 0;
+        for a in pieces {
+            for b in pieces {
+                for c in pieces {
+                    for d in pieces {
+                        let name = format!("{a}{b}{c}{d}");
+                        if name.contains('%') {
+                            continue;
+                        }
+                        assert_eq!(
+                            spells_bytes(name.as_bytes(), "key"),
+                            loose_eq(&name, "key"),
+                            "{name:?}"
+                        );
+                        checked += 1;
+                    }
+                }
+            }
+        }
+        assert!(checked > 100_000, "{checked}");
     }
 
     #[test]

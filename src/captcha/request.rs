@@ -9,7 +9,7 @@ use std::ops::Range;
 use bytes::Bytes;
 use hyper::header::{HeaderMap, CONTENT_ENCODING, CONTENT_TYPE};
 
-use super::param_name::{php_name, spells};
+use super::param_name::{php_name, spells, spells_bytes};
 use super::{json_body, multipart};
 
 /// How much caller input an error message may echo.
@@ -374,9 +374,16 @@ impl ParsedRequest {
         Some(out)
     }
 
-    /// Whether `param`'s name is a spelling of `name` to some reader ([`spells`]).
+    /// Whether `param`'s name is a spelling of `name` to some reader ([`spells`]). Plain
+    /// names are read as the bytes they are: they were checked to be UTF-8 when parsed.
     fn spells(&self, param: &Param, name: &str) -> bool {
-        spells(&self.text(&param.name), name)
+        match &param.name {
+            Text::Plain(from, range) => spells_bytes(
+                self.source(*from).get(range.clone()).unwrap_or_default(),
+                name,
+            ),
+            other => spells(&self.text(other), name),
+        }
     }
 
     /// Whether `param` is named `name`. Plain names are compared as bytes: they were
