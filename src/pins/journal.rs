@@ -18,12 +18,21 @@
 //! legacy record: older versions wrote one when a task got its final answer, for thread
 //! accounting, which is not the pin store's job any more. Replay checks a FINISH like any
 //! record and then ignores it, so an older journal loads with all its pins, and the
-//! compaction at open leaves the FINISH records out. The first record that is cut short, fails
-//! its CRC, claims a length of 0 or more than the largest possible payload, or does not decode
-//! exactly (unknown type, bad UTF-8, trailing bytes) ends the replay: every record before it
-//! is kept, the file is truncated to that offset, and the bytes cut off are reported as
-//! `corrupt_bytes_dropped`. Pins of keys no longer configured and expired pins are dropped at
-//! load, and the file is then compacted so that they leave the disk too.
+//! compaction at open leaves the FINISH records out.
+//!
+//! A record that is cut short, fails its CRC, claims a length of 0 or more than the largest
+//! possible payload, or does not decode to exactly its length (unknown type, bad UTF-8,
+//! trailing bytes) is skipped, and replay *resynchronises*: it moves forward one byte at a
+//! time to the next offset where a whole record checks out, and goes on from there. One bad
+//! byte thus costs the one record it falls in, a torn tail costs the record being written,
+//! and every later valid record is kept. A false resync needs a length within bounds, a
+//! payload that decodes to exactly that length, and a matching CRC-32 at the same offset:
+//! of the rare offsets where stray bytes pass the first two, the CRC lets one in 2³² through. The bytes skipped are counted in
+//! `corrupt_bytes_skipped` and logged (warn). The file is not cut at the damage, which would
+//! destroy the good records after it: the compaction at open rewrites it with the pins just
+//! loaded. Should that compaction fail, appends go on after the damage, and the next replay
+//! resyncs past it again. Pins of keys no longer configured and expired pins are dropped at
+//! load, and the same compaction takes them off the disk too.
 //!
 //! # Durability: fsync policy and crash window
 //!
@@ -35,7 +44,7 @@
 //! new file before renaming it over the journal and fsyncs the directory after. A power loss
 //! or kernel crash can therefore lose only the records appended since the start of the last
 //! `sync()` that completed: about the last second of pins. A lost pin makes polls of its task
-//! answer `ERROR_WRONG_CAPTCHA_ID`. A record torn by the crash is cut off at the next open.
+//! answer `ERROR_WRONG_CAPTCHA_ID`. A record torn by the crash is skipped at the next open.
 //! Creation times are stored as wall-clock unix milliseconds, so a wall clock stepped
 //! between two runs makes the pins loaded by the second run expire early or late by the step.
 //!
@@ -115,8 +124,11 @@ pub struct Recovery {
     pub expired: usize,
     /// Pins dropped because their key is no longer configured.
     pub unknown_keys: usize,
-    /// Bytes cut off the end of the file: a torn or corrupt tail.
-    pub corrupt_bytes_dropped: u64,
+    /// Bytes that were part of no valid record (corrupt records, garbage, a torn tail): replay
+    /// stepped over them, and the compaction at open left them out of the file.
+    pub corrupt_bytes_skipped: u64,
+    /// Separate runs of such bytes: how many places of the file were damaged.
+    pub corrupt_regions: u64,
 }
 
 /// The open journal file and what is known about its contents.
@@ -172,7 +184,7 @@ impl JournalPins {
     /// tokio Instants computed as `now - (wall_now - created_wall)`.
     ///
     /// # Errors
-    /// When `dir` cannot be created or the journal cannot be opened, read or truncated. A
+    /// When `dir` cannot be created or the journal cannot be opened, or read. A
     /// corrupt or truncated journal is not an error: its good records are kept.
     pub fn open(
         dir: &Path,
@@ -208,17 +220,16 @@ impl JournalPins {
         file.read_to_end(&mut bytes)
             .map_err(at(&path, "cannot read the pin journal"))?;
         let replay = decode(&bytes);
-        let good_len = replay.good_len as u64;
-        let dropped = bytes.len().saturating_sub(replay.good_len) as u64;
-        if dropped > 0 {
-            file.set_len(good_len)
-                .and_then(|()| file.sync_all())
-                .map_err(at(&path, "cannot truncate the pin journal's corrupt tail"))?;
+        let skipped = replay.skipped as u64;
+        if skipped > 0 {
+            // The file is left as it is until the compaction below rewrites it from the pins
+            // just loaded: cutting it at the first bad record would destroy the good ones
+            // after it, and appends after damage are still found by the next replay's resync.
             tracing::warn!(
                 path = %path.display(),
-                good_bytes = good_len,
-                dropped_bytes = dropped,
-                "pin journal has a torn or corrupt tail; kept every record before it and cut off the rest"
+                skipped_bytes = skipped,
+                damaged_regions = replay.regions,
+                "pin journal has corrupt or torn records; skipped them and kept every valid record"
             );
         }
         // A journal created just now must survive a power loss too.
@@ -231,13 +242,14 @@ impl JournalPins {
             loaded: loaded.loaded,
             expired: loaded.expired,
             unknown_keys: loaded.unknown_keys,
-            corrupt_bytes_dropped: dropped,
+            corrupt_bytes_skipped: skipped,
+            corrupt_regions: replay.regions as u64,
         };
         let store = JournalPins {
             inner,
             journal: Mutex::new(Journal {
                 file: Arc::new(file),
-                len: good_len,
+                len: bytes.len() as u64,
                 records: records as u64,
                 lost: 0,
                 lost_covered: 0,
@@ -258,11 +270,11 @@ impl JournalPins {
             expired = recovery.expired,
             unknown_keys = recovery.unknown_keys,
             evicted_by_cap = loaded.evicted,
-            corrupt_bytes_dropped = dropped,
+            corrupt_bytes_skipped = skipped,
             "pin journal replayed"
         );
-        // Each kept pin is one PIN record; anything more (legacy FINISH records too) is dead.
-        if records != recovery.loaded {
+        // Each kept pin is one PIN record; anything more (legacy FINISH records, damage) is dead.
+        if records != recovery.loaded || skipped > 0 {
             if let Err(e) = store.compact(options.clock.instant) {
                 tracing::error!(error = %e, "cannot compact the pin journal after replay; it stays as it is");
             }
@@ -703,10 +715,13 @@ enum Record<'a> {
     Finish,
 }
 
-/// The records before the first bad one, and where that one starts.
+/// The valid records of a file, and the damage replay stepped over to reach them.
 struct Replay<'a> {
     records: Vec<Record<'a>>,
-    good_len: usize,
+    /// Bytes that are part of no valid record: corrupt records, garbage, a torn tail.
+    skipped: usize,
+    /// Separate runs of such bytes: how many places are damaged.
+    regions: usize,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -769,17 +784,36 @@ fn seal(mut record: Vec<u8>) -> Vec<u8> {
     record
 }
 
+/// Every valid record in `bytes`, in file order. After a bad record the scan resynchronises:
+/// it moves forward a byte at a time to the next offset where a whole record checks out, so
+/// one damaged spot costs the records it touches and no others.
 fn decode(bytes: &[u8]) -> Replay<'_> {
-    let mut records = Vec::new();
-    let mut good_len = 0;
-    while let Some((record, next)) = decode_at(bytes, good_len) {
-        records.push(record);
-        good_len = next;
+    let mut replay = Replay {
+        records: Vec::new(),
+        skipped: 0,
+        regions: 0,
+    };
+    let mut at = 0;
+    while at < bytes.len() {
+        if let Some((record, next)) = decode_at(bytes, at) {
+            replay.records.push(record);
+            at = next;
+            continue;
+        }
+        let resync = (at + 1..bytes.len())
+            .find(|&start| decode_at(bytes, start).is_some())
+            .unwrap_or(bytes.len());
+        replay.skipped += resync - at;
+        replay.regions += 1;
+        at = resync;
     }
-    Replay { records, good_len }
+    replay
 }
 
 /// The record starting at `start` and where the next one starts; `None` if it is bad.
+/// During a resync this is tried at every offset, so what it accepts must rarely be there by
+/// chance: a length within the largest payload a writer makes, a payload that decodes to
+/// exactly that length, and its CRC-32. The cheap structural checks go first.
 fn decode_at(bytes: &[u8], start: usize) -> Option<(Record<'_>, usize)> {
     let mut header = Reader(bytes.get(start..)?);
     let len = usize::try_from(header.u32()?).ok()?;
@@ -788,10 +822,8 @@ fn decode_at(bytes: &[u8], start: usize) -> Option<(Record<'_>, usize)> {
         return None;
     }
     let payload = header.take(len)?;
-    if crc32fast::hash(payload) != crc {
-        return None;
-    }
-    Some((decode_payload(payload)?, start + HEADER + len))
+    let record = decode_payload(payload)?;
+    (crc32fast::hash(payload) == crc).then_some((record, start + HEADER + len))
 }
 
 fn decode_payload(payload: &[u8]) -> Option<Record<'_>> {
@@ -924,8 +956,29 @@ mod tests {
             loaded,
             expired: 0,
             unknown_keys: 0,
-            corrupt_bytes_dropped: 0,
+            corrupt_bytes_skipped: 0,
+            corrupt_regions: 0,
         }
+    }
+
+    /// What `open` reports for `loaded` pins after skipping `bytes` in `regions` places.
+    fn damaged(loaded: usize, bytes: usize, regions: u64) -> Recovery {
+        Recovery {
+            corrupt_bytes_skipped: bytes as u64,
+            corrupt_regions: regions,
+            ..recovery(loaded)
+        }
+    }
+
+    /// The (task, key name) of every PIN record in `bytes`, which must decode whole.
+    fn pinned_in(bytes: &[u8]) -> Vec<(TaskId, String)> {
+        decoded(bytes)
+            .into_iter()
+            .filter_map(|record| match record {
+                Record::Pin { task, key, .. } => Some((task, key.to_owned())),
+                Record::Finish => None,
+            })
+            .collect()
     }
 
     fn journal_bytes(dir: &Path) -> Vec<u8> {
@@ -934,7 +987,7 @@ mod tests {
 
     fn decoded(bytes: &[u8]) -> Vec<Record<'_>> {
         let replay = decode(bytes);
-        assert_eq!(replay.good_len, bytes.len(), "the whole file decodes");
+        assert_eq!(replay.skipped, 0, "the whole file decodes");
         replay.records
     }
 
@@ -1411,24 +1464,249 @@ mod tests {
         (dir, pins, recovered)
     }
 
+    /// Pin `n` of a test journal: every fifth id is text, keys `k0`..`k3` in turn.
+    fn nth_pin(n: usize) -> (TaskId, KeyId) {
+        let task = if n % 5 == 4 {
+            TaskId::Text(format!("t-{n}").into())
+        } else {
+            id(1_000 + n as u64)
+        };
+        (task, KeyId((n % 4) as u16))
+    }
+
+    /// A journal of `n` pins created now, and the byte range of each record.
+    fn journal_of(n: usize) -> (Vec<u8>, Vec<std::ops::Range<usize>>) {
+        let now_ms = Clock::now().unix_millis(Instant::now());
+        let (mut bytes, mut spans) = (Vec::new(), Vec::new());
+        for i in 0..n {
+            let (task, key) = nth_pin(i);
+            let record = encode_pin(&task, &format!("k{}", key.0), now_ms).unwrap();
+            spans.push(bytes.len()..bytes.len() + record.len());
+            bytes.extend_from_slice(&record);
+        }
+        (bytes, spans)
+    }
+
+    /// Checks that `pins` holds pin `n` of [`journal_of`] for every `n` but `lost`.
+    fn holds_all_but(pins: &JournalPins, n: usize, lost: usize, what: &str) {
+        for i in 0..n {
+            let (task, key) = nth_pin(i);
+            let expected = (i != lost).then_some(key);
+            assert_eq!(
+                pins.owner(&task, Instant::now()),
+                expected,
+                "pin {i}: {what}"
+            );
+        }
+    }
+
     #[test]
-    fn a_last_record_cut_at_any_byte_is_dropped_and_the_file_repaired() {
+    fn one_bad_byte_at_offset_300_costs_one_pin_of_187() {
+        let (mut bytes, spans) = journal_of(187);
+        bytes[300] ^= 0x01;
+        let hit = spans.iter().position(|s| s.contains(&300)).unwrap();
+        let (dir, pins, recovered) = open_bytes(&bytes);
+        assert_eq!(recovered, damaged(186, spans[hit].len(), 1));
+        holds_all_but(&pins, 187, hit, "offset 300");
+        drop(pins);
+        // The compaction at open rewrote the file without the damage.
+        let (pins, recovered) = open(dir.path());
+        assert_eq!(recovered, recovery(186));
+        holds_all_but(&pins, 187, hit, "after a second open");
+    }
+
+    #[test]
+    fn a_bad_byte_in_each_record_in_turn_costs_that_record_only() {
+        let (full, spans) = journal_of(40);
+        for (hit, span) in spans.iter().enumerate() {
+            // A different byte of each record: length, CRC, type, id, name and time all get hit.
+            let offset = span.start + (hit * 7) % span.len();
+            let mut bytes = full.clone();
+            bytes[offset] ^= 0x5a;
+            let what = format!("record {hit}, byte {offset}");
+            let (dir, pins, recovered) = open_bytes(&bytes);
+            assert_eq!(recovered, damaged(39, span.len(), 1), "{what}");
+            holds_all_but(&pins, 40, hit, &what);
+            drop(pins);
+            let (pins, recovered) = open(dir.path());
+            assert_eq!(recovered, recovery(39), "{what}: the file was rewritten");
+            holds_all_but(&pins, 40, hit, &what);
+        }
+    }
+
+    #[test]
+    fn replay_resyncs_after_any_bad_byte_of_any_record() {
+        let (full, spans) = journal_of(25);
+        let all = decoded(&full);
+        assert_eq!(all.len(), 25);
+        for (hit, span) in spans.iter().enumerate() {
+            for offset in span.clone() {
+                for flip in [0x01, 0x80, 0xff] {
+                    let mut bytes = full.clone();
+                    bytes[offset] ^= flip;
+                    let replay = decode(&bytes);
+                    let expected: Vec<_> = (0..all.len())
+                        .filter(|i| *i != hit)
+                        .map(|i| &all[i])
+                        .collect();
+                    let records: Vec<_> = replay.records.iter().collect();
+                    assert_eq!(records, expected, "byte {offset} ^ {flip:#x}");
+                    assert_eq!(
+                        (replay.skipped, replay.regions),
+                        (span.len(), 1),
+                        "byte {offset} ^ {flip:#x}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// Damage done to a journal in the property test below.
+    #[derive(Debug, Clone)]
+    enum Damage {
+        Flip { at: usize, mask: u8 },
+        Overwrite { at: usize, bytes: Vec<u8> },
+        Insert { at: usize, bytes: Vec<u8> },
+        Zero { at: usize, len: usize },
+        Cut { at: usize },
+    }
+
+    impl Damage {
+        /// Applies itself; returns the damaged file and the bytes of the original it touched
+        /// (an insertion touches the record it splits, if any).
+        fn apply(&self, bytes: &[u8]) -> (Vec<u8>, std::ops::Range<usize>) {
+            let mut out = bytes.to_vec();
+            let n = bytes.len();
+            match self {
+                Damage::Flip { at, mask } => {
+                    let at = at % n;
+                    out[at] ^= mask;
+                    (out, at..at + 1)
+                }
+                Damage::Overwrite { at, bytes } => {
+                    let at = at % n;
+                    let end = (at + bytes.len()).min(n);
+                    out[at..end].copy_from_slice(&bytes[..end - at]);
+                    (out, at..end)
+                }
+                Damage::Insert { at, bytes } => {
+                    let at = at % (n + 1);
+                    out.splice(at..at, bytes.iter().copied());
+                    (out, at..at)
+                }
+                Damage::Zero { at, len } => {
+                    let at = at % n;
+                    let end = (at + len).min(n);
+                    out[at..end].fill(0);
+                    (out, at..end)
+                }
+                Damage::Cut { at } => {
+                    let at = at % n;
+                    out.truncate(at);
+                    (out, at..n)
+                }
+            }
+        }
+    }
+
+    fn any_damage() -> impl proptest::strategy::Strategy<Value = Damage> {
+        use proptest::prelude::*;
+        let garbage = proptest::collection::vec(any::<u8>(), 1..80);
+        prop_oneof![
+            (any::<usize>(), 1..=u8::MAX).prop_map(|(at, mask)| Damage::Flip { at, mask }),
+            (any::<usize>(), garbage.clone())
+                .prop_map(|(at, bytes)| Damage::Overwrite { at, bytes }),
+            (any::<usize>(), garbage).prop_map(|(at, bytes)| Damage::Insert { at, bytes }),
+            (any::<usize>(), 1..600usize).prop_map(|(at, len)| Damage::Zero { at, len }),
+            any::<usize>().prop_map(|at| Damage::Cut { at }),
+        ]
+    }
+
+    fn any_record() -> impl proptest::strategy::Strategy<Value = Vec<u8>> {
+        use proptest::prelude::*;
+        let task = prop_oneof![
+            any::<u64>().prop_map(TaskId::Num),
+            "[a-z0-9-]{1,40}".prop_map(|text| TaskId::Text(text.into())),
+        ];
+        (task, "[a-z]{1,20}", any::<u64>())
+            .prop_map(|(task, name, created)| encode_pin(&task, &name, created).unwrap())
+    }
+
+    proptest::proptest! {
+        /// Whatever one spot of damage does, replay returns every record it did not touch,
+        /// in order, invents none, and accounts for every byte.
+        #[test]
+        fn replay_keeps_every_record_the_damage_did_not_touch(
+            records in proptest::collection::vec(any_record(), 1..40),
+            damage in any_damage(),
+        ) {
+            let full = records.concat();
+            let (bytes, hit) = damage.apply(&full);
+            let mut spans = Vec::new();
+            let mut start = 0;
+            for record in &records {
+                spans.push(start..start + record.len());
+                start += record.len();
+            }
+            let touched = |span: &std::ops::Range<usize>| {
+                if hit.is_empty() {
+                    span.start < hit.start && hit.start < span.end
+                } else {
+                    span.start < hit.end && hit.start < span.end
+                }
+            };
+            let originals = decode(&full).records;
+            let replay = decode(&bytes);
+            // Every decoded record is an original, in the original order...
+            let mut rest = originals.iter();
+            for record in &replay.records {
+                proptest::prop_assert!(
+                    rest.any(|original| original == record),
+                    "invented or reordered: {:?}", record
+                );
+            }
+            // ...and every one the damage left whole is among them.
+            let mut rest = replay.records.iter();
+            for (original, span) in originals.iter().zip(&spans) {
+                if !touched(span) {
+                    proptest::prop_assert!(
+                        rest.any(|record| record == original),
+                        "lost an untouched record at {:?}", span
+                    );
+                }
+            }
+            let kept: usize = replay
+                .records
+                .iter()
+                .map(|record| match record {
+                    Record::Pin { task, key, .. } => {
+                        HEADER + 1 + 1 + 1 + key.len() + 8 + match task {
+                            TaskId::Num(_) => 8,
+                            TaskId::Text(text) => 2 + text.len(),
+                        }
+                    }
+                    Record::Finish => unreachable!("only PIN records are written"),
+                })
+                .sum();
+            proptest::prop_assert_eq!(kept + replay.skipped, bytes.len());
+            proptest::prop_assert_eq!(replay.skipped == 0, replay.regions == 0);
+        }
+    }
+
+    #[test]
+    fn a_last_record_cut_at_any_byte_is_skipped_and_the_file_repaired() {
         let last = TaskId::Text("abc-1".into());
         let full = three_pins(last.clone());
         let good = 2 * NUM_PIN_BYTES as usize;
         assert_eq!(full.len(), good + 28);
         for cut in good + 1..full.len() {
             let (dir, pins, recovered) = open_bytes(&full[..cut]);
-            let dropped = (cut - good) as u64;
+            assert_eq!(recovered, damaged(2, cut - good, 1), "cut at {cut}");
             assert_eq!(
-                recovered,
-                Recovery {
-                    corrupt_bytes_dropped: dropped,
-                    ..recovery(2)
-                },
-                "cut at {cut}"
+                pinned_in(&journal_bytes(dir.path())),
+                [(id(1), "k0".to_owned()), (id(2), "k1".to_owned())],
+                "cut at {cut}: the torn record left the file"
             );
-            assert_eq!(journal_bytes(dir.path()), &full[..good], "cut at {cut}");
             assert_eq!(pins.owner(&id(2), Instant::now()), Some(KeyId(1)));
             assert_eq!(pins.owner(&last, Instant::now()), None);
 
@@ -1443,7 +1721,21 @@ mod tests {
     }
 
     #[test]
-    fn a_damaged_record_keeps_the_records_before_it() {
+    fn records_after_a_torn_one_are_kept() {
+        // A crash cut a record short, and a later run (whose compaction at open failed)
+        // appended after it.
+        let (first, _) = journal_of(3);
+        let torn = &encode_pin(&id(77), "k1", 0).unwrap()[..13];
+        let later = encode_pin(&id(78), "k2", Clock::now().unix_millis(Instant::now())).unwrap();
+        let bytes = [&first[..], torn, &later].concat();
+        let (_dir, pins, recovered) = open_bytes(&bytes);
+        assert_eq!(recovered, damaged(4, torn.len(), 1));
+        assert_eq!(pins.owner(&id(78), Instant::now()), Some(KeyId(2)));
+        assert_eq!(pins.owner(&id(77), Instant::now()), None);
+    }
+
+    #[test]
+    fn a_damaged_record_costs_only_itself() {
         let full = [three_pins(id(3)), three_pins(id(4))].concat();
         let bad = 2 * NUM_PIN_BYTES as usize;
         let cases = [
@@ -1459,24 +1751,25 @@ mod tests {
             let mut bytes = full.clone();
             bytes[offset] ^= flip;
             let (dir, pins, recovered) = open_bytes(&bytes);
-            let dropped = (full.len() - bad) as u64;
-            assert_eq!(
-                recovered,
-                Recovery {
-                    corrupt_bytes_dropped: dropped,
-                    ..recovery(2)
-                },
-                "{what}"
-            );
+            // Tasks 1 and 2 were pinned twice: three pins are left of five records.
+            assert_eq!(recovered, damaged(3, NUM_PIN_BYTES as usize, 1), "{what}");
             assert_eq!(pins.owner(&id(1), Instant::now()), Some(KeyId(0)), "{what}");
             assert_eq!(pins.owner(&id(3), Instant::now()), None, "{what}");
-            assert_eq!(pins.owner(&id(4), Instant::now()), None, "{what}");
-            assert_eq!(journal_bytes(dir.path()), &full[..bad], "{what}");
+            assert_eq!(pins.owner(&id(4), Instant::now()), Some(KeyId(2)), "{what}");
+            assert_eq!(
+                pinned_in(&journal_bytes(dir.path())),
+                [
+                    (id(1), "k0".to_owned()),
+                    (id(2), "k1".to_owned()),
+                    (id(4), "k2".to_owned())
+                ],
+                "{what}"
+            );
         }
     }
 
     #[test]
-    fn a_well_sealed_record_that_does_not_decode_ends_the_replay() {
+    fn a_well_sealed_record_that_does_not_decode_is_skipped() {
         let good = three_pins(id(3));
         let sealed = |payload: &[u8]| {
             let mut record = vec![0; HEADER];
@@ -1505,21 +1798,14 @@ mod tests {
             ),
             ("zeros, as a crash can leave", vec![0; 512]),
         ];
+        let now_ms = Clock::now().unix_millis(Instant::now());
         for (what, bad) in cases {
-            let after = encode_pin(&id(7), "k0", 0).unwrap();
+            let after = encode_pin(&id(7), "k0", now_ms).unwrap();
             let bytes = [good.clone(), bad.clone(), after.clone()].concat();
             let (dir, pins, recovered) = open_bytes(&bytes);
-            let dropped = (bad.len() + after.len()) as u64;
-            assert_eq!(
-                recovered,
-                Recovery {
-                    corrupt_bytes_dropped: dropped,
-                    ..recovery(3)
-                },
-                "{what}"
-            );
-            assert_eq!(pins.len(), 3, "{what}");
-            assert_eq!(journal_bytes(dir.path()), good, "{what}");
+            assert_eq!(recovered, damaged(4, bad.len(), 1), "{what}");
+            assert_eq!(pins.owner(&id(7), Instant::now()), Some(KeyId(0)), "{what}");
+            assert_eq!(pinned_in(&journal_bytes(dir.path())).len(), 4, "{what}");
         }
     }
 
@@ -1528,13 +1814,7 @@ mod tests {
         let mut rng = rand::rngs::SmallRng::seed_from_u64(7);
         let garbage: Vec<u8> = (0..4096).map(|_| rng.random()).collect();
         let (dir, pins, recovered) = open_bytes(&garbage);
-        assert_eq!(
-            recovered,
-            Recovery {
-                corrupt_bytes_dropped: 4096,
-                ..recovery(0)
-            }
-        );
+        assert_eq!(recovered, damaged(0, 4096, 1));
         assert_eq!(journal_bytes(dir.path()), b"");
         pins.pin(id(1), KeyId(0), Instant::now());
         drop(pins);
