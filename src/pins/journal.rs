@@ -79,9 +79,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::time::Instant;
 
+use self::disk::{write_all, Disk, DiskWriter, RealDisk, Target};
 use super::memory::{LivePin, MemoryPins};
 use super::{PinStore, TaskId};
 use crate::health::KeyId;
+
+mod disk;
 
 /// The journal's file name inside the data directory.
 const FILE_NAME: &str = "pins.journal";
@@ -109,6 +112,8 @@ pub struct JournalPins {
     /// not, so pins keep being appended meanwhile.
     compacting: Mutex<()>,
     key_name: KeyNames,
+    /// Every file operation after open goes through here, so that tests can fail or stall it.
+    disk: Arc<dyn Disk>,
     clock: Clock,
     dir: PathBuf,
     path: PathBuf,
@@ -184,7 +189,7 @@ impl JournalPins {
     /// tokio Instants computed as `now - (wall_now - created_wall)`.
     ///
     /// # Errors
-    /// When `dir` cannot be created or the journal cannot be opened, or read. A
+    /// When `dir` cannot be created or the journal cannot be opened or read. A
     /// corrupt or truncated journal is not an error: its good records are kept.
     pub fn open(
         dir: &Path,
@@ -198,6 +203,7 @@ impl JournalPins {
             max_pins,
             clock: Clock::now(),
             compact_slack: COMPACT_SLACK,
+            disk: Arc::new(RealDisk),
         };
         JournalPins::open_with(dir, options, key_id, key_name)
     }
@@ -233,7 +239,7 @@ impl JournalPins {
             );
         }
         // A journal created just now must survive a power loss too.
-        sync_dir(dir).map_err(at(dir, "cannot fsync the pin directory"))?;
+        (options.disk.sync_dir(dir)).map_err(at(dir, "cannot fsync the pin directory"))?;
 
         let records = replay.records.len();
         let inner = MemoryPins::new(options.ttl, options.max_pins);
@@ -259,6 +265,7 @@ impl JournalPins {
             }),
             compacting: Mutex::new(()),
             key_name,
+            disk: Arc::clone(&options.disk),
             clock: options.clock,
             dir: dir.to_path_buf(),
             path,
@@ -289,7 +296,7 @@ impl JournalPins {
     /// the kernel may have dropped the unwritten pages and would not report it twice.
     pub fn sync(&self) -> io::Result<()> {
         let file = Arc::clone(&self.lock().file);
-        file.sync_data().map_err(|e| {
+        self.disk.sync_data(&file, Target::Journal).map_err(|e| {
             self.lock().lost += 1;
             at(&self.path, "cannot fsync the pin journal")(e)
         })
@@ -339,7 +346,7 @@ impl JournalPins {
             journal.lost += 1;
             return;
         }
-        let Err(e) = (&*journal.file).write_all(record) else {
+        let Err((e, _)) = write_all(&*self.disk, &journal.file, record, Target::Journal) else {
             journal.len += record.len() as u64;
             journal.records += 1;
             if journal.failing > 0 {
@@ -355,7 +362,7 @@ impl JournalPins {
         journal.lost += 1;
         journal.failing += 1;
         // A partial record would end every later replay there, hiding the records after it.
-        let cut = journal.file.set_len(journal.len);
+        let cut = self.disk.set_len(&journal.file, journal.len);
         if cut.is_err() {
             journal.torn = true;
         }
@@ -454,7 +461,11 @@ impl JournalPins {
             .create_new(true)
             .open(tmp)
             .map_err(at(tmp, "cannot create the compaction file"))?;
-        let mut out = BufWriter::new(&file);
+        let mut out = BufWriter::new(DiskWriter {
+            disk: &*self.disk,
+            file: &file,
+            target: Target::Compaction,
+        });
         let (mut len, mut records, mut unwritable) = (0u64, 0u64, 0usize);
         for pin in live {
             let Some(record) = (self.key_name)(pin.key).and_then(|name| {
@@ -471,7 +482,8 @@ impl JournalPins {
         out.flush()
             .map_err(at(tmp, "cannot write the compaction file"))?;
         drop(out);
-        file.sync_data()
+        self.disk
+            .sync_data(&file, Target::Compaction)
             .map_err(at(tmp, "cannot fsync the compaction file"))?;
         if unwritable > 0 {
             tracing::warn!(
@@ -498,19 +510,20 @@ impl JournalPins {
                     &self.path,
                     "cannot read the pin journal's newest records",
                 ))?;
-            (&rewritten.file)
-                .write_all(&tail)
-                .and_then(|()| rewritten.file.sync_data())
+            write_all(&*self.disk, &rewritten.file, &tail, Target::Compaction)
+                .map_err(|(e, _)| e)
+                .and_then(|()| self.disk.sync_data(&rewritten.file, Target::Compaction))
                 .map_err(at(tmp, "cannot write the compaction file"))?;
         }
-        fs::rename(tmp, &self.path).map_err(at(tmp, "cannot rename the compaction file"))?;
+        (self.disk.rename(tmp, &self.path))
+            .map_err(at(tmp, "cannot rename the compaction file"))?;
         // The new file is the journal from here on, even if the directory sync below fails.
         journal.file = Arc::new(rewritten.file);
         journal.len = rewritten.len + tail_len;
         journal.records = rewritten.records + journal.records.saturating_sub(mark.records);
         journal.lost_covered = mark.lost;
         journal.torn = false;
-        sync_dir(&self.dir).map_err(at(&self.dir, "cannot fsync the pin directory"))
+        (self.disk.sync_dir(&self.dir)).map_err(at(&self.dir, "cannot fsync the pin directory"))
     }
 }
 
@@ -559,27 +572,16 @@ fn at<'a>(path: &'a Path, doing: &'a str) -> impl FnOnce(io::Error) -> io::Error
     move |e| io::Error::new(e.kind(), format!("{doing} {}: {e}", path.display()))
 }
 
-/// Makes a rename or a file creation in `dir` durable.
-#[cfg(unix)]
-fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
-}
-
-/// Directories cannot be opened as files here; the rename is as durable as the OS makes it.
-#[cfg(not(unix))]
-fn sync_dir(_dir: &Path) -> io::Result<()> {
-    Ok(())
-}
-
 // === replay ===
 
-/// How a store is opened; tests set the clock and the slack.
-#[derive(Clone, Copy)]
+/// How a store is opened; tests set the clock, the slack and the disk.
+#[derive(Clone)]
 struct Options {
     ttl: Duration,
     max_pins: usize,
     clock: Clock,
     compact_slack: u64,
+    disk: Arc<dyn Disk>,
 }
 
 /// What replay kept and dropped.
@@ -897,6 +899,7 @@ mod tests {
 
     use rand::{Rng, SeedableRng};
 
+    use super::disk::faulty::{Faulty, Op};
     use super::*;
 
     const TTL: Duration = Duration::from_secs(2 * 60 * 60);
@@ -924,7 +927,16 @@ mod tests {
             max_pins,
             clock: Clock::now(),
             compact_slack: COMPACT_SLACK,
+            disk: Arc::new(RealDisk),
         }
+    }
+
+    /// Opens a store whose file operations fail or stall as the returned [`Faulty`] says.
+    fn open_faulty(dir: &Path, options: Options) -> (JournalPins, Arc<Faulty>) {
+        let faulty = Arc::new(Faulty::new());
+        let disk: Arc<dyn Disk> = faulty.clone();
+        let (pins, _) = open_with(dir, Options { disk, ..options });
+        (pins, faulty)
     }
 
     fn open(dir: &Path) -> (JournalPins, Recovery) {
@@ -1867,11 +1879,12 @@ mod tests {
     #[test]
     fn a_failed_append_keeps_serving_and_the_next_compaction_writes_the_pin() {
         let dir = tempfile::tempdir().unwrap();
-        let (pins, _) = open(dir.path());
+        let (pins, disk) = open_faulty(dir.path(), options(1_000));
         pins.pin(id(1), KeyId(0), Instant::now());
-        // A read-only handle: the append and the truncation after it both fail.
-        pins.lock().file = Arc::new(File::open(dir.path().join(FILE_NAME)).unwrap());
+        disk.fail(Op::Write(Target::Journal), true);
+        disk.fail(Op::SetLen, true);
         pins.pin(id(2), KeyId(1), Instant::now());
+        disk.heal();
         assert_eq!(pins.owner(&id(2), Instant::now()), Some(KeyId(1)));
         assert!(pins.lock().needs_repair(), "the record is missing on disk");
         // The next flush (the server's, within a second) rewrites the journal from memory.
@@ -1881,6 +1894,30 @@ mod tests {
         drop(pins);
         let (pins, recovered) = open(dir.path());
         assert_eq!(recovered, recovery(3));
+        assert_eq!(pins.owner(&id(2), Instant::now()), Some(KeyId(1)));
+    }
+
+    #[test]
+    fn an_append_the_disk_took_only_part_of_is_cut_off() {
+        let dir = tempfile::tempdir().unwrap();
+        let (pins, disk) = open_faulty(dir.path(), options(1_000));
+        pins.pin(id(1), KeyId(0), Instant::now());
+        // The disk fills up 10 bytes into the next record.
+        disk.fail(Op::Write(Target::Journal), true);
+        disk.room(10);
+        pins.pin(id(2), KeyId(1), Instant::now());
+        assert_eq!(
+            pins.disk_bytes(),
+            NUM_PIN_BYTES,
+            "the partial record was cut off"
+        );
+        disk.heal();
+        pins.pin(id(3), KeyId(1), Instant::now());
+        let on_disk = journal_bytes(dir.path());
+        assert_eq!(
+            pinned_in(&on_disk),
+            [(id(1), "k0".to_owned()), (id(3), "k1".to_owned())]
+        );
         assert_eq!(pins.owner(&id(2), Instant::now()), Some(KeyId(1)));
     }
 
