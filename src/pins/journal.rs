@@ -48,6 +48,21 @@
 //! Creation times are stored as wall-clock unix milliseconds, so a wall clock stepped
 //! between two runs makes the pins loaded by the second run expire early or late by the step.
 //!
+//! # When the disk fails: what "acknowledged" means
+//!
+//! `pin()` cannot fail. It is called after the upstream created the task and before the
+//! caller is answered with its id, and a task the service created (and bills) must stay
+//! pollable, so every pin is *acknowledged*: it is served from memory from the moment
+//! `pin()` returns, whatever the disk did. When its append fails (a full disk, an I/O error)
+//! or an fsync fails (the kernel may then have dropped pages it had accepted), the change is
+//! counted as missing from the file, and a part of a record that reached the file is cut off
+//! again. From then on every `flush()`, which the server calls every second, rewrites the
+//! journal from memory (a compaction), and keeps trying every second while that fails; a
+//! failed repair never stops appends, which go on as soon as the disk takes them. So every pin
+//! acknowledged during an outage is on disk by the first flush after the disk works again,
+//! within a second of it. Only during the outage itself can a `kill -9` lose pins: those the
+//! disk refused, which exist in memory alone. Repeated failures log one line per run.
+//!
 //! # Disk bound
 //!
 //! The journal is rewritten with only the live pins (a temp file, fsync, rename, fsync of the
@@ -58,8 +73,8 @@
 //! of a second and a request must not wait for it. So the file holds at most
 //! `2 × pins + 10 000` records plus one second of appends while compactions succeed. Expired
 //! pins leave the disk at the first compaction after their sweep, or at the next open. A
-//! failed write never fails a request: it is logged, the pin is served from memory, and the
-//! next flush (within a second) or `sweep()` rewrites the journal from memory.
+//! compaction due only to the size that fails is retried by the next `sweep()`, not every
+//! second, since no pin is missing from the file.
 //!
 //! # Locking
 //!
@@ -140,7 +155,8 @@ pub struct Recovery {
 struct Journal {
     /// An `Arc` so that `sync` can fsync without holding the lock.
     file: Arc<File>,
-    /// Bytes of whole records: where the next record starts.
+    /// Where the next record starts: the file's length, as far as the journal's own writes
+    /// made it (bytes of a partial record that could not be cut off again count too).
     len: u64,
     /// Records in the file, for the compaction threshold.
     records: u64,
@@ -148,10 +164,8 @@ struct Journal {
     lost: u64,
     /// `lost` as of the snapshot of the last compaction, which wrote those changes.
     lost_covered: u64,
-    /// A partial record could not be cut off. Records appended after it would be invisible to
-    /// replay, so appends stop until a compaction rewrites the file.
-    torn: bool,
-    /// The last automatic compaction failed: only `sweep` retries, not every pin.
+    /// The last automatic compaction failed. A repair is retried by every flush anyway; a
+    /// compaction that is only due to the file's size waits for the next sweep.
     auto_failed: bool,
     /// Appends failed in a row; only the first of a run is logged, so a full disk does not
     /// log once per request.
@@ -159,8 +173,9 @@ struct Journal {
 }
 
 impl Journal {
+    /// Some change acknowledged to a caller may be missing from the file.
     fn needs_repair(&self) -> bool {
-        self.torn || self.lost != self.lost_covered
+        self.lost != self.lost_covered
     }
 }
 
@@ -259,7 +274,6 @@ impl JournalPins {
                 records: records as u64,
                 lost: 0,
                 lost_covered: 0,
-                torn: false,
                 auto_failed: false,
                 failing: 0,
             }),
@@ -326,14 +340,17 @@ impl JournalPins {
             .map_or(journal.len, |meta| meta.len())
     }
 
-    /// The journal lock. A panic while it was held may have left a partial record, so the
-    /// file is then treated as torn until a compaction rewrites it.
+    /// The journal lock. A panic while it was held may have cost a record or left part of
+    /// one, so a repair is then due, and the length is taken from the file again.
     fn lock(&self) -> MutexGuard<'_, Journal> {
         match self.journal.lock() {
             Ok(journal) => journal,
             Err(poisoned) => {
                 let mut journal = poisoned.into_inner();
-                journal.torn = true;
+                journal.lost += 1;
+                if let Ok(meta) = journal.file.metadata() {
+                    journal.len = meta.len();
+                }
                 self.journal.clear_poison();
                 journal
             }
@@ -342,11 +359,8 @@ impl JournalPins {
 
     /// Appends one record, or logs why it could not. Never fails the caller.
     fn append(&self, journal: &mut Journal, record: &[u8]) {
-        if journal.torn {
-            journal.lost += 1;
-            return;
-        }
-        let Err((e, _)) = write_all(&*self.disk, &journal.file, record, Target::Journal) else {
+        let Err((e, written)) = write_all(&*self.disk, &journal.file, record, Target::Journal)
+        else {
             journal.len += record.len() as u64;
             journal.records += 1;
             if journal.failing > 0 {
@@ -359,12 +373,17 @@ impl JournalPins {
             }
             return;
         };
+        // The change stays accepted and served from memory; the next flush's repair writes it.
         journal.lost += 1;
         journal.failing += 1;
-        // A partial record would end every later replay there, hiding the records after it.
-        let cut = self.disk.set_len(&journal.file, journal.len);
+        // A partial record is cut off to keep the file clean. Should that fail too, replay
+        // skips it (it resyncs at the next record), so appends go on after it.
+        let cut = match written {
+            0 => Ok(()),
+            _ => self.disk.set_len(&journal.file, journal.len),
+        };
         if cut.is_err() {
-            journal.torn = true;
+            journal.len += written as u64;
         }
         if journal.failing > 1 {
             return;
@@ -373,13 +392,13 @@ impl JournalPins {
             Ok(()) => tracing::error!(
                 path = %self.path.display(),
                 error = %e,
-                "cannot append to the pin journal; the change is served from memory and written by the next compaction"
+                "cannot append to the pin journal; the change is served from memory and written by the next flush that can"
             ),
             Err(cut) => tracing::error!(
                 path = %self.path.display(),
                 error = %e,
                 truncate_error = %cut,
-                "cannot append to the pin journal nor cut off the partial record; journaling pauses until a compaction succeeds"
+                "cannot append to the pin journal nor cut off the partial record; the change is served from memory and written by the next flush that can"
             ),
         }
     }
@@ -399,16 +418,19 @@ impl JournalPins {
         }
     }
 
-    /// Whether the journal should be rewritten now. The request path does not retry a
-    /// compaction that failed: only `sweep` does, so a full disk costs one attempt a minute.
+    /// Whether the journal should be rewritten now. A repair is due at every call until one
+    /// succeeds: acknowledged pins are missing from the disk, and each flush (every second)
+    /// may be the first after space came back. A compaction due only to the file's size is
+    /// retried after a failure by `sweep` alone (once a minute), since nothing is missing.
     fn compaction_due(&self, journal: &Journal, from_sweep: bool) -> bool {
         let limit = (self.inner.len() as u64)
             .saturating_mul(2)
             .saturating_add(self.compact_slack);
-        (from_sweep || !journal.auto_failed) && (journal.records > limit || journal.needs_repair())
+        journal.needs_repair() || ((from_sweep || !journal.auto_failed) && journal.records > limit)
     }
 
-    /// Compacts unless another compaction is under way (it covers what this one would).
+    /// Compacts unless another compaction is under way; should that one not cover every
+    /// change, the next flush finds the repair still due.
     fn auto_compact(&self, now: Instant) {
         let _one = match self.compacting.try_lock() {
             Ok(guard) => guard,
@@ -416,10 +438,21 @@ impl JournalPins {
             Err(TryLockError::WouldBlock) => return,
         };
         let result = self.rewrite(now);
-        let mut journal = self.lock();
-        journal.auto_failed = result.is_err();
-        if let Err(e) = result {
-            tracing::error!(error = %e, "cannot compact the pin journal; it keeps growing until a compaction succeeds");
+        let (was_failing, repair) = {
+            let mut journal = self.lock();
+            let was_failing = journal.auto_failed;
+            journal.auto_failed = result.is_err();
+            (was_failing, journal.needs_repair())
+        };
+        // One line per run of failures, not one a second while the disk is full.
+        match result {
+            Err(e) if !was_failing => tracing::error!(
+                error = %e,
+                repair,
+                "cannot compact the pin journal; retried every second while pins are missing from it, by the sweep otherwise"
+            ),
+            Ok(()) if was_failing => tracing::info!("pin journal compaction works again"),
+            _ => {}
         }
     }
 
@@ -522,7 +555,6 @@ impl JournalPins {
         journal.len = rewritten.len + tail_len;
         journal.records = rewritten.records + journal.records.saturating_sub(mark.records);
         journal.lost_covered = mark.lost;
-        journal.torn = false;
         (self.disk.sync_dir(&self.dir)).map_err(at(&self.dir, "cannot fsync the pin directory"))
     }
 }
@@ -1919,6 +1951,111 @@ mod tests {
             [(id(1), "k0".to_owned()), (id(3), "k1".to_owned())]
         );
         assert_eq!(pins.owner(&id(2), Instant::now()), Some(KeyId(1)));
+    }
+
+    #[test]
+    fn pins_acknowledged_while_the_disk_was_full_are_written_by_the_first_flush_after() {
+        let dir = tempfile::tempdir().unwrap();
+        let (pins, disk) = open_faulty(dir.path(), options(1_000));
+        for n in 0..10 {
+            pins.pin(id(n), KeyId(0), Instant::now());
+        }
+        // The disk is full: appends and the repairing compactions fail, for several flushes.
+        disk.fail(Op::Write(Target::Journal), true);
+        disk.fail(Op::Write(Target::Compaction), true);
+        for n in 10..50 {
+            pins.pin(id(n), KeyId((n % 3) as u16), Instant::now());
+            if n % 10 == 0 {
+                let _ = pins.flush();
+            }
+        }
+        assert_eq!(
+            pins.owner(&id(30), Instant::now()),
+            Some(KeyId(0)),
+            "still served"
+        );
+        // Space comes back; one flush later, a kill -9 loses nothing.
+        disk.heal();
+        pins.flush().unwrap();
+        std::mem::forget(pins);
+        let (pins, recovered) = open(dir.path());
+        assert_eq!(recovered, recovery(50));
+        for n in 10..50 {
+            assert_eq!(
+                pins.owner(&id(n), Instant::now()),
+                Some(KeyId((n % 3) as u16))
+            );
+        }
+    }
+
+    /// One step of a store's life on a disk that fails on demand.
+    #[derive(Debug, Clone)]
+    enum Step {
+        Pin { task: u64, key: u16 },
+        Fail(Op),
+        Heal(Op),
+        Room(usize),
+        Flush,
+        Sweep,
+        Compact,
+    }
+
+    fn any_step() -> impl proptest::strategy::Strategy<Value = Step> {
+        use proptest::prelude::*;
+        let op = proptest::sample::select(Op::ALL.to_vec());
+        prop_oneof![
+            6 => (0..40u64, 0..4u16).prop_map(|(task, key)| Step::Pin { task, key }),
+            2 => op.clone().prop_map(Step::Fail),
+            1 => op.prop_map(Step::Heal),
+            1 => (0..60usize).prop_map(Step::Room),
+            2 => Just(Step::Flush),
+            1 => Just(Step::Sweep),
+            1 => Just(Step::Compact),
+        ]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config::with_cases(48))]
+
+        /// Whatever fails and for however long, every pin acknowledged meanwhile is on disk
+        /// after the first flush once the disk works again: a kill -9 then loses none.
+        #[test]
+        fn after_any_outage_one_flush_puts_every_acknowledged_pin_on_disk(
+            steps in proptest::collection::vec(any_step(), 1..60),
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            let (pins, disk) = open_faulty(dir.path(), Options { compact_slack: 8, ..options(1_000) });
+            let mut acknowledged = HashMap::new();
+            for step in &steps {
+                match *step {
+                    Step::Pin { task, key } => {
+                        pins.pin(id(task), KeyId(key), Instant::now());
+                        acknowledged.insert(task, KeyId(key));
+                    }
+                    Step::Fail(op) => disk.fail(op, true),
+                    Step::Heal(op) => disk.fail(op, false),
+                    Step::Room(bytes) => disk.room(bytes),
+                    Step::Flush => {
+                        let _ = pins.flush();
+                    }
+                    Step::Sweep => {
+                        pins.sweep(Instant::now());
+                    }
+                    Step::Compact => {
+                        let _ = pins.compact(Instant::now());
+                    }
+                }
+            }
+            disk.heal();
+            pins.flush().unwrap();
+            std::mem::forget(pins);
+
+            let (pins, recovered) = open(dir.path());
+            proptest::prop_assert_eq!(recovered, recovery(acknowledged.len()));
+            for (task, key) in acknowledged {
+                proptest::prop_assert_eq!(pins.owner(&id(task), Instant::now()), Some(key), "task {}", task);
+            }
+        }
     }
 
     #[test]

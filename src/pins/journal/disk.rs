@@ -122,6 +122,19 @@ pub(super) mod faulty {
         SyncDir,
     }
 
+    impl Op {
+        /// Every operation, for tests that try each.
+        pub const ALL: [Op; 7] = [
+            Op::Write(Target::Journal),
+            Op::Write(Target::Compaction),
+            Op::SetLen,
+            Op::Sync(Target::Journal),
+            Op::Sync(Target::Compaction),
+            Op::Rename,
+            Op::SyncDir,
+        ];
+    }
+
     /// Real files, except that the operations in `failing` return an error (failing writes
     /// first use up `room` bytes, as a disk that fills up mid-record does).
     pub(in crate::pins) struct Faulty {
