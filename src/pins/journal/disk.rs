@@ -105,10 +105,12 @@ impl Write for DiskWriter<'_> {
 
 #[cfg(test)]
 pub(super) mod faulty {
-    //! A [`Disk`] whose operations fail on demand.
+    //! A [`Disk`] whose operations fail or stall on demand, and that logs what it did.
 
     use std::collections::HashSet;
+    use std::sync::mpsc::{self, Receiver, Sender};
     use std::sync::{Mutex, PoisonError};
+    use std::time::Duration;
 
     use super::*;
 
@@ -136,11 +138,22 @@ pub(super) mod faulty {
     }
 
     /// Real files, except that the operations in `failing` return an error (failing writes
-    /// first use up `room` bytes, as a disk that fills up mid-record does).
+    /// first use up `room` bytes, as a disk that fills up mid-record does), and those in
+    /// `stalled` wait for [`Faulty::release`] after announcing themselves to
+    /// [`Faulty::entered`].
     pub(in crate::pins) struct Faulty {
         failing: Mutex<HashSet<Op>>,
         room: Mutex<usize>,
+        stalled: Mutex<HashSet<Op>>,
+        /// `Some(op)`: `op` is stalled now; `None`: [`Faulty::finished`] was called.
+        entered: Channel<Option<Op>>,
+        release: Channel<()>,
+        /// Every operation begun, in order.
+        log: Mutex<Vec<Op>>,
     }
+
+    /// Both ends of a channel, shareable between the test and the threads it stalls.
+    type Channel<T> = (Mutex<Sender<T>>, Mutex<Receiver<T>>);
 
     fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
         mutex.lock().unwrap_or_else(PoisonError::into_inner)
@@ -148,9 +161,15 @@ pub(super) mod faulty {
 
     impl Faulty {
         pub fn new() -> Faulty {
+            let (entered_tx, entered_rx) = mpsc::channel();
+            let (release_tx, release_rx) = mpsc::channel();
             Faulty {
                 failing: Mutex::default(),
                 room: Mutex::new(0),
+                stalled: Mutex::default(),
+                entered: (Mutex::new(entered_tx), Mutex::new(entered_rx)),
+                release: (Mutex::new(release_tx), Mutex::new(release_rx)),
+                log: Mutex::default(),
             }
         }
 
@@ -174,7 +193,55 @@ pub(super) mod faulty {
             *lock(&self.room) = bytes;
         }
 
+        /// Makes `op` stall until released, from now on.
+        pub fn stall(&self, op: Op) {
+            lock(&self.stalled).insert(op);
+        }
+
+        /// Stops stalling `op`; one already waiting still needs its release.
+        pub fn unstall(&self, op: Op) {
+            lock(&self.stalled).remove(&op);
+        }
+
+        /// The next stalled operation, once it waits, or `None` after [`Faulty::finished`].
+        /// Panics if neither comes within `limit`, which only bounds a test that would
+        /// otherwise hang.
+        pub fn entered(&self, limit: Duration) -> Option<Op> {
+            lock(&self.entered.1)
+                .recv_timeout(limit)
+                .expect("a stalled operation or the end of the work under test")
+        }
+
+        /// Tells [`Faulty::entered`] that nothing more will stall.
+        pub fn finished(&self) {
+            let _ = lock(&self.entered.0).send(None);
+        }
+
+        /// Lets one stalled operation go on.
+        pub fn release(&self) {
+            let _ = lock(&self.release.0).send(());
+        }
+
+        /// Stops stalling anything and lets every waiting operation go, so that a failing
+        /// test unwinds instead of hanging.
+        pub fn give_up(&self) {
+            lock(&self.stalled).clear();
+            for _ in 0..64 {
+                self.release();
+            }
+        }
+
+        /// Every operation begun so far, in order.
+        pub fn log(&self) -> Vec<Op> {
+            lock(&self.log).clone()
+        }
+
         fn check(&self, op: Op) -> io::Result<()> {
+            lock(&self.log).push(op);
+            if lock(&self.stalled).contains(&op) {
+                let _ = lock(&self.entered.0).send(Some(op));
+                let _ = lock(&self.release.1).recv();
+            }
             if lock(&self.failing).contains(&op) {
                 return Err(io::Error::new(
                     io::ErrorKind::StorageFull,
