@@ -2335,6 +2335,27 @@ mod tests {
     }
 
     #[test]
+    fn a_partial_record_that_cannot_be_cut_off_does_not_hide_later_appends() {
+        let dir = tempfile::tempdir().unwrap();
+        let (pins, disk) = open_faulty(dir.path(), options(1_000));
+        pins.pin(id(1), KeyId(0), Instant::now());
+        disk.fail(Op::Write(Target::Journal), true);
+        disk.fail(Op::SetLen, true);
+        disk.room(10);
+        pins.pin(id(2), KeyId(1), Instant::now());
+        disk.heal();
+        pins.pin(id(3), KeyId(2), Instant::now());
+        assert_eq!(pins.disk_bytes(), 2 * NUM_PIN_BYTES + 10);
+        // A kill -9 before the repair: pin 2 existed in memory only, pin 3 is found past the
+        // partial record.
+        std::mem::forget(pins);
+        let (pins, recovered) = open(dir.path());
+        assert_eq!(recovered, damaged(2, 10, 1));
+        assert_eq!(pins.owner(&id(3), Instant::now()), Some(KeyId(2)));
+        assert_eq!(pins.owner(&id(2), Instant::now()), None);
+    }
+
+    #[test]
     fn a_failed_compaction_leaves_the_journal_in_service() {
         let dir = tempfile::tempdir().unwrap();
         let (pins, _) = open(dir.path());
