@@ -1796,6 +1796,12 @@ mod tests {
     }
 
     proptest::proptest! {
+        // Failures are printed shrunk; no regressions file is written outside src/.
+        #![proptest_config(proptest::test_runner::Config {
+            failure_persistence: None,
+            ..proptest::test_runner::Config::default()
+        })]
+
         /// Whatever one spot of damage does, replay returns every record it did not touch,
         /// in order, invents none, and accounts for every byte.
         #[test]
@@ -2134,7 +2140,11 @@ mod tests {
     }
 
     proptest::proptest! {
-        #![proptest_config(proptest::test_runner::Config::with_cases(48))]
+        #![proptest_config(proptest::test_runner::Config {
+            cases: 48,
+            failure_persistence: None,
+            ..proptest::test_runner::Config::default()
+        })]
 
         /// Whatever fails and for however long, every pin acknowledged meanwhile is on disk
         /// after the first flush once the disk works again: a kill -9 then loses none.
