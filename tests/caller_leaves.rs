@@ -7,7 +7,6 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use keyrelay::sim::{FaultKind, FaultTarget};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -50,20 +49,8 @@ async fn a_caller_that_closes_right_after_its_submit_still_gets_its_task_pinned(
         let (h, next_id) = one_key().await;
         // The upstream answers after the caller is gone: the request and the close leave
         // together, so the close always comes first.
-        h.sim.add_fault(
-            KEY_A,
-            fault(
-                FaultTarget::Submit,
-                FaultKind::Delay(Duration::from_millis(50)),
-                Some(1),
-            ),
-        );
-        let mut stream = TcpStream::connect(h.addr).await.expect("connect");
-        stream
-            .write_all(request(&h.addr.to_string()).as_bytes())
-            .await
-            .expect("write");
-        drop(stream);
+        delay_next_submit(&h.sim, KEY_A, Duration::from_millis(50));
+        send_and_leave(h.addr, &request(&h.addr.to_string()), Leave::Close).await;
 
         eventually("the departed caller's task is created upstream", || {
             h.sim.task_owner(next_id).is_some()
@@ -97,20 +84,8 @@ async fn a_caller_that_closes_right_after_its_submit_still_gets_its_task_pinned(
 #[tokio::test]
 async fn shutdown_waits_for_a_request_whose_caller_left() {
     let (h, next_id) = one_key().await;
-    h.sim.add_fault(
-        KEY_A,
-        fault(
-            FaultTarget::Submit,
-            FaultKind::Delay(Duration::from_millis(300)),
-            Some(1),
-        ),
-    );
-    let mut stream = TcpStream::connect(h.addr).await.expect("connect");
-    stream
-        .write_all(submit_request(&h.addr.to_string()).as_bytes())
-        .await
-        .expect("write");
-    drop(stream);
+    delay_next_submit(&h.sim, KEY_A, Duration::from_millis(300));
+    send_and_leave(h.addr, &submit_request(&h.addr.to_string()), Leave::Close).await;
     let before = h.sim.received().len();
     eventually("the submit reached the upstream", || {
         h.sim.received().len() > before

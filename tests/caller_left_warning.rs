@@ -9,7 +9,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::*;
-use keyrelay::sim::{FaultKind, FaultTarget};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -65,17 +64,8 @@ async fn a_caller_that_left_or_half_closed_is_named_in_a_warning() {
     );
 
     // Gone: the request and the close leave together, and the upstream answers later.
-    h.sim.add_fault(
-        KEY_A,
-        fault(
-            FaultTarget::Submit,
-            FaultKind::Delay(Duration::from_millis(50)),
-            Some(1),
-        ),
-    );
-    let mut stream = TcpStream::connect(h.addr).await.expect("connect");
-    stream.write_all(submit.as_bytes()).await.expect("write");
-    drop(stream);
+    delay_next_submit(&h.sim, KEY_A, Duration::from_millis(50));
+    send_and_leave(h.addr, &submit, Leave::Close).await;
     eventually("a warning for the departed caller", || {
         warnings(&logs).len() == 1
     })
@@ -94,18 +84,8 @@ async fn a_caller_that_left_or_half_closed_is_named_in_a_warning() {
     .await;
 
     // Reset: the connection fails under the request, which is finished all the same.
-    h.sim.add_fault(
-        KEY_A,
-        fault(
-            FaultTarget::Submit,
-            FaultKind::Delay(Duration::from_millis(50)),
-            Some(1),
-        ),
-    );
-    let mut stream = TcpStream::connect(h.addr).await.expect("connect");
-    stream.write_all(submit.as_bytes()).await.expect("write");
-    stream.set_zero_linger().expect("linger");
-    drop(stream);
+    delay_next_submit(&h.sim, KEY_A, Duration::from_millis(50));
+    send_and_leave(h.addr, &submit, Leave::Reset).await;
     eventually("a warning for the reset caller", || {
         warnings(&logs).len() == 3
     })

@@ -1505,11 +1505,14 @@ mod tests {
 
     const MULTIPART_B: Option<&str> = Some("multipart/form-data; boundary=b");
 
+    /// [`one_part`] as the rewrite leaves it: one canonical part holding the pool key.
+    fn canonical_key_part() -> String {
+        format!("--b\r\nContent-Disposition: form-data; name=\"key\"\r\n\r\n{POOL}\r\n--b--\r\n")
+    }
+
     #[test]
     fn multipart_dispositions_php_reads_as_a_key_part_are_rewritten() {
-        let canonical = format!(
-            "--b\r\nContent-Disposition: form-data; name=\"key\"\r\n\r\n{POOL}\r\n--b--\r\n"
-        );
+        let canonical = canonical_key_part();
         for disposition in [
             r#"form-data; name="x"; name="key""#,
             "form-data; name='key'",
@@ -1537,9 +1540,7 @@ mod tests {
     fn multipart_dispositions_other_readers_take_for_key_are_rewritten() {
         // PHP reads none of these as `key`, but some parser does: the first `name` of two,
         // an RFC 5987 `name*`, RFC 2231 continuations, case, a second Content-Disposition.
-        let canonical = format!(
-            "--b\r\nContent-Disposition: form-data; name=\"key\"\r\n\r\n{POOL}\r\n--b--\r\n"
-        );
+        let canonical = canonical_key_part();
         for disposition in [
             r#"form-data; name="key"; name="x""#,
             "form-data; name*=UTF-8''key",

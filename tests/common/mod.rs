@@ -269,6 +269,35 @@ pub fn fault(target: FaultTarget, kind: FaultKind, times: Option<u32>) -> Fault 
     }
 }
 
+/// Holds the next submit made with `key` back for `delay` before the simulator answers it,
+/// so that a caller can be gone by the time the answer comes.
+pub fn delay_next_submit(sim: &SimHandle, key: &str, delay: Duration) {
+    sim.add_fault(
+        key,
+        fault(FaultTarget::Submit, FaultKind::Delay(delay), Some(1)),
+    );
+}
+
+/// How a raw caller leaves after writing its request.
+#[derive(Clone, Copy, Debug)]
+pub enum Leave {
+    /// Closes the socket: the FIN goes out right behind the request.
+    Close,
+    /// Resets the connection (zero linger).
+    Reset,
+}
+
+/// Writes `request` to keyrelay on a connection of its own, then leaves as `how` says.
+pub async fn send_and_leave(addr: SocketAddr, request: &str, how: Leave) {
+    use tokio::io::AsyncWriteExt;
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    stream.write_all(request.as_bytes()).await.expect("write");
+    if let Leave::Reset = how {
+        stream.set_zero_linger().expect("zero linger");
+    }
+    drop(stream);
+}
+
 /// Polls `condition` until it holds, failing the test after a generous bound. For state that
 /// changes in a background task; never a guess at how long something takes.
 pub async fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
