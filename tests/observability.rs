@@ -397,6 +397,11 @@ fn closed_series(keys: &[&str]) -> Vec<String> {
             .map(|r| one("keyrelay_config_reloads_total", "result", r.label())),
     );
     series.extend(
+        keyrelay::failover::CheckResult::ALL
+            .iter()
+            .map(|r| one("keyrelay_key_checks_total", "result", r.label())),
+    );
+    series.extend(
         WaitResult::ALL
             .iter()
             .map(|r| one("keyrelay_queue_wait_seconds_count", "result", r.label())),
