@@ -1564,6 +1564,29 @@ mod tests {
     }
 
     #[test]
+    fn multipart_names_a_quote_blind_reader_finds_are_rewritten() {
+        // Found by the fuzz harness (multer read-back of request_multipart): multer, behind
+        // axum's `Multipart`, takes a `name=` after any space or `;`, even where PHP sees no
+        // `name` parameter, so it read each of these parts as the caller's `key`.
+        let canonical = format!(
+            "--b\r\nContent-Disposition: form-data; name=\"key\"\r\n\r\n{POOL}\r\n--b--\r\n"
+        );
+        for disposition in [
+            r#"form-data[ name="key""#,
+            "form-data; filename=a name=key",
+            "form-data; x='; name=key; '",
+            r#"form-data; filename="a name=key b""#,
+        ] {
+            let request = parse("json=1", MULTIPART_B, &one_part(disposition));
+            assert_eq!(
+                rewrite_key(&request),
+                ("json=1".to_owned(), canonical.clone().into_bytes()),
+                "{disposition}"
+            );
+        }
+    }
+
+    #[test]
     fn multipart_bodies_php_splits_differently_are_refused() {
         let bare_lf = b"--b\r\nContent-Disposition: form-data; name=\"x\"\r\n\r\nhello\n\
             --b\nContent-Disposition: form-data; name=\"key\"\n\nCALLER\r\n--b--\r\n";
