@@ -229,7 +229,8 @@ fn parse_part(part: &[u8], offset: usize) -> Result<Part, RequestError> {
 
 /// Every value a reader of one Content-Disposition could take for the part's name: each
 /// `name` parameter (any case, any quoting, the first or the last one), each RFC 2231/5987
-/// `name*` (its `charset'lang'` prefix cut; [`spells`] decodes the `%XX`), and the `name*0`,
+/// `name*` (its `charset'lang'` prefix cut and its `%XX` decoded, so that [`spells`] decodes
+/// once more as it does for every other name), and the `name*0`,
 /// `name*1`, … continuations joined; and every name a quote-blind scan finds
 /// ([`scanned_names`]). Wider than any one parser on purpose: a name missed here is a
 /// caller's `key` that some parser reads.
@@ -250,7 +251,7 @@ fn all_names(value: &[u8]) -> Vec<String> {
         };
         match ext {
             b"" => names.push(raw),
-            b"*" => names.push(strip_charset(raw)),
+            b"*" => names.push(percent_decoded(&strip_charset(raw))),
             _ => {
                 let Some(index) = ext.strip_prefix(b"*") else {
                     continue;
@@ -263,10 +264,10 @@ fn all_names(value: &[u8]) -> Vec<String> {
                 else {
                     continue;
                 };
-                let raw = if encoded && index == 0 {
-                    strip_charset(raw)
-                } else {
-                    raw
+                let raw = match (encoded, index) {
+                    (true, 0) => percent_decoded(&strip_charset(raw)),
+                    (true, _) => percent_decoded(&raw),
+                    (false, _) => raw,
                 };
                 continued.push((index, raw));
             }
@@ -305,6 +306,11 @@ fn scanned_names(value: &[u8]) -> Vec<Vec<u8>> {
             Some(after[..end.unwrap_or(after.len())].to_vec())
         })
         .collect()
+}
+
+/// An RFC 5987 / RFC 2231 encoded value with its `%XX` decoded, as its readers decode it.
+fn percent_decoded(raw: &[u8]) -> Vec<u8> {
+    percent_encoding::percent_decode(raw).collect()
 }
 
 /// An RFC 5987 value without its `charset'language'` prefix; a value without one as is.

@@ -1587,6 +1587,27 @@ mod tests {
     }
 
     #[test]
+    fn multipart_encoded_names_are_decoded_before_the_second_decoding() {
+        // Found with the fuzz harness's spelling rule: a `name*` value is percent-encoded by
+        // its own encoding, so a reader that decodes names twice reads `k%2565y` as `key`,
+        // as it does `k%2565y=` in a query.
+        let canonical = format!(
+            "--b\r\nContent-Disposition: form-data; name=\"key\"\r\n\r\n{POOL}\r\n--b--\r\n"
+        );
+        for disposition in [
+            "form-data; name*=UTF-8''k%2565y",
+            "form-data; name*0*=UTF-8''k%25; name*1*=65y",
+        ] {
+            let request = parse("json=1", MULTIPART_B, &one_part(disposition));
+            assert_eq!(
+                rewrite_key(&request),
+                ("json=1".to_owned(), canonical.clone().into_bytes()),
+                "{disposition}"
+            );
+        }
+    }
+
+    #[test]
     fn multipart_bodies_php_splits_differently_are_refused() {
         let bare_lf = b"--b\r\nContent-Disposition: form-data; name=\"x\"\r\n\r\nhello\n\
             --b\nContent-Disposition: form-data; name=\"key\"\n\nCALLER\r\n--b--\r\n";
