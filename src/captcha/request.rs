@@ -1159,6 +1159,14 @@ mod tests {
     }
 
     #[test]
+    fn a_key_behind_an_invisible_format_character_is_replaced() {
+        // A right-to-left override before `key` shows as `key` and is dropped by readers
+        // that strip format characters; it used to pass as some other param.
+        let request = parse("%E2%80%AEkey=CALLER&json=1", None, b"");
+        assert_eq!(rewrite_key(&request).0, format!("key={POOL}&json=1"));
+    }
+
+    #[test]
     fn rewrite_spells_the_name_canonically() {
         for query in [
             "x=1&k%65y=old",
