@@ -172,9 +172,11 @@ impl ParsedRequest {
         };
         for encoding in headers.get_all(CONTENT_ENCODING) {
             let text = String::from_utf8_lossy(encoding.as_bytes());
+            // Only HTTP's optional whitespace: `identity` followed by a no-break space is
+            // not the identity coding, and an upstream may take it for some other coding.
             let encoded = text
                 .split(',')
-                .map(str::trim)
+                .map(|coding| coding.trim_matches([' ', '\t']))
                 .any(|coding| !coding.is_empty() && !coding.eq_ignore_ascii_case("identity"));
             if encoded {
                 return Err(RequestError::UnsupportedContentEncoding(
@@ -1777,7 +1779,21 @@ mod tests {
                 "{coding:?}: {err:?}"
             );
         }
-        for coding in [&b"identity"[..], b"IDENTITY", b""] {
+        // Found by probing the request_http fuzz target: `str::trim` took a trailing no-break
+        // space (and other Unicode spaces) for HTTP whitespace.
+        for coding in [
+            &b"identity\xc2\xa0"[..],
+            b"\xe2\x80\x83identity",
+            b"identity\xc2\x85",
+        ] {
+            let headers = [form[0], ("content-encoding", coding)];
+            let err = parse_http(&headers, b"key=CALLER").expect_err("not identity");
+            assert!(
+                matches!(err, RequestError::UnsupportedContentEncoding(_)),
+                "{coding:?}: {err:?}"
+            );
+        }
+        for coding in [&b"identity"[..], b"IDENTITY", b"", b" identity\t, identity"] {
             let headers = [form[0], ("content-encoding", coding)];
             assert!(parse_http(&headers, b"key=CALLER").is_ok(), "{coding:?}");
         }
