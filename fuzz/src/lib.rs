@@ -367,7 +367,8 @@ fn trim_ows(bytes: &[u8]) -> &[u8] {
 /// RFC 5987 `name*` (charset prefix cut, percent-decoded), and the RFC 2231 `name*0`,
 /// `name*1`, … continuations joined; the parameters split as RFC 2045 does (only `"`
 /// quotes) and as PHP does (`'` quotes too); quoted values with and without their
-/// backslash escapes undone, unquoted ones cut at a space and not.
+/// backslash escapes undone, unquoted ones cut at a space and not; and every `name=` a
+/// quote-blind scan finds ([`quote_blind_names`]).
 pub fn disposition_names(value: &[u8]) -> Vec<String> {
     let mut names = Vec::new();
     for quotes in [&b"\""[..], &b"\"'"[..]] {
@@ -412,10 +413,49 @@ pub fn disposition_names(value: &[u8]) -> Vec<String> {
             names.push(continued.into_iter().flat_map(|(_, raw)| raw).collect());
         }
     }
+    names.extend(quote_blind_names(value));
     names
         .into_iter()
         .map(|name| String::from_utf8_lossy(&name).into_owned())
         .collect()
+}
+
+/// The names a reader that does not split parameters at all finds, as multer does: every
+/// `name` (any case) at the start or after whitespace or `;`, even inside another
+/// parameter's quotes, then `=` and a `"`-quoted value (up to the next quote, escapes
+/// honoured or not) or the text up to a `;` or whitespace.
+fn quote_blind_names(value: &[u8]) -> Vec<Vec<u8>> {
+    let lower = value.to_ascii_lowercase();
+    let mut names = Vec::new();
+    for at in memchr::memmem::find_iter(&lower, b"name") {
+        if at > 0 && !is_c_space(value[at - 1]) && value[at - 1] != b';' {
+            continue;
+        }
+        let after = trim_c_space_start(&value[at + 4..]);
+        let Some(after) = after.strip_prefix(b"=") else {
+            continue;
+        };
+        let after = trim_c_space_start(after);
+        if let Some(quoted) = after.strip_prefix(b"\"") {
+            let close = memchr::memchr(b'"', quoted).unwrap_or(quoted.len());
+            names.push(quoted[..close].to_vec());
+            names.extend(value_readings(after, b"\"").into_iter().take(1));
+        } else {
+            let end = after
+                .iter()
+                .position(|&b| b == b';' || is_c_space(b))
+                .unwrap_or(after.len());
+            names.push(after[..end].to_vec());
+        }
+    }
+    names
+}
+
+fn trim_c_space_start(bytes: &[u8]) -> &[u8] {
+    &bytes[bytes
+        .iter()
+        .position(|&b| !is_c_space(b))
+        .unwrap_or(bytes.len())..]
 }
 
 /// The ways a reader may take a parameter value: quoted (escapes undone, or kept), or
@@ -949,8 +989,13 @@ mod tests {
         assert!(has(r#"form-data; NAME = "k\ey""#, "key"));
         // RFC quoting sees a `name` inside a single-quoted PHP value.
         assert!(has("form-data; x='; name=key; '", "key"));
+        // A quote-blind scan (multer) sees one anywhere after a space or `;`.
+        assert!(has(r#"form-data; x="; name=key ""#, "key"));
+        assert!(has("form-data[ name=key", "key"));
+        assert!(has(r#"form-data; filename="a name="key" b""#, "key"));
         assert!(!has(r#"form-data; filename="key""#, "key"));
-        assert!(!has(r#"form-data; x="; name=key""#, "key"));
+        assert!(!has(r#"form-data; x="a;name =k" ; y=1"#, "key"));
+        assert!(!has(r#"form-data; filename="my name=key.png""#, "key"));
     }
 
     #[test]
