@@ -229,9 +229,11 @@ fn parse_part(part: &[u8], offset: usize) -> Result<Part, RequestError> {
 
 /// Every value a reader of one Content-Disposition could take for the part's name: each
 /// `name` parameter (any case, any quoting, the first or the last one), each RFC 2231/5987
-/// `name*` (its `charset'lang'` prefix cut; [`spells`] decodes the `%XX`), and the `name*0`,
-/// `name*1`, … continuations joined. Wider than any one parser on purpose: a name missed here
-/// is a caller's `key` that some parser reads.
+/// `name*` (its `charset'lang'` prefix cut and its `%XX` decoded, so that [`spells`] decodes
+/// once more as it does for every other name), and the `name*0`,
+/// `name*1`, … continuations joined; and every name a quote-blind scan finds
+/// ([`scanned_names`]). Wider than any one parser on purpose: a name missed here is a
+/// caller's `key` that some parser reads.
 fn all_names(value: &[u8]) -> Vec<String> {
     let mut names = Vec::new();
     let mut continued: Vec<(u32, Vec<u8>)> = Vec::new();
@@ -249,7 +251,7 @@ fn all_names(value: &[u8]) -> Vec<String> {
         };
         match ext {
             b"" => names.push(raw),
-            b"*" => names.push(strip_charset(raw)),
+            b"*" => names.push(percent_decoded(&strip_charset(raw))),
             _ => {
                 let Some(index) = ext.strip_prefix(b"*") else {
                     continue;
@@ -262,10 +264,10 @@ fn all_names(value: &[u8]) -> Vec<String> {
                 else {
                     continue;
                 };
-                let raw = if encoded && index == 0 {
-                    strip_charset(raw)
-                } else {
-                    raw
+                let raw = match (encoded, index) {
+                    (true, 0) => percent_decoded(&strip_charset(raw)),
+                    (true, _) => percent_decoded(&raw),
+                    (false, _) => raw,
                 };
                 continued.push((index, raw));
             }
@@ -275,10 +277,40 @@ fn all_names(value: &[u8]) -> Vec<String> {
         continued.sort_by_key(|(index, _)| *index);
         names.push(continued.into_iter().flat_map(|(_, raw)| raw).collect());
     }
+    names.extend(scanned_names(value));
     names
         .into_iter()
         .map(|name| String::from_utf8_lossy(&name).into_owned())
         .collect()
+}
+
+/// The names a reader that does not split parameters finds: multer (behind axum's
+/// `Multipart`) takes the first `name` at the start of the value or after whitespace or a
+/// `;`, even inside another parameter (`form-data[ name="key"`, `filename=a name=key`,
+/// `x='; name=key'`), then `=` and a `"`-quoted string or the text up to a `;` or space.
+/// Every such `name`, in any case, is taken here, not only the first.
+fn scanned_names(value: &[u8]) -> Vec<Vec<u8>> {
+    let lower = value.to_ascii_lowercase();
+    memmem::find_iter(&lower, b"name")
+        .filter(|&at| at == 0 || is_c_space(value[at - 1]) || value[at - 1] == b';')
+        .filter_map(|at| {
+            let after = trim_start_c_space(&value[at + b"name".len()..]);
+            let after = trim_start_c_space(after.strip_prefix(b"=")?);
+            let end = match after.strip_prefix(b"\"") {
+                Some(quoted) => {
+                    let close = memchr::memchr(b'"', quoted).unwrap_or(quoted.len());
+                    return Some(quoted[..close].to_vec());
+                }
+                None => after.iter().position(|&b| b == b';' || is_c_space(b)),
+            };
+            Some(after[..end.unwrap_or(after.len())].to_vec())
+        })
+        .collect()
+}
+
+/// An RFC 5987 / RFC 2231 encoded value with its `%XX` decoded, as its readers decode it.
+fn percent_decoded(raw: &[u8]) -> Vec<u8> {
+    percent_encoding::percent_decode(raw).collect()
 }
 
 /// An RFC 5987 value without its `charset'language'` prefix; a value without one as is.

@@ -91,13 +91,31 @@ fn loose_eq(name: &str, canonical: &str) -> bool {
     name.trim_matches(is_filler).eq_ignore_ascii_case(canonical)
 }
 
-/// Characters a lenient reader strips from a name's ends, or that a person cannot see.
+/// Characters a lenient reader strips from a name's ends, or that a person cannot see:
+/// whitespace, controls, and Unicode's Default_Ignorable_Code_Point set (zero-width and
+/// bidi formatting characters, variation selectors, fillers, tags, the soft hyphen).
 fn is_filler(c: char) -> bool {
     c.is_whitespace()
         || c.is_control()
         || matches!(
             c,
-            '\u{200b}'..='\u{200f}' | '\u{2060}'..='\u{2064}' | '\u{feff}' | '\u{00ad}'
+            '\u{00ad}'
+                | '\u{034f}'
+                | '\u{061c}'
+                | '\u{115f}'..='\u{1160}'
+                | '\u{17b4}'..='\u{17b5}'
+                | '\u{180b}'..='\u{180f}'
+                | '\u{200b}'..='\u{200f}'
+                | '\u{202a}'..='\u{202e}'
+                | '\u{2060}'..='\u{206f}'
+                | '\u{3164}'
+                | '\u{fe00}'..='\u{fe0f}'
+                | '\u{feff}'
+                | '\u{ffa0}'
+                | '\u{fff0}'..='\u{fff8}'
+                | '\u{1bca0}'..='\u{1bca3}'
+                | '\u{1d173}'..='\u{1d17a}'
+                | '\u{e0000}'..='\u{e0fff}'
         )
 }
 
@@ -140,6 +158,15 @@ mod tests {
             "\u{feff}key",
             "key\u{200b}",
             "\u{a0}key",
+            // Invisible too, found with the fuzz harness's spelling rule: bidi overrides and
+            // isolates, the Mongolian vowel separator (whitespace to older Unicode tables),
+            // a Hangul filler, a variation selector, a tag character.
+            "\u{202e}key",
+            "key\u{2066}",
+            "\u{180e}key",
+            "\u{3164}key",
+            "\u{fe0f}key",
+            "key\u{e0020}",
             "k%65y",
             "%6B%65%79",
             "%20key%5B%5D",

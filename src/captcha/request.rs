@@ -172,9 +172,11 @@ impl ParsedRequest {
         };
         for encoding in headers.get_all(CONTENT_ENCODING) {
             let text = String::from_utf8_lossy(encoding.as_bytes());
+            // Only HTTP's optional whitespace: `identity` followed by a no-break space is
+            // not the identity coding, and an upstream may take it for some other coding.
             let encoded = text
                 .split(',')
-                .map(str::trim)
+                .map(|coding| coding.trim_matches([' ', '\t']))
                 .any(|coding| !coding.is_empty() && !coding.eq_ignore_ascii_case("identity"));
             if encoded {
                 return Err(RequestError::UnsupportedContentEncoding(
@@ -1166,6 +1168,14 @@ mod tests {
     }
 
     #[test]
+    fn a_key_behind_an_invisible_format_character_is_replaced() {
+        // A right-to-left override before `key` shows as `key` and is dropped by readers
+        // that strip format characters; it used to pass as some other param.
+        let request = parse("%E2%80%AEkey=CALLER&json=1", None, b"");
+        assert_eq!(rewrite_key(&request).0, format!("key={POOL}&json=1"));
+    }
+
+    #[test]
     fn rewrite_spells_the_name_canonically() {
         for query in [
             "x=1&k%65y=old",
@@ -1572,6 +1582,50 @@ mod tests {
     }
 
     #[test]
+    fn multipart_names_a_quote_blind_reader_finds_are_rewritten() {
+        // Found by the fuzz harness (multer read-back of request_multipart): multer, behind
+        // axum's `Multipart`, takes a `name=` after any space or `;`, even where PHP sees no
+        // `name` parameter, so it read each of these parts as the caller's `key`.
+        let canonical = format!(
+            "--b\r\nContent-Disposition: form-data; name=\"key\"\r\n\r\n{POOL}\r\n--b--\r\n"
+        );
+        for disposition in [
+            r#"form-data[ name="key""#,
+            "form-data; filename=a name=key",
+            "form-data; x='; name=key; '",
+            r#"form-data; filename="a name=key b""#,
+        ] {
+            let request = parse("json=1", MULTIPART_B, &one_part(disposition));
+            assert_eq!(
+                rewrite_key(&request),
+                ("json=1".to_owned(), canonical.clone().into_bytes()),
+                "{disposition}"
+            );
+        }
+    }
+
+    #[test]
+    fn multipart_encoded_names_are_decoded_before_the_second_decoding() {
+        // Found with the fuzz harness's spelling rule: a `name*` value is percent-encoded by
+        // its own encoding, so a reader that decodes names twice reads `k%2565y` as `key`,
+        // as it does `k%2565y=` in a query.
+        let canonical = format!(
+            "--b\r\nContent-Disposition: form-data; name=\"key\"\r\n\r\n{POOL}\r\n--b--\r\n"
+        );
+        for disposition in [
+            "form-data; name*=UTF-8''k%2565y",
+            "form-data; name*0*=UTF-8''k%25; name*1*=65y",
+        ] {
+            let request = parse("json=1", MULTIPART_B, &one_part(disposition));
+            assert_eq!(
+                rewrite_key(&request),
+                ("json=1".to_owned(), canonical.clone().into_bytes()),
+                "{disposition}"
+            );
+        }
+    }
+
+    #[test]
     fn multipart_bodies_php_splits_differently_are_refused() {
         let bare_lf = b"--b\r\nContent-Disposition: form-data; name=\"x\"\r\n\r\nhello\n\
             --b\nContent-Disposition: form-data; name=\"key\"\n\nCALLER\r\n--b--\r\n";
@@ -1733,7 +1787,21 @@ mod tests {
                 "{coding:?}: {err:?}"
             );
         }
-        for coding in [&b"identity"[..], b"IDENTITY", b""] {
+        // Found by probing the request_http fuzz target: `str::trim` took a trailing no-break
+        // space (and other Unicode spaces) for HTTP whitespace.
+        for coding in [
+            &b"identity\xc2\xa0"[..],
+            b"\xe2\x80\x83identity",
+            b"identity\xc2\x85",
+        ] {
+            let headers = [form[0], ("content-encoding", coding)];
+            let err = parse_http(&headers, b"key=CALLER").expect_err("not identity");
+            assert!(
+                matches!(err, RequestError::UnsupportedContentEncoding(_)),
+                "{coding:?}: {err:?}"
+            );
+        }
+        for coding in [&b"identity"[..], b"IDENTITY", b"", b" identity\t, identity"] {
             let headers = [form[0], ("content-encoding", coding)];
             assert!(parse_http(&headers, b"key=CALLER").is_ok(), "{coding:?}");
         }
