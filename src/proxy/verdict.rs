@@ -25,6 +25,14 @@ pub const CHECK_INTERVAL: Duration = Duration::from_secs(10);
 /// Starts `check` of `key` in the background; the request that drew the verdict goes on
 /// (fails over) without waiting for it.
 pub(super) fn spawn(app: &App, key: &Arc<KeyEntry>, check: Check) {
+    if app.upstream_paused().is_some() {
+        // All upstream traffic waits out an IP ban; a read now would only deepen it, and
+        // the verdict is asked again by the next request that draws it.
+        if let Check::Unusable { .. } = check {
+            count(app, CheckResult::Skipped);
+        }
+        return;
+    }
     match check {
         Check::Threads => {
             tokio::spawn(settle_zero_balance(app.clone(), key.clone()));
