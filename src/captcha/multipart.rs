@@ -206,6 +206,15 @@ fn parse_part(part: &[u8], offset: usize) -> Result<Part, RequestError> {
         }
         Err(_) => return Err(RequestError::MalformedMultipart("bad part headers")),
     };
+    // httparse and PHP end a header line at a bare LF, but multer looks for CRLF CRLF, so it
+    // would read the headers on into the next part and take that part (the key, say) for
+    // content. Real clients always send CRLF.
+    let head = &part[..header_len];
+    if memchr::memchr_iter(b'\n', head).any(|at| at == 0 || head[at - 1] != b'\r') {
+        return Err(RequestError::MalformedMultipart(
+            "part header line ended by a bare LF",
+        ));
+    }
     let dispositions = || {
         headers
             .iter()
@@ -794,6 +803,27 @@ mod tests {
                 }
                 other => panic!("{other:?} for {}", String::from_utf8_lossy(body)),
             }
+        }
+    }
+
+    #[test]
+    fn part_header_lines_ended_by_a_bare_lf_are_refused() {
+        // Found by the fuzz harness (request_multipart, multer read-back): after a blank
+        // line of a bare LF, multer read on to the next CRLF CRLF, so the key part became
+        // part of `x` and a multer upstream saw no key at all.
+        for body in [
+            &b"--b\r\nContent-Disposition: form-data; name=\"x\"\r\n\nv\r\n\
+                --b\r\nContent-Disposition: form-data; name=\"key\"\r\n\r\nK\r\n--b--\r\n"[..],
+            b"--b\r\nContent-Disposition: form-data; name=x\n\r\nv\r\n--b--",
+            b"--b\r\nX: 1\nContent-Disposition: form-data; name=x\r\n\r\nv\r\n--b--",
+            b"--b\r\n\nv\r\n--b--",
+        ] {
+            assert_eq!(
+                split(body, "b").unwrap_err(),
+                RequestError::MalformedMultipart("part header line ended by a bare LF"),
+                "{}",
+                String::from_utf8_lossy(body)
+            );
         }
     }
 
