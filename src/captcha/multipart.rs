@@ -240,15 +240,30 @@ fn parse_part(part: &[u8], offset: usize) -> Result<Part, RequestError> {
 /// `name` parameter (any case, any quoting, the first or the last one), each RFC 2231/5987
 /// `name*` (its `charset'lang'` prefix cut and its `%XX` decoded, so that [`spells`] decodes
 /// once more as it does for every other name), and the `name*0`,
-/// `name*1`, … continuations joined; and every name a quote-blind scan finds
+/// `name*1`, … continuations joined, with the parameters split two ways ([`split_names`]);
+/// and every name a quote-blind scan finds
 /// ([`scanned_names`]). Wider than any one parser on purpose: a name missed here is a
 /// caller's `key` that some parser reads.
 fn all_names(value: &[u8]) -> Vec<String> {
+    // Parameters split as PHP splits them (`'` quotes too) and as RFC 2045 does (only `"`):
+    // `x='; name*=UTF-8''key` hides a `name*` from the first reading, not the second.
+    let mut names = split_names(value, b"\"'");
+    names.extend(split_names(value, b"\""));
+    names.extend(scanned_names(value));
+    names
+        .into_iter()
+        .map(|name| String::from_utf8_lossy(&name).into_owned())
+        .collect()
+}
+
+/// The `name`, `name*` and joined `name*N` values of one Content-Disposition value, its
+/// parameters split at every `;` outside a string quoted with one of `quotes`.
+fn split_names(value: &[u8], quotes: &[u8]) -> Vec<Vec<u8>> {
     let mut names = Vec::new();
     let mut continued: Vec<(u32, Vec<u8>)> = Vec::new();
     let mut rest = trim_start_c_space(value);
     while !rest.is_empty() {
-        let (word, after) = php_getword(rest, b';');
+        let (word, after) = getword(rest, b';', quotes);
         rest = trim_start_c_space(after);
         let Some(eq) = word.iter().position(|&b| b == b'=') else {
             continue;
@@ -286,11 +301,7 @@ fn all_names(value: &[u8]) -> Vec<String> {
         continued.sort_by_key(|(index, _)| *index);
         names.push(continued.into_iter().flat_map(|(_, raw)| raw).collect());
     }
-    names.extend(scanned_names(value));
     names
-        .into_iter()
-        .map(|name| String::from_utf8_lossy(&name).into_owned())
-        .collect()
 }
 
 /// The names a reader that does not split parameters finds: multer (behind axum's
@@ -380,10 +391,15 @@ impl Disposition {
 /// php-src `php_ap_getword`: the text before the first `stop` outside quotes, and the rest
 /// after that run of `stop`s.
 fn php_getword(line: &[u8], stop: u8) -> (&[u8], &[u8]) {
+    getword(line, stop, b"\"'")
+}
+
+/// [`php_getword`] with other quote characters.
+fn getword<'a>(line: &'a [u8], stop: u8, quotes: &[u8]) -> (&'a [u8], &'a [u8]) {
     let mut pos = 0;
     while let Some(&byte) = line.get(pos).filter(|&&b| b != stop) {
         pos += 1;
-        if byte == b'"' || byte == b'\'' {
+        if quotes.contains(&byte) {
             while let Some(&inner) = line.get(pos) {
                 pos += 1;
                 if inner == byte {
@@ -803,6 +819,30 @@ mod tests {
                 }
                 other => panic!("{other:?} for {}", String::from_utf8_lossy(body)),
             }
+        }
+    }
+
+    #[test]
+    fn a_name_star_behind_a_single_quote_is_a_spelling() {
+        // Found by the fuzz harness (request_multipart): PHP's split takes `'` for a quote
+        // and hides the `name*`; a reader that quotes with `"` only (RFC 2045) reads it.
+        let body = b"--b\r\nContent-Disposition: form-d\xfa'\x9e; name*=UTF-8''k%65y\r\n\r\n\
+            K\r\n--b--\r\n";
+        let parts = split(body, "b").expect("well-formed");
+        let mut placed = [false];
+        let spliced = splice(body, &parts, &[("key", "POOL")], &mut placed).expect("replaced");
+        assert_eq!(
+            spliced,
+            b"--b\r\nContent-Disposition: form-data; name=\"key\"\r\n\r\nPOOL\r\n--b--\r\n"
+        );
+        for value in [
+            "form-data; x='; name*=UTF-8''key",
+            "form-data; x='; name*0=ke; name*1=y",
+        ] {
+            assert!(
+                all_names(value.as_bytes()).iter().any(|n| n == "key"),
+                "{value}"
+            );
         }
     }
 
