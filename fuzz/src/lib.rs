@@ -381,7 +381,11 @@ pub fn disposition_names(value: &[u8]) -> Vec<String> {
             let Some(ext) = name.strip_prefix(b"name") else {
                 continue;
             };
-            let readings = value_readings(&param[eq + 1..], quotes);
+            // PHP's getword skips the whole run of `=`, so `name=="key"` is `key` to it.
+            let value = &param[eq + 1..];
+            let after_run = &value[value.iter().take_while(|&&b| b == b'=').count()..];
+            let mut readings = value_readings(value, quotes);
+            readings.extend(value_readings(after_run, quotes));
             match ext {
                 b"" => names.extend(readings),
                 b"*" => names.extend(readings.iter().map(|r| ext_value(r, true))),
@@ -987,6 +991,7 @@ mod tests {
         assert!(has(r#"form-data; name*0="ke"; name*1="y""#, "key"));
         assert!(has("form-data; name*0*=UTF-8''k; name*1*=%65y", "key"));
         assert!(has(r#"form-data; NAME = "k\ey""#, "key"));
+        assert!(has(r#"form-data; name=="key""#, "key"));
         // RFC quoting sees a `name` inside a single-quoted PHP value.
         assert!(has("form-data; x='; name=key; '", "key"));
         // A quote-blind scan (multer) sees one anywhere after a space or `;`.
