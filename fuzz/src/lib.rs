@@ -384,8 +384,13 @@ pub fn disposition_names(value: &[u8]) -> Vec<String> {
             // PHP's getword skips the whole run of `=`, so `name=="key"` is `key` to it.
             let value = &param[eq + 1..];
             let after_run = &value[value.iter().take_while(|&&b| b == b'=').count()..];
-            let mut readings = value_readings(value, quotes);
-            readings.extend(value_readings(after_run, quotes));
+            // Values are unquoted with either quote set, whatever split found them: a reader
+            // may split as the RFC does and still strip `'` quotes.
+            let mut readings = Vec::new();
+            for value_quotes in [quotes, &b"\"'"[..]] {
+                readings.extend(value_readings(value, value_quotes));
+                readings.extend(value_readings(after_run, value_quotes));
+            }
             match ext {
                 b"" => names.extend(readings),
                 b"*" => names.extend(readings.iter().map(|r| ext_value(r, true))),
@@ -992,6 +997,9 @@ mod tests {
         assert!(has("form-data; name*0*=UTF-8''k; name*1*=%65y", "key"));
         assert!(has(r#"form-data; NAME = "k\ey""#, "key"));
         assert!(has(r#"form-data; name=="key""#, "key"));
+        assert!(disposition_names(b"form-data; NAME='Keyta; NAME='Key '")
+            .iter()
+            .any(|n| spells_key(n)));
         // RFC quoting sees a `name` inside a single-quoted PHP value.
         assert!(has("form-data; x='; name=key; '", "key"));
         // A quote-blind scan (multer) sees one anywhere after a space or `;`.
