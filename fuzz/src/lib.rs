@@ -111,7 +111,7 @@ pub fn has_ascii_incompatible_charset(content_type: &str) -> bool {
     let Some((_, params)) = content_type.split_once(';') else {
         return false;
     };
-    split_outside_quotes(params.as_bytes(), b';', &[b'"'])
+    split_outside_quotes(params.as_bytes(), b';', b"\"")
         .into_iter()
         .filter_map(|param| {
             let param = std::str::from_utf8(param).ok()?;
@@ -932,8 +932,11 @@ pub mod targets {
         }
     }
 
+    /// What a target is: a check of one input.
+    pub type Target = fn(&[u8]);
+
     /// Every target by name, for the replay.
-    pub const ALL: [(&str, fn(&[u8])); 6] = [
+    pub const ALL: [(&str, Target); 6] = [
         ("request_query", request_query),
         ("request_form", request_form),
         ("request_multipart", request_multipart),
