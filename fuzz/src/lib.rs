@@ -111,7 +111,7 @@ pub fn has_ascii_incompatible_charset(content_type: &str) -> bool {
     let Some((_, params)) = content_type.split_once(';') else {
         return false;
     };
-    split_outside_quotes(params.as_bytes(), b';', &[b'"'])
+    split_outside_quotes(params.as_bytes(), b';', b"\"")
         .into_iter()
         .filter_map(|param| {
             let param = std::str::from_utf8(param).ok()?;
@@ -381,7 +381,16 @@ pub fn disposition_names(value: &[u8]) -> Vec<String> {
             let Some(ext) = name.strip_prefix(b"name") else {
                 continue;
             };
-            let readings = value_readings(&param[eq + 1..], quotes);
+            // PHP's getword skips the whole run of `=`, so `name=="key"` is `key` to it.
+            let value = &param[eq + 1..];
+            let after_run = &value[value.iter().take_while(|&&b| b == b'=').count()..];
+            // Values are unquoted with either quote set, whatever split found them: a reader
+            // may split as the RFC does and still strip `'` quotes.
+            let mut readings = Vec::new();
+            for value_quotes in [quotes, &b"\"'"[..]] {
+                readings.extend(value_readings(value, value_quotes));
+                readings.extend(value_readings(after_run, value_quotes));
+            }
             match ext {
                 b"" => names.extend(readings),
                 b"*" => names.extend(readings.iter().map(|r| ext_value(r, true))),
@@ -923,8 +932,11 @@ pub mod targets {
         }
     }
 
+    /// What a target is: a check of one input.
+    pub type Target = fn(&[u8]);
+
     /// Every target by name, for the replay.
-    pub const ALL: [(&str, fn(&[u8])); 6] = [
+    pub const ALL: [(&str, Target); 6] = [
         ("request_query", request_query),
         ("request_form", request_form),
         ("request_multipart", request_multipart),
@@ -987,6 +999,10 @@ mod tests {
         assert!(has(r#"form-data; name*0="ke"; name*1="y""#, "key"));
         assert!(has("form-data; name*0*=UTF-8''k; name*1*=%65y", "key"));
         assert!(has(r#"form-data; NAME = "k\ey""#, "key"));
+        assert!(has(r#"form-data; name=="key""#, "key"));
+        assert!(disposition_names(b"form-data; NAME='Keyta; NAME='Key '")
+            .iter()
+            .any(|n| spells_key(n)));
         // RFC quoting sees a `name` inside a single-quoted PHP value.
         assert!(has("form-data; x='; name=key; '", "key"));
         // A quote-blind scan (multer) sees one anywhere after a space or `;`.
