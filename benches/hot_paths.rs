@@ -11,7 +11,8 @@ use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use keyrelay::capacity::{Capacity, MemoryLoad};
 use keyrelay::captcha::{classify, parse_reply, ParsedRequest};
 use keyrelay::config::{KeyConfig, Strategy, Upstream};
-use keyrelay::health::{KeyId, MemoryHealth};
+use keyrelay::health::MemoryHealth;
+use keyrelay::key_id::KeyId;
 use keyrelay::pool::{KeyEntry, KeyPool, Selection};
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
@@ -169,7 +170,7 @@ fn selection(c: &mut Criterion) {
 /// benchmark's million unpolled tasks, when none is stale yet (the usual case).
 fn stale_scan(c: &mut Criterion) {
     use keyrelay::capacity::LoadStore;
-    use keyrelay::pins::TaskId;
+    use keyrelay::captcha::TaskId;
     let load = MemoryLoad::new();
     let now = Instant::now();
     for n in 0..1_000_000_u64 {

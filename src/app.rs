@@ -185,7 +185,7 @@ impl App {
     }
 
     /// A task got its final answer: its thread is free again (counted the first time only).
-    pub fn finish_task(&self, task: &crate::pins::TaskId) {
+    pub fn finish_task(&self, task: &crate::captcha::TaskId) {
         if self.0.capacity.finish(task).is_some() {
             self.count_releases(Release::Final, 1);
         }
@@ -204,7 +204,7 @@ impl App {
 
     /// Gives back the threads of tasks open since before `cutoff` and counts them; one key
     /// per task released.
-    pub fn release_stale_threads(&self, cutoff: Instant) -> Vec<crate::health::KeyId> {
+    pub fn release_stale_threads(&self, cutoff: Instant) -> Vec<crate::key_id::KeyId> {
         let released = self.0.capacity.release_stale(cutoff);
         self.count_releases(Release::Stale, released.len() as u64);
         released

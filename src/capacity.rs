@@ -27,8 +27,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::health::KeyId;
-use crate::pins::TaskId;
+use crate::captcha::TaskId;
+use crate::key_id::KeyId;
 use crate::task_table::Entry;
 
 /// One key's threads in use, as keyrelay counts them.

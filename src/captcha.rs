@@ -25,6 +25,7 @@ mod multipart;
 mod param_name;
 mod reply;
 mod request;
+mod task_id;
 
 pub use answer::{error_answer, ids_answer, ok_answer, value_answer, Answer};
 pub use reply::{
@@ -32,6 +33,7 @@ pub use reply::{
     Reply, ThreadsInfo,
 };
 pub use request::{BodyKind, ParsedRequest, RequestError, Rewritten};
+pub use task_id::{BadTaskId, TaskId, MAX_TASK_ID_LEN, TASK_ID_PUNCTUATION};
 
 /// The three API endpoints keyrelay serves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

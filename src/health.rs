@@ -11,13 +11,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::fast_map::FastMap;
-
-/// Identity of a key within the process; pins and health refer to keys by id. Today it is
-/// the key's position in the config, which is fixed for the life of the process. Hot reload
-/// must assign ids by key name instead, so pins and health stay with their key when the
-/// file is reordered, and keep removed keys resolvable for the tasks they created.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct KeyId(pub u16);
+use crate::key_id::KeyId;
 
 /// Where a key stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -34,6 +34,7 @@ pub mod demo;
 pub mod failover;
 pub mod fast_map;
 pub mod health;
+pub mod key_id;
 pub mod metrics;
 pub mod pins;
 pub mod pool;

@@ -14,7 +14,8 @@ use tokio::time::Instant;
 
 use crate::capacity::{Capacity, Lease, Load};
 use crate::config::{Config, KeyConfig, Strategy, Upstream};
-use crate::health::{HealthStore, HealthView, KeyId, StateKind};
+use crate::health::{HealthStore, HealthView, StateKind};
+use crate::key_id::KeyId;
 use crate::ApiKey;
 
 /// One key of the pool and what keyrelay has learned about it.

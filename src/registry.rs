@@ -5,7 +5,7 @@
 use std::sync::{Arc, RwLock};
 
 use crate::config::KeyConfig;
-use crate::health::KeyId;
+use crate::key_id::KeyId;
 use crate::pool::KeyEntry;
 
 /// Why keys could not be admitted.

@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::captcha::TaskId;
 use crate::fast_map::FastMap;
-use crate::health::KeyId;
-use crate::pins::TaskId;
+use crate::key_id::KeyId;
 
 /// A time in whole seconds from a [`Clock`]'s epoch; negative before it (pins restored from a
 /// journal are older than the process).

@@ -99,7 +99,7 @@ async fn shutdown_waits_for_a_request_whose_caller_left() {
 }
 
 fn h_sim_owner(app: &keyrelay::App, id: u64) -> bool {
-    let task = keyrelay::pins::TaskId::parse(&id.to_string()).expect("numeric id");
+    let task = keyrelay::captcha::TaskId::parse(&id.to_string()).expect("numeric id");
     app.pins()
         .owner(&task, tokio::time::Instant::now())
         .is_some()

@@ -502,9 +502,10 @@ async fn a_task_nobody_polls_gives_its_thread_back_after_the_stale_timeout() {
     let snapshot = app.snapshot();
     let pool = &snapshot.pool;
     let key = &pool.keys()[0];
-    pool.hold(key)
-        .expect("a free thread")
-        .keep_for(keyrelay::pins::TaskId::Num(1), tokio::time::Instant::now());
+    pool.hold(key).expect("a free thread").keep_for(
+        keyrelay::captcha::TaskId::Num(1),
+        tokio::time::Instant::now(),
+    );
     assert!(pool.is_full(key));
     tokio::spawn(keyrelay::server::release_stale(app.clone()));
 

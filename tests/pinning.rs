@@ -303,7 +303,7 @@ async fn pins_expire_after_their_ttl() {
         h.app
             .pins()
             .owner(
-                &keyrelay::pins::TaskId::Num(id),
+                &keyrelay::captcha::TaskId::Num(id),
                 tokio::time::Instant::now(),
             )
             .is_none()

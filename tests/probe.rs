@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use keyrelay::pins::TaskId;
+use keyrelay::captcha::TaskId;
 use keyrelay::sim::{FaultKind, FaultTarget};
 
 /// Every `res.php` request the simulator saw about a task (not the refresh's account reads).

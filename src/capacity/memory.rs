@@ -5,9 +5,9 @@
 use tokio::time::Instant;
 
 use super::{Load, LoadStore, ReadMark};
+use crate::captcha::TaskId;
 use crate::fast_map::FastMap;
-use crate::health::KeyId;
-use crate::pins::TaskId;
+use crate::key_id::KeyId;
 use crate::task_table::{Clock, Entry, TaskMap};
 
 /// Threads in use per key, counted in memory.

@@ -99,8 +99,9 @@ use tokio::time::Instant;
 
 use self::disk::{write_all, Disk, DiskWriter, RealDisk, Target};
 use super::memory::{LivePin, MemoryPins};
-use super::{PinStore, TaskId};
-use crate::health::KeyId;
+use super::PinStore;
+use crate::captcha::TaskId;
+use crate::key_id::KeyId;
 
 mod disk;
 

@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{PinStore, TaskId};
-use crate::health::KeyId;
+use super::PinStore;
+use crate::captcha::TaskId;
+use crate::key_id::KeyId;
 use crate::task_table::{Clock, Entry, TaskMap, TaskQueue};
 
 /// In-memory pins with TTL expiry and oldest-first eviction. A pin is 8 bytes in the map

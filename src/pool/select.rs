@@ -236,9 +236,10 @@ impl<'a, R: Rng> Iterator for Candidates<'a, R> {
 mod tests {
     use super::*;
     use crate::capacity::{Capacity, Lease, MemoryLoad};
+    use crate::captcha::TaskId;
     use crate::config::{KeyConfig, Upstream};
-    use crate::health::{HealthEvent, KeyId, MemoryHealth};
-    use crate::pins::TaskId;
+    use crate::health::{HealthEvent, MemoryHealth};
+    use crate::key_id::KeyId;
     use crate::pool::Selection;
     use rand::rngs::StdRng;
     use rand::SeedableRng;

@@ -9,9 +9,10 @@ use tokio::time::Instant;
 
 use super::probe::{self, Probed};
 use super::{Attempt, Ctx, Handled};
-use crate::captcha::{self, Outcome, ParsedRequest, Reply};
+use crate::captcha::{
+    self, BadTaskId, Outcome, ParsedRequest, Reply, TaskId, MAX_TASK_ID_LEN, TASK_ID_PUNCTUATION,
+};
 use crate::failover::{self, Next};
-use crate::pins::{BadTaskId, TaskId, MAX_TASK_ID_LEN, TASK_ID_PUNCTUATION};
 use crate::pool::KeyEntry;
 
 const WRONG_ID: &str = "ERROR_WRONG_CAPTCHA_ID";

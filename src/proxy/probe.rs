@@ -15,9 +15,9 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::time::{Duration, Instant};
 
 use super::{Attempt, Ctx};
+use crate::captcha::TaskId;
 use crate::captcha::{self, Outcome, ParsedRequest};
 use crate::metrics::ProbeResult;
-use crate::pins::TaskId;
 use crate::pool::KeyEntry;
 use crate::upstream::UpstreamAnswer;
 use budget::Budget;

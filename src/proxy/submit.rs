@@ -8,9 +8,9 @@ use tokio::time::Instant;
 use super::{Attempt, Ctx, Handled};
 use crate::app::{App, Event};
 use crate::capacity::{Lease, Refusal, Take, Waited};
+use crate::captcha::TaskId;
 use crate::captcha::{Endpoint, Outcome, ParsedRequest, Reply};
 use crate::failover::{self, Next};
-use crate::pins::TaskId;
 use crate::pool::{Candidates, KeyEntry};
 
 /// `failover::meaning_rank` of a "busy, retry later" answer.

@@ -10,8 +10,8 @@ use tokio::time::Instant;
 
 use super::MemoryLoad;
 use crate::capacity::{Load, LoadStore, ReadMark};
-use crate::health::KeyId;
-use crate::pins::TaskId;
+use crate::captcha::TaskId;
+use crate::key_id::KeyId;
 
 const KEYS: [KeyId; 2] = [KeyId(0), KeyId(1)];
 

@@ -6,7 +6,7 @@ use std::sync::Mutex;
 
 use tokio::time::{Duration, Instant};
 
-use crate::pins::TaskId;
+use crate::captcha::TaskId;
 
 /// What one remembered id costs besides its text: the map entry (id, time, hash control
 /// byte, load-factor slack) and the queue entry. An estimate on the high side, so the
