@@ -38,7 +38,7 @@ macro_rules! label_set {
             pub const ALL: &'static [$name] = &[$($name::$variant),+];
 
             /// The metric label.
-            pub fn label(self) -> &'static str {
+            pub const fn label(self) -> &'static str {
                 match self {
                     $($name::$variant => $label),+
                 }
@@ -55,6 +55,70 @@ label_set! {
         KeyFull => "key_full",
         CallerError => "caller_error",
         Transient => "transient",
+    }
+}
+
+label_set! {
+    /// How a caller's request ended: the `outcome` of `keyrelay_request_duration_seconds`.
+    /// The first seven are the class of the upstream answer that was relayed; the rest are
+    /// keyrelay's own endings (`proxy::Local::outcome`).
+    RequestOutcome {
+        Success => "success",
+        KeyUnusable => "key_unusable",
+        ZeroBalance => "zero_balance",
+        KeyFull => "key_full",
+        IpBanned => "ip_banned",
+        Transient => "transient",
+        CallerError => "caller_error",
+        /// A request keyrelay refused to forward: unreadable, too large, not a task id.
+        BadRequest => "bad_request",
+        UnknownTask => "unknown_task",
+        /// The upstream did not answer, or no key could settle an unpinned task.
+        UpstreamFailed => "upstream_failed",
+        /// An unpinned task while the probe budget is spent.
+        ProbeBudget => "probe_budget",
+        /// Every key tried was busy.
+        PoolBusy => "pool_busy",
+        /// No key in rotation.
+        PoolExhausted => "pool_exhausted",
+        /// Every key's threads in use, and the wait for one refused.
+        PoolFull => "pool_full",
+        /// The handler panicked.
+        InternalError => "internal_error",
+    }
+}
+
+impl RequestOutcome {
+    /// A relayed upstream answer's outcome: its class.
+    pub fn relayed(outcome: Outcome) -> RequestOutcome {
+        match outcome {
+            Outcome::Success => RequestOutcome::Success,
+            Outcome::KeyUnusable => RequestOutcome::KeyUnusable,
+            Outcome::ZeroBalance => RequestOutcome::ZeroBalance,
+            Outcome::KeyFull => RequestOutcome::KeyFull,
+            Outcome::IpBanned => RequestOutcome::IpBanned,
+            Outcome::Transient => RequestOutcome::Transient,
+            Outcome::CallerError => RequestOutcome::CallerError,
+        }
+    }
+}
+
+label_set! {
+    /// The codes of answers keyrelay makes itself: the `code` of
+    /// `keyrelay_local_answers_total`. Each is the service's own, so clients act on it as
+    /// they would on the service's answer.
+    LocalCode {
+        TooBig => "ERROR_TOO_BIG_CAPTCHA_FILESIZE",
+        BadParameters => "ERROR_BAD_PARAMETERS",
+        EmptyAction => "ERROR_EMPTY_ACTION",
+        IpBanned => "IP_BANNED",
+        ZeroBalance => "ERROR_ZERO_BALANCE",
+        NoSlot => "ERROR_NO_SLOT_AVAILABLE",
+        ServerError => "ERROR_SERVER_ERROR",
+        WrongCaptchaId => "ERROR_WRONG_CAPTCHA_ID",
+        NotReady => "CAPCHA_NOT_READY",
+        /// Pool figures (`getbalance`, `threadsinfo`) and re-joined `ids=` answers.
+        Ok => "OK",
     }
 }
 
@@ -135,8 +199,8 @@ pub struct Metrics {
     pub upstream_duration: HistogramVec,
     /// Caller requests by endpoint and how they ended.
     pub request_duration: HistogramVec,
-    /// Answers keyrelay made itself, by code.
-    pub local_answers: IntCounterVec,
+    /// Answers keyrelay made itself, by [`LocalCode`]; counted through `count_local`.
+    local_answers: IntCounterVec,
     /// Tasks moved to another key, by why the previous key failed.
     pub failovers: IntCounterVec,
     /// Key state changes by key and the state entered.
@@ -446,6 +510,9 @@ impl Metrics {
         for result in WaitResult::ALL {
             self.queue_wait.with_label_values(&[result.label()]);
         }
+        for code in LocalCode::ALL {
+            self.local_answers.with_label_values(&[code.label()]);
+        }
         self
     }
 
@@ -471,6 +538,11 @@ impl Metrics {
         self.thread_releases
             .with_label_values(&[reason.label()])
             .inc_by(released);
+    }
+
+    /// Counts one answer keyrelay made itself.
+    pub fn count_local(&self, code: LocalCode) {
+        self.local_answers.with_label_values(&[code.label()]).inc();
     }
 
     /// Counts one probe for an unknown task id.

@@ -12,6 +12,7 @@
 mod account;
 mod body;
 mod hangup;
+mod local;
 mod poll;
 pub(crate) mod probe;
 mod submit;
@@ -19,6 +20,7 @@ mod to_the_end;
 pub mod verdict;
 
 pub use hangup::Hangup;
+pub(crate) use local::{Local, NoVerdict};
 use to_the_end::ToTheEnd;
 
 use std::convert::Infallible;
@@ -34,9 +36,10 @@ use hyper::{Method, Request, Response, StatusCode};
 use tokio::time::Instant;
 
 use crate::app::{App, Snapshot};
-use crate::captcha::{self, Answer, Endpoint, Outcome, ParsedRequest, Reply};
+use crate::captcha::{self, Endpoint, Outcome, ParsedRequest, Reply};
 use crate::failover;
 use crate::health::{StateKind, TRANSIENT_REASON};
+use crate::metrics::RequestOutcome;
 use crate::pool::KeyEntry;
 use crate::status;
 use crate::upstream::{self, Outgoing, UpstreamAnswer, UpstreamError};
@@ -90,12 +93,8 @@ async fn serve_to_the_end(app: App, endpoint: Endpoint, req: Request<Incoming>) 
             Ok(served) => served,
             Err(_) => {
                 tracing::error!(endpoint = endpoint.label(), "a request handler panicked");
-                let answer = plain(
-                    StatusCode::OK,
-                    "text/plain; charset=utf-8",
-                    "ERROR_SERVER_ERROR",
-                );
-                (answer, "internal_error")
+                let outcome = Local::Panicked.outcome();
+                (into_response(Local::Panicked.into(), false, false), outcome)
             }
         }
     };
@@ -146,47 +145,48 @@ fn operator_endpoint(app: &App, path: &str, headers: &HeaderMap) -> Option<Respo
     })
 }
 
-/// What a handler decided to answer, and a closed-set label for the request metric.
-pub(crate) struct Handled {
-    pub reply: Answered,
-    pub outcome: &'static str,
-}
-
-/// The answer itself.
-pub(crate) enum Answered {
+/// What a handler decided to answer.
+pub(crate) enum Handled {
     /// An upstream answer, passed through verbatim: status, headers, body.
-    Upstream {
+    Relayed {
         answer: UpstreamAnswer,
+        /// How the request ended: the answer's class, or `pool_busy` for a busy answer
+        /// relayed because every key was busy.
+        outcome: RequestOutcome,
         /// Name of the key that served it, and how many upstream attempts it took.
         key: String,
         attempts: u32,
     },
-    /// An answer keyrelay made itself, always HTTP 200, and its code (`OK` for pool figures).
-    Local { answer: Answer, code: &'static str },
+    /// An answer keyrelay made itself.
+    Local(Local),
 }
 
 impl Handled {
-    fn upstream(
+    fn relayed(
         answer: UpstreamAnswer,
-        outcome: &'static str,
+        outcome: RequestOutcome,
         key: &KeyEntry,
         attempts: u32,
     ) -> Handled {
-        Handled {
-            reply: Answered::Upstream {
-                answer,
-                key: key.name.clone(),
-                attempts,
-            },
+        Handled::Relayed {
+            answer,
             outcome,
+            key: key.name.clone(),
+            attempts,
         }
     }
 
-    fn local(answer: Answer, code: &'static str, outcome: &'static str) -> Handled {
-        Handled {
-            reply: Answered::Local { answer, code },
-            outcome,
+    fn outcome(&self) -> RequestOutcome {
+        match self {
+            Handled::Relayed { outcome, .. } => *outcome,
+            Handled::Local(local) => local.outcome(),
         }
+    }
+}
+
+impl From<Local> for Handled {
+    fn from(local: Local) -> Handled {
+        Handled::Local(local)
     }
 }
 
@@ -194,7 +194,7 @@ async fn api(
     app: App,
     endpoint: Endpoint,
     req: Request<Incoming>,
-) -> (Response<Body>, &'static str) {
+) -> (Response<Body>, RequestOutcome) {
     let started = Instant::now();
     let (parts, body) = req.into_parts();
     let snapshot = app.snapshot();
@@ -210,23 +210,20 @@ async fn api(
         .and_then(|v| v.parse().ok());
     let limit = snapshot.config.limits.max_body;
     let key_headers = snapshot.config.observability.key_headers;
-    let handled = match body::read(body, declared, limit).await {
+    let (handled, json) = match body::read(body, declared, limit).await {
         Err(body::BodyError::TooLarge { prefix }) => {
             let json = json_hint(query, content_type, &prefix);
-            let text =
-                format!("the request body exceeds keyrelay's limits.max_body of {limit} bytes");
-            local_error("ERROR_TOO_BIG_CAPTCHA_FILESIZE", &text, json, "bad_request")
+            (Local::BodyTooLarge { limit }.into(), json)
         }
         Err(body::BodyError::Io(e)) => {
             tracing::debug!(error = %e, "caller body unreadable");
             let json = json_hint(query, content_type, &[]);
-            let text = "the request body could not be read";
-            local_error("ERROR_BAD_PARAMETERS", text, json, "bad_request")
+            (Local::BodyUnreadable.into(), json)
         }
         Ok(bytes) => match ParsedRequest::parse_http(query, &parts.headers, bytes) {
             Err(e) => {
                 let json = json_hint(query, content_type, &[]);
-                local_error(e.code(), &e.to_string(), json, "bad_request")
+                (Local::Unreadable(e).into(), json)
             }
             Ok(parsed) => {
                 let ctx = Ctx {
@@ -237,31 +234,29 @@ async fn api(
                     method: parts.method.clone(),
                     headers: parts.headers,
                 };
-                match endpoint {
+                let handled = match endpoint {
                     Endpoint::In | Endpoint::Solve => submit::submit(&ctx, &parsed).await,
                     Endpoint::Res => dispatch_res(&ctx, &parsed).await,
-                }
+                };
+                (handled, ctx.json)
             }
         },
     };
+    let outcome = handled.outcome();
     let metrics = app.metrics();
     metrics
         .request_duration
-        .with_label_values(&[endpoint.label(), handled.outcome])
+        .with_label_values(&[endpoint.label(), outcome.label()])
         .observe(started.elapsed().as_secs_f64());
-    if let Answered::Local { code, .. } = &handled.reply {
-        metrics.local_answers.with_label_values(&[code]).inc();
+    if let Handled::Local(local) = &handled {
+        metrics.count_local(local.code());
     }
-    (into_response(handled.reply, key_headers), handled.outcome)
+    (into_response(handled, json, key_headers), outcome)
 }
 
 async fn dispatch_res(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
     match parsed.action().as_deref() {
-        None => ctx.local_error(
-            "ERROR_EMPTY_ACTION",
-            "res.php needs an action parameter",
-            "bad_request",
-        ),
+        None => Local::EmptyAction.into(),
         Some("get" | "get2" | "reportbad" | "reportgood") => poll::poll(ctx, parsed).await,
         Some("getbalance") => account::balance(ctx).await,
         Some("threadsinfo") => account::threads(ctx),
@@ -432,25 +427,12 @@ impl Ctx {
     /// gets: the service's own code, in the caller's format, with when to come back.
     pub fn paused(&self) -> Option<Handled> {
         let until = self.app.upstream_paused()?;
-        let left = until.saturating_duration_since(Instant::now()).as_secs() + 1;
-        let text = format!(
-            "the service banned keyrelay's IP; all upstream traffic is paused for {left} more seconds"
-        );
-        Some(self.local_error("IP_BANNED", &text, "ip_banned"))
-    }
-
-    pub fn local_error(&self, code: &'static str, text: &str, outcome: &'static str) -> Handled {
-        local_error(code, text, self.json, outcome)
+        Some(Local::IpBanPause { until }.into())
     }
 
     pub fn policy(&self) -> &crate::config::Failover {
         &self.snapshot.config.failover
     }
-}
-
-/// An error answer of keyrelay's own, in the caller's format.
-fn local_error(code: &'static str, text: &str, json: bool, outcome: &'static str) -> Handled {
-    Handled::local(captcha::error_answer(code, text, json), code, outcome)
 }
 
 /// Classifies an upstream result with the protocol's one outcome table.
@@ -496,12 +478,14 @@ fn json_hint(query: Option<&str>, content_type: Option<&str>, prefix: &[u8]) -> 
     in_query || json_body || in_form
 }
 
-fn into_response(reply: Answered, key_headers: bool) -> Response<Body> {
-    match reply {
-        Answered::Upstream {
+/// The response for `handled`; `json`: the caller's format, for an answer of keyrelay's own.
+fn into_response(handled: Handled, json: bool, key_headers: bool) -> Response<Body> {
+    match handled {
+        Handled::Relayed {
             answer,
             key,
             attempts,
+            ..
         } => {
             let mut response = Response::new(Full::new(answer.body));
             *response.status_mut() = answer.status;
@@ -516,7 +500,10 @@ fn into_response(reply: Answered, key_headers: bool) -> Response<Body> {
             }
             response
         }
-        Answered::Local { answer, .. } => plain(StatusCode::OK, answer.content_type, answer.body),
+        Handled::Local(local) => {
+            let answer = local.answer(json);
+            plain(StatusCode::OK, answer.content_type, answer.body)
+        }
     }
 }
 

@@ -142,21 +142,6 @@ pub enum Outcome {
     CallerError,
 }
 
-impl Outcome {
-    /// The metric label, e.g. `"key_unusable"`.
-    pub fn label(self) -> &'static str {
-        match self {
-            Outcome::Success => "success",
-            Outcome::KeyUnusable => "key_unusable",
-            Outcome::ZeroBalance => "zero_balance",
-            Outcome::KeyFull => "key_full",
-            Outcome::IpBanned => "ip_banned",
-            Outcome::Transient => "transient",
-            Outcome::CallerError => "caller_error",
-        }
-    }
-}
-
 // The codes that say something about a key or keyrelay's IP, by class (protocol notes §4).
 // Every other code is the caller's business. Codes are compared exactly: the service sends
 // them in upper case.
@@ -550,22 +535,6 @@ mod tests {
             }
         }
         assert_eq!(classify(200, &Reply::Garbage), Outcome::Transient);
-    }
-
-    #[test]
-    fn outcome_labels() {
-        let labels = [
-            (Outcome::Success, "success"),
-            (Outcome::KeyUnusable, "key_unusable"),
-            (Outcome::ZeroBalance, "zero_balance"),
-            (Outcome::KeyFull, "key_full"),
-            (Outcome::IpBanned, "ip_banned"),
-            (Outcome::Transient, "transient"),
-            (Outcome::CallerError, "caller_error"),
-        ];
-        for (outcome, label) in labels {
-            assert_eq!(outcome.label(), label);
-        }
     }
 
     // === parse_balance / parse_threads ===

@@ -7,8 +7,10 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use tokio::time::Instant;
 
-use super::{Ctx, Handled};
-use crate::captcha::{self, Outcome, ParsedRequest};
+use super::local::ThreadsAnswer;
+use super::{Ctx, Handled, Local};
+use crate::captcha::{Outcome, ParsedRequest};
+use crate::metrics::RequestOutcome;
 use crate::refresh;
 
 /// `getbalance`: the sum over keys in rotation. Keys whose balance is unknown are read now,
@@ -36,8 +38,7 @@ pub(super) async fn balance(ctx: &Ctx) -> Handled {
         .filter(|k| pool.in_rotation(k, now))
         .filter_map(|k| k.stats.balance())
         .sum();
-    let text = format_balance(total);
-    Handled::local(captcha::value_answer(&text, ctx.json), "OK", "success")
+    Local::Balance(format_balance(total)).into()
 }
 
 /// Balances are money: six decimals, trailing zeros trimmed, as the service prints them.
@@ -84,31 +85,13 @@ pub(super) fn threads(ctx: &Ctx) -> Handled {
         // Submits are waiting or were just refused: any thread that looks free is spoken for.
         working = threads;
     }
-    let body = ThreadsAnswer {
+    Local::Threads(ThreadsAnswer {
         status: 1,
         threads,
         working_threads: working,
         free_threads: threads - working,
-    };
-    Handled::local(
-        captcha::Answer {
-            content_type: "application/json",
-            body: serde_json::to_vec(&body)
-                .expect("a struct of integers always serialises")
-                .into(),
-        },
-        "OK",
-        "success",
-    )
-}
-
-/// The `threadsinfo` answer, fields in the order the service's clients expect to read them.
-#[derive(serde::Serialize)]
-struct ThreadsAnswer {
-    status: u8,
-    threads: u64,
-    working_threads: u64,
-    free_threads: u64,
+    })
+    .into()
 }
 
 /// Pingback addresses apply to every key, because a task can land on any of them. The answer
@@ -121,24 +104,21 @@ pub(super) async fn pingback(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
     let attempts = join_all(keys.iter().map(|key| ctx.attempt(key, parsed, &[]))).await;
     let mut first_answer = None;
     for (key, attempt) in keys.iter().zip(attempts) {
-        let (succeeded, outcome) = (attempt.outcome == Outcome::Success, attempt.outcome.label());
+        let succeeded = attempt.outcome == Outcome::Success;
+        let outcome = RequestOutcome::relayed(attempt.outcome);
         if !succeeded {
             tracing::warn!(key = %key.name, code = attempt.code, "pingback action failed on a key");
         }
         if let Some(answer) = attempt.deliverable() {
             if succeeded {
-                return Handled::upstream(answer, outcome, key, 1);
+                return Handled::relayed(answer, outcome, key, 1);
             }
             first_answer.get_or_insert((answer, outcome, key));
         }
     }
     match first_answer {
-        Some((answer, outcome, key)) => Handled::upstream(answer, outcome, key, 1),
-        None => ctx.local_error(
-            "ERROR_SERVER_ERROR",
-            "no key could reach the upstream; retry later",
-            "upstream_failed",
-        ),
+        Some((answer, outcome, key)) => Handled::relayed(answer, outcome, key, 1),
+        None => Local::NoUpstreamAnswer.into(),
     }
 }
 
@@ -151,21 +131,14 @@ pub(super) async fn other(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
     let rng = ctx.app.rng();
     // No thread is taken: these actions start no task.
     let Some(key) = pool.candidates(rng, Instant::now()).ignoring_load().next() else {
-        return ctx.local_error(
-            "ERROR_ZERO_BALANCE",
-            "keyrelay has no key in rotation; retry later",
-            "pool_exhausted",
-        );
+        let configured = pool.keys().len();
+        return Local::NoKeyInRotation { configured }.into();
     };
     let attempt = ctx.attempt(key, parsed, &[]).await;
-    let outcome = attempt.outcome.label();
+    let outcome = RequestOutcome::relayed(attempt.outcome);
     match attempt.deliverable() {
-        Some(answer) => Handled::upstream(answer, outcome, key, 1),
-        None => ctx.local_error(
-            "ERROR_SERVER_ERROR",
-            "the upstream did not answer; retry later",
-            "upstream_failed",
-        ),
+        Some(answer) => Handled::relayed(answer, outcome, key, 1),
+        None => Local::NoUpstreamAnswer.into(),
     }
 }
 

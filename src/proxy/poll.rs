@@ -8,15 +8,15 @@ use futures_util::future::join_all;
 use tokio::time::Instant;
 
 use super::probe::{self, Probed};
-use super::{Attempt, Ctx, Handled};
-use crate::captcha::{
-    self, BadTaskId, Outcome, ParsedRequest, Reply, TaskId, MAX_TASK_ID_LEN, TASK_ID_PUNCTUATION,
-};
+use super::{Attempt, Ctx, Handled, Local, NoVerdict};
+use crate::captcha::{self, BadTaskId, Outcome, ParsedRequest, Reply, TaskId};
 use crate::failover::{self, Next};
+use crate::metrics::{LocalCode, RequestOutcome};
 use crate::pool::KeyEntry;
 
-const WRONG_ID: &str = "ERROR_WRONG_CAPTCHA_ID";
-const NOT_READY: &str = "CAPCHA_NOT_READY";
+// The codes an `ids=` slot answers with when keyrelay answers it itself.
+const WRONG_ID: &str = LocalCode::WrongCaptchaId.label();
+const NOT_READY: &str = LocalCode::NotReady.label();
 
 pub(super) async fn poll(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
     if let Some(paused) = ctx.paused() {
@@ -37,18 +37,11 @@ async fn poll_one(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
     let raw = parsed.param("id").unwrap_or_default();
     let task = match TaskId::read(&raw) {
         Ok(task) => task,
-        Err(BadTaskId::Blank) => {
-            return ctx.local_error(
-                WRONG_ID,
-                "no task id given: pass id=<task id>",
-                "unknown_task",
-            )
-        }
-        // Definite without asking anyone: no key can own what is not a task id. The id is
-        // not echoed: it may be megabytes.
+        Err(BadTaskId::Blank) => return Local::NoTaskId.into(),
+        // Definite without asking anyone: no key can own what is not a task id.
         Err(_) => {
             probe::count(ctx, crate::metrics::ProbeResult::Invalid);
-            return ctx.local_error(WRONG_ID, &not_an_id(), "bad_request");
+            return Local::NotATaskId.into();
         }
     };
     // The upstream gets the id as keyrelay reads it, so "0123" polls task 123 there too.
@@ -60,37 +53,19 @@ async fn poll_one(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
                 key,
                 answer,
                 outcome,
-            } => Handled::upstream(answer, outcome, &key, 1),
-            Probed::Nobody { remembered } => {
-                let moments_ago = if remembered {
-                    " (asked moments ago)"
-                } else {
-                    ""
-                };
-                let text = format!("no key of the pool owns task {task}{moments_ago}");
-                ctx.local_error(WRONG_ID, &text, "unknown_task")
-            }
-            Probed::Unsure => no_verdict(
-                ctx,
-                parsed,
-                "no key claimed this task, but not every key could answer",
-                "upstream_failed",
-            ),
-            Probed::NoBudget => no_verdict(
-                ctx,
-                parsed,
-                "keyrelay has no pin for this task and its probe budget is spent",
-                "probe_budget",
-            ),
+            } => Handled::relayed(answer, RequestOutcome::relayed(outcome), &key, 1),
+            Probed::Nobody { remembered } => Local::UnknownTask { task, remembered }.into(),
+            Probed::Unsure => no_verdict(parsed, NoVerdict::ProbeUnsure),
+            Probed::NoBudget => no_verdict(parsed, NoVerdict::ProbeBudget),
         };
     };
     let (attempt, tries) = with_retries(ctx, &key, parsed, &respelled).await;
-    let outcome = attempt.outcome.label();
+    let outcome = RequestOutcome::relayed(attempt.outcome);
     tracing::info!(
         action = parsed.action().as_deref().unwrap_or(""),
         key = %key.name,
         task_id = %task,
-        outcome,
+        outcome = outcome.label(),
         latency_ms = started.elapsed().as_millis() as u64,
         "poll"
     );
@@ -99,17 +74,9 @@ async fn poll_one(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
         ctx.app.finish_task(&task);
     }
     match attempt.deliverable() {
-        Some(answer) => Handled::upstream(answer, outcome, &key, tries),
-        None => unanswered(ctx, parsed),
+        Some(answer) => Handled::relayed(answer, outcome, &key, tries),
+        None => no_verdict(parsed, NoVerdict::Unanswered),
     }
-}
-
-/// What an id that cannot be a task id is told.
-fn not_an_id() -> String {
-    let punctuation = String::from_utf8_lossy(TASK_ID_PUNCTUATION);
-    format!(
-        "not a task id: ids are at most {MAX_TASK_ID_LEN} ASCII letters, digits or any of {punctuation}"
-    )
 }
 
 /// Whether a poll's answer ends its task: a solution, or a verdict on the task itself
@@ -133,29 +100,10 @@ fn finish_items(ctx: &Ctx, ids: &[&str], items: &[String]) {
     }
 }
 
-/// A poll the upstream did not answer after every retry.
-fn unanswered(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
-    no_verdict(
-        ctx,
-        parsed,
-        "the upstream did not answer this poll",
-        "upstream_failed",
-    )
-}
-
-/// A poll keyrelay has no answer for, because `why`. For `get`/`get2` the honest answer is
-/// "not ready (as far as keyrelay knows)": every client polls again, and gives up on its own
-/// timeout if this lasts, whereas `ERROR_WRONG_CAPTCHA_ID` would make it drop a task that
-/// may exist. A report cannot be answered that way: "retry later".
-fn no_verdict(ctx: &Ctx, parsed: &ParsedRequest, why: &str, outcome: &'static str) -> Handled {
-    match parsed.action().as_deref() {
-        Some("get" | "get2") => ctx.local_error(NOT_READY, &format!("{why}; poll again"), outcome),
-        _ => ctx.local_error(
-            "ERROR_SERVER_ERROR",
-            &format!("{why}; retry later"),
-            outcome,
-        ),
-    }
+/// A task action keyrelay has no verdict for, because `why` ([`Local::NoVerdict`]).
+fn no_verdict(parsed: &ParsedRequest, why: NoVerdict) -> Handled {
+    let get = matches!(parsed.action().as_deref(), Some("get" | "get2"));
+    Local::NoVerdict { why, get }.into()
 }
 
 /// Sends with the task's own key, retrying transient failures on that same key.
@@ -282,15 +230,15 @@ async fn poll_many(ctx: &Ctx, parsed: &ParsedRequest, ids: &str) -> Handled {
             .then(|| spelled.join(","));
         let extra: Vec<(&str, &str)> = respelled.iter().map(|l| ("ids", l.as_str())).collect();
         let (attempt, tries) = with_retries(ctx, &key, parsed, &extra).await;
-        let outcome = attempt.outcome.label();
+        let outcome = RequestOutcome::relayed(attempt.outcome);
         return match attempt.deliverable() {
             Some(answer) => {
                 if let Some(items) = captcha::split_ids_reply(&answer.body, ids.len()) {
                     finish_items(ctx, &ids, &items);
                 }
-                Handled::upstream(answer, outcome, &key, tries)
+                Handled::relayed(answer, outcome, &key, tries)
             }
-            None => unanswered(ctx, parsed),
+            None => no_verdict(parsed, NoVerdict::Unanswered),
         };
     }
 
@@ -337,10 +285,9 @@ async fn poll_many(ctx: &Ctx, parsed: &ParsedRequest, ids: &str) -> Handled {
         latency_ms = started.elapsed().as_millis() as u64,
         "poll"
     );
-    let outcome = if groups.is_empty() {
-        "unknown_task"
-    } else {
-        "success"
-    };
-    Handled::local(captcha::ids_answer(&items, ctx.json), "OK", outcome)
+    Local::Ids {
+        items,
+        asked: !groups.is_empty(),
+    }
+    .into()
 }

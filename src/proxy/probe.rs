@@ -70,11 +70,11 @@ impl ProbeState {
 
 /// What probing found.
 pub(super) enum Probed {
-    /// A key owns the task: the key, its answer, and that answer's outcome label.
+    /// A key owns the task: the key, its answer, and that answer's class.
     Owner {
         key: Arc<KeyEntry>,
         answer: UpstreamAnswer,
-        outcome: &'static str,
+        outcome: Outcome,
     },
     /// Every key asked said the task is not theirs, now or moments ago (`remembered`).
     Nobody { remembered: bool },
@@ -158,7 +158,7 @@ pub(super) async fn probe(
                 unsure = true;
             }
             Verdict::Mine => {
-                let outcome = attempt.outcome.label();
+                let outcome = attempt.outcome;
                 let Some(answer) = attempt.deliverable() else {
                     unsure = true;
                     continue;

@@ -5,12 +5,13 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use super::{Attempt, Ctx, Handled};
+use super::{Attempt, Ctx, Handled, Local};
 use crate::app::{App, Event};
 use crate::capacity::{Lease, Refusal, Take, Waited};
 use crate::captcha::TaskId;
 use crate::captcha::{Endpoint, Outcome, ParsedRequest, Reply};
 use crate::failover::{self, Next};
+use crate::metrics::RequestOutcome;
 use crate::pool::{Candidates, KeyEntry};
 
 /// `failover::meaning_rank` of a "busy, retry later" answer.
@@ -74,12 +75,11 @@ pub(super) async fn submit(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
             if error.may_have_arrived() && !policy.retry_unsure_submits {
                 // The first attempt may already have created a task; a second would cost
                 // another thread. The caller decides whether to submit again.
-                let text = format!(
-                    "the upstream did not answer ({}); the task may have been created, so keyrelay did not send it again",
-                    error.label()
-                );
-                log_submit(ctx, key, None, "upstream_unsure", attempts, started);
-                return ctx.local_error("ERROR_SERVER_ERROR", &text, "upstream_failed");
+                let local = Local::SubmitMayHaveArrived {
+                    error: error.label(),
+                };
+                log_submit(ctx, key, None, local.outcome(), attempts, started);
+                return local.into();
             }
         }
         match decision.next {
@@ -193,20 +193,15 @@ fn pool_full(
         "submit refused: every key's threads are in use"
     );
     if let Some(busy) = worst.filter(|w| w.rank == BUSY) {
-        return busy_answer(ctx, busy, attempts);
+        return busy_answer(busy, attempts);
     }
-    let text = match refusal {
-        Refusal::NoQueue => "every key's threads are in use; retry later".to_owned(),
-        Refusal::QueueFull => format!(
-            "every key's threads are in use and {} submits already wait; retry later",
-            ctx.snapshot.config.capacity.max_queued
-        ),
-        Refusal::TimedOut => format!(
-            "every key's threads are in use; no thread came free within {}; retry later",
-            humantime::format_duration(ctx.snapshot.config.capacity.queue_timeout)
-        ),
-    };
-    ctx.local_error("ERROR_ZERO_BALANCE", &text, "pool_full")
+    let limits = &ctx.snapshot.config.capacity;
+    Local::PoolFull {
+        refusal,
+        max_queued: limits.max_queued,
+        queue_timeout: limits.queue_timeout,
+    }
+    .into()
 }
 
 fn answer(
@@ -237,12 +232,12 @@ fn answer(
     if attempt.outcome == Outcome::IpBanned {
         tracing::warn!(key = %key.name, code = attempt.code, "the upstream bans keyrelay's IP; key health untouched");
     }
-    let outcome = attempt.outcome.label();
+    let outcome = RequestOutcome::relayed(attempt.outcome);
     log_submit(ctx, key, task_id.as_ref(), outcome, attempts, started);
     let answer = attempt
         .result
         .expect("only answered attempts reach a decision");
-    Handled::upstream(answer, outcome, key, attempts)
+    Handled::relayed(answer, outcome, key, attempts)
 }
 
 fn keep_worst<'a>(worst: &mut Option<Failure<'a>>, attempt: Attempt, key: &'a KeyEntry) {
@@ -264,34 +259,27 @@ fn exhausted(ctx: &Ctx, worst: Option<Failure<'_>>, attempts: u32, started: Inst
         "submit failed on every key tried"
     );
     if let Some(busy) = worst.filter(|w| w.rank == BUSY) {
-        return busy_answer(ctx, busy, attempts);
+        return busy_answer(busy, attempts);
     }
     // No attempt at all means no key was in rotation when the walk began, even if a
     // cooldown has ended since: say so, rather than report "0 attempts failed".
     if in_rotation == 0 || attempts == 0 {
         // With threadsinfo then reporting no free thread, the official SDK waits and resubmits.
-        let text = format!(
-            "keyrelay has no key in rotation ({} configured); retry later",
-            ctx.snapshot.pool.keys().len()
-        );
-        return ctx.local_error("ERROR_ZERO_BALANCE", &text, "pool_exhausted");
+        let configured = ctx.snapshot.pool.keys().len();
+        return Local::NoKeyInRotation { configured }.into();
     }
-    let text = format!("all {attempts} attempts failed upstream; retry later");
-    ctx.local_error("ERROR_SERVER_ERROR", &text, "upstream_failed")
+    Local::AllAttemptsFailed { attempts }.into()
 }
 
 /// The upstream's own "busy" answer, relayed: clients know to wait and resubmit.
-fn busy_answer(ctx: &Ctx, busy: Failure<'_>, attempts: u32) -> Handled {
+fn busy_answer(busy: Failure<'_>, attempts: u32) -> Handled {
     let code = busy.attempt.code;
     match busy.attempt.result {
         Ok(answer) if answer.status.is_success() => {
-            Handled::upstream(answer, "pool_busy", busy.key, attempts)
+            Handled::relayed(answer, RequestOutcome::PoolBusy, busy.key, attempts)
         }
         // A busy HTTP status (429) is turned into the service's own busy code.
-        _ => {
-            let text = format!("every key tried is busy ({code}); retry later");
-            ctx.local_error("ERROR_NO_SLOT_AVAILABLE", &text, "pool_busy")
-        }
+        _ => Local::AllBusy { code }.into(),
     }
 }
 
@@ -308,7 +296,7 @@ fn log_submit(
     ctx: &Ctx,
     key: &KeyEntry,
     task_id: Option<&TaskId>,
-    outcome: &'static str,
+    outcome: RequestOutcome,
     attempts: u32,
     started: Instant,
 ) {
@@ -316,7 +304,7 @@ fn log_submit(
         endpoint = ctx.endpoint.label(),
         key = %key.name,
         task_id = task_id.map(|t| t.to_string()).unwrap_or_default(),
-        outcome,
+        outcome = outcome.label(),
         attempts,
         latency_ms = started.elapsed().as_millis() as u64,
         "submit"

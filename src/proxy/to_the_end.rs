@@ -17,9 +17,10 @@ use tokio_util::task::TaskTracker;
 
 use super::{Body, Hangup};
 use crate::captcha::Endpoint;
+use crate::metrics::RequestOutcome;
 
 /// What an API request yields: its response and the outcome label of its metric.
-pub(super) type Served = (Response<Body>, &'static str);
+pub(super) type Served = (Response<Body>, RequestOutcome);
 
 /// An API request that outlives its caller if it has to.
 pub(super) struct ToTheEnd<F: Future<Output = Served> + Send + 'static> {
@@ -87,13 +88,15 @@ impl<F: Future<Output = Served> + Send + 'static> Drop for ToTheEnd<F> {
 /// Logs a request whose caller closed its connection before the answer was ready. `gone`:
 /// the connection dropped the request, so the answer is lost; otherwise it was sent, which
 /// a caller that only half-closed reads.
-pub(super) fn caller_left(endpoint: Endpoint, outcome: &'static str, gone: bool) {
+pub(super) fn caller_left(endpoint: Endpoint, outcome: RequestOutcome, gone: bool) {
     let delivery = if gone {
         "the answer could not be delivered"
     } else {
         "the answer was sent in case it only half-closed"
     };
-    if outcome == "bad_request" {
+    let bad_request = outcome == RequestOutcome::BadRequest;
+    let outcome = outcome.label();
+    if bad_request {
         // Nothing was accepted: most likely the caller left while sending its request.
         tracing::debug!(
             endpoint = endpoint.label(),
@@ -124,7 +127,10 @@ mod tests {
     async fn request(go: Arc<Notify>, finished: Arc<AtomicBool>) -> Served {
         go.notified().await;
         finished.store(true, Ordering::SeqCst);
-        (Response::new(Full::new("OK|1".into())), "success")
+        (
+            Response::new(Full::new("OK|1".into())),
+            RequestOutcome::Success,
+        )
     }
 
     #[tokio::test]
