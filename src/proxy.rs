@@ -280,23 +280,54 @@ pub(crate) struct Ctx {
 }
 
 /// One exchange with the upstream, classified.
-pub(crate) struct Attempt {
-    pub outcome: Outcome,
-    /// The upstream's error code, or a label for a transport or HTTP failure; a closed set.
-    pub code: &'static str,
+pub(crate) enum Attempt {
+    /// The upstream answered, whatever it said.
+    Answered(Answered),
+    /// No answer came: the exchange failed (its outcome is transient).
+    Failed(UpstreamError),
+}
+
+/// An upstream answer and what it means.
+pub(crate) struct Answered {
+    pub answer: UpstreamAnswer,
     pub reply: Reply,
-    pub result: Result<UpstreamAnswer, UpstreamError>,
+    pub outcome: Outcome,
+    /// The upstream's error code, or a label for an HTTP failure; a closed set.
+    pub code: &'static str,
 }
 
 impl Attempt {
+    pub fn outcome(&self) -> Outcome {
+        match self {
+            Attempt::Answered(answered) => answered.outcome,
+            Attempt::Failed(_) => Outcome::Transient,
+        }
+    }
+
+    /// The upstream's error code, or a label for a transport or HTTP failure; a closed set.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Attempt::Answered(answered) => answered.code,
+            Attempt::Failed(error) => error.label(),
+        }
+    }
+
     /// The upstream answer, if it may go to the caller as is: a complete 2xx answer that is
     /// not a transient failure. Anything else is replaced by an answer of keyrelay's own,
     /// because clients read a non-200 status as a network failure.
     pub fn deliverable(self) -> Option<UpstreamAnswer> {
+        match self {
+            Attempt::Answered(answered) => answered.deliverable(),
+            Attempt::Failed(_) => None,
+        }
+    }
+}
+
+impl Answered {
+    /// [`Attempt::deliverable`].
+    pub fn deliverable(self) -> Option<UpstreamAnswer> {
         let transient = self.outcome == Outcome::Transient;
-        self.result
-            .ok()
-            .filter(|answer| !transient && answer.status.is_success())
+        (!transient && self.answer.status.is_success()).then_some(self.answer)
     }
 }
 
@@ -360,7 +391,7 @@ impl Ctx {
             .with_label_values(&[key.name.as_str(), self.endpoint.label()])
             .observe(started.elapsed().as_secs_f64());
         let attempt = classify(result);
-        if attempt.outcome == Outcome::IpBanned {
+        if attempt.outcome() == Outcome::IpBanned {
             self.app.pause_upstream(self.policy().ip_ban_pause);
         }
         attempt
@@ -368,13 +399,14 @@ impl Ctx {
 
     /// Counts a failed attempt in `keyrelay_key_errors_total` and as the key's last error.
     pub fn record_key_error(&self, key: &KeyEntry, attempt: &Attempt) {
-        if attempt.outcome != Outcome::Success {
+        if attempt.outcome() != Outcome::Success {
+            let code = attempt.code();
             self.app
                 .metrics()
                 .key_errors
-                .with_label_values(&[key.name.as_str(), attempt.code])
+                .with_label_values(&[key.name.as_str(), code])
                 .inc();
-            key.stats.set_last_error(attempt.code);
+            key.stats.set_last_error(code);
         }
     }
 
@@ -437,33 +469,27 @@ impl Ctx {
 
 /// Classifies an upstream result with the protocol's one outcome table.
 fn classify(result: Result<UpstreamAnswer, UpstreamError>) -> Attempt {
-    match &result {
-        Err(e) => Attempt {
-            outcome: Outcome::Transient,
-            code: e.label(),
-            reply: Reply::Garbage,
-            result,
-        },
-        Ok(answer) => {
-            let reply = captcha::parse_reply(&answer.body);
-            let status = answer.status.as_u16();
-            let outcome = captcha::classify(status, &reply);
-            let code = match &reply {
-                Reply::Error(code) => failover::reason_code(code),
-                _ if status == 429 => "http_429",
-                _ if status >= 500 => "http_5xx",
-                _ if !answer.status.is_success() => "http_error",
-                Reply::Garbage => "bad_answer",
-                _ => "none",
-            };
-            Attempt {
-                outcome,
-                code,
-                reply,
-                result,
-            }
-        }
-    }
+    let answer = match result {
+        Ok(answer) => answer,
+        Err(error) => return Attempt::Failed(error),
+    };
+    let reply = captcha::parse_reply(&answer.body);
+    let status = answer.status.as_u16();
+    let outcome = captcha::classify(status, &reply);
+    let code = match &reply {
+        Reply::Error(code) => failover::reason_code(code),
+        _ if status == 429 => "http_429",
+        _ if status >= 500 => "http_5xx",
+        _ if !answer.status.is_success() => "http_error",
+        Reply::Garbage => "bad_answer",
+        _ => "none",
+    };
+    Attempt::Answered(Answered {
+        answer,
+        reply,
+        outcome,
+        code,
+    })
 }
 
 /// The format for an answer made before the request could be parsed: the query's `json`, or

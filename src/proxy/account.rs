@@ -104,10 +104,10 @@ pub(super) async fn pingback(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
     let attempts = join_all(keys.iter().map(|key| ctx.attempt(key, parsed, &[]))).await;
     let mut first_answer = None;
     for (key, attempt) in keys.iter().zip(attempts) {
-        let succeeded = attempt.outcome == Outcome::Success;
-        let outcome = RequestOutcome::relayed(attempt.outcome);
+        let succeeded = attempt.outcome() == Outcome::Success;
+        let outcome = RequestOutcome::relayed(attempt.outcome());
         if !succeeded {
-            tracing::warn!(key = %key.name, code = attempt.code, "pingback action failed on a key");
+            tracing::warn!(key = %key.name, code = attempt.code(), "pingback action failed on a key");
         }
         if let Some(answer) = attempt.deliverable() {
             if succeeded {
@@ -135,7 +135,7 @@ pub(super) async fn other(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
         return Local::NoKeyInRotation { configured }.into();
     };
     let attempt = ctx.attempt(key, parsed, &[]).await;
-    let outcome = RequestOutcome::relayed(attempt.outcome);
+    let outcome = RequestOutcome::relayed(attempt.outcome());
     match attempt.deliverable() {
         Some(answer) => Handled::relayed(answer, outcome, key, 1),
         None => Local::NoUpstreamAnswer.into(),

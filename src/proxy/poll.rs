@@ -60,7 +60,7 @@ async fn poll_one(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
         };
     };
     let (attempt, tries) = with_retries(ctx, &key, parsed, &respelled).await;
-    let outcome = RequestOutcome::relayed(attempt.outcome);
+    let outcome = RequestOutcome::relayed(attempt.outcome());
     tracing::info!(
         action = parsed.action().as_deref().unwrap_or(""),
         key = %key.name,
@@ -82,10 +82,13 @@ async fn poll_one(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
 /// Whether a poll's answer ends its task: a solution, or a verdict on the task itself
 /// (unsolvable, unknown id). "Not ready" and failures of the key or the service do not.
 fn is_final(attempt: &Attempt) -> bool {
-    match attempt.outcome {
-        Outcome::Success => attempt.reply != Reply::NotReady,
-        Outcome::CallerError => true,
-        _ => false,
+    match attempt {
+        Attempt::Answered(answered) => match answered.outcome {
+            Outcome::Success => answered.reply != Reply::NotReady,
+            Outcome::CallerError => true,
+            _ => false,
+        },
+        Attempt::Failed(_) => false,
     }
 }
 
@@ -120,8 +123,9 @@ async fn with_retries(
     loop {
         tries += 1;
         let attempt = ctx.attempt(key, parsed, extra).await;
-        let decision = ctx.decide(key, attempt.outcome, &mut rng, |ejection| {
-            failover::on_poll(attempt.outcome, attempt.code, policy, ejection)
+        let (outcome, code) = (attempt.outcome(), attempt.code());
+        let decision = ctx.decide(key, outcome, &mut rng, |ejection| {
+            failover::on_poll(outcome, code, policy, ejection)
         });
         if decision.next != Next::Backoff
             || tries >= policy.max_attempts
@@ -230,7 +234,7 @@ async fn poll_many(ctx: &Ctx, parsed: &ParsedRequest, ids: &str) -> Handled {
             .then(|| spelled.join(","));
         let extra: Vec<(&str, &str)> = respelled.iter().map(|l| ("ids", l.as_str())).collect();
         let (attempt, tries) = with_retries(ctx, &key, parsed, &extra).await;
-        let outcome = RequestOutcome::relayed(attempt.outcome);
+        let outcome = RequestOutcome::relayed(attempt.outcome());
         return match attempt.deliverable() {
             Some(answer) => {
                 if let Some(items) = captcha::split_ids_reply(&answer.body, ids.len()) {

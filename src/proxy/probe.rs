@@ -14,7 +14,7 @@ use std::sync::Arc;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::time::{Duration, Instant};
 
-use super::{Attempt, Ctx};
+use super::{Answered, Attempt, Ctx};
 use crate::captcha::TaskId;
 use crate::captcha::{self, Outcome, ParsedRequest};
 use crate::metrics::ProbeResult;
@@ -96,7 +96,10 @@ enum Verdict {
 }
 
 fn verdict(attempt: &Attempt) -> Verdict {
-    let Ok(answer) = &attempt.result else {
+    let Attempt::Answered(Answered {
+        answer, outcome, ..
+    }) = attempt
+    else {
         return Verdict::CannotSay;
     };
     // Read as a one-item answer, so that both a single poll's `ERROR_WRONG_CAPTCHA_ID` and
@@ -108,7 +111,7 @@ fn verdict(attempt: &Attempt) -> Verdict {
         return Verdict::NotMine;
     }
     // A key that is dead, busy or failing says nothing either way.
-    let about_the_task = matches!(attempt.outcome, Outcome::Success | Outcome::CallerError);
+    let about_the_task = matches!(outcome, Outcome::Success | Outcome::CallerError);
     if about_the_task && answer.status.is_success() {
         Verdict::Mine
     } else {
@@ -158,7 +161,7 @@ pub(super) async fn probe(
                 unsure = true;
             }
             Verdict::Mine => {
-                let outcome = attempt.outcome;
+                let outcome = attempt.outcome();
                 let Some(answer) = attempt.deliverable() else {
                     unsure = true;
                     continue;

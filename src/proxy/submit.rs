@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use super::{Attempt, Ctx, Handled, Local};
+use super::{Answered, Attempt, Ctx, Handled, Local};
 use crate::app::{App, Event};
 use crate::capacity::{Lease, Refusal, Take, Waited};
 use crate::captcha::TaskId;
@@ -63,14 +63,15 @@ pub(super) async fn submit(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
         }
         attempts += 1;
         let attempt = ctx.attempt(key, parsed, &[]).await;
-        ctx.app.metrics().count_submit(&key.name, attempt.outcome);
+        let (outcome, code) = (attempt.outcome(), attempt.code());
+        ctx.app.metrics().count_submit(&key.name, outcome);
 
         // A transport failure classifies as transient: the decision below counts it against
         // the key and backs off, like a 5xx.
-        let decision = ctx.decide(key, attempt.outcome, &mut rng, |ejection| {
-            failover::on_submit(attempt.outcome, attempt.code, policy, ejection)
+        let decision = ctx.decide(key, outcome, &mut rng, |ejection| {
+            failover::on_submit(outcome, code, policy, ejection)
         });
-        if let Err(error) = &attempt.result {
+        if let Attempt::Failed(error) = &attempt {
             tracing::warn!(key = %key.name, error = %error, "submit attempt failed");
             if error.may_have_arrived() && !policy.retry_unsure_submits {
                 // The first attempt may already have created a task; a second would cost
@@ -82,17 +83,20 @@ pub(super) async fn submit(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
                 return local.into();
             }
         }
-        match decision.next {
-            Next::Answer => return answer(ctx, key, lease, attempt, attempts, started),
-            Next::Failover => {
+        match (decision.next, attempt) {
+            (Next::Answer, Attempt::Answered(answered)) => {
+                return answer(ctx, key, lease, answered, attempts, started)
+            }
+            // No answer came to give: a failed exchange fails over whatever the policy says.
+            (Next::Answer | Next::Failover, attempt) => {
                 drop(lease);
-                previous = Some((key, attempt.code));
+                previous = Some((key, code));
                 keep_worst(&mut worst, attempt, key);
             }
-            Next::Backoff => {
+            (Next::Backoff, attempt) => {
                 // The thread is not held while backing off: another task may use it.
                 drop(lease);
-                previous = Some((key, attempt.code));
+                previous = Some((key, code));
                 walk.retry_same = Some(key);
                 keep_worst(&mut worst, attempt, key);
                 tokio::time::sleep(failover::backoff(attempts, policy, &mut rng)).await;
@@ -208,7 +212,7 @@ fn answer(
     ctx: &Ctx,
     key: &KeyEntry,
     lease: Lease<'_>,
-    attempt: Attempt,
+    attempt: Answered,
     attempts: u32,
     started: Instant,
 ) -> Handled {
@@ -234,14 +238,11 @@ fn answer(
     }
     let outcome = RequestOutcome::relayed(attempt.outcome);
     log_submit(ctx, key, task_id.as_ref(), outcome, attempts, started);
-    let answer = attempt
-        .result
-        .expect("only answered attempts reach a decision");
-    Handled::relayed(answer, outcome, key, attempts)
+    Handled::relayed(attempt.answer, outcome, key, attempts)
 }
 
 fn keep_worst<'a>(worst: &mut Option<Failure<'a>>, attempt: Attempt, key: &'a KeyEntry) {
-    let rank = failover::meaning_rank(attempt.outcome);
+    let rank = failover::meaning_rank(attempt.outcome());
     if worst.as_ref().is_none_or(|w| rank >= w.rank) {
         *worst = Some(Failure { rank, attempt, key });
     }
@@ -273,9 +274,9 @@ fn exhausted(ctx: &Ctx, worst: Option<Failure<'_>>, attempts: u32, started: Inst
 
 /// The upstream's own "busy" answer, relayed: clients know to wait and resubmit.
 fn busy_answer(busy: Failure<'_>, attempts: u32) -> Handled {
-    let code = busy.attempt.code;
-    match busy.attempt.result {
-        Ok(answer) if answer.status.is_success() => {
+    let code = busy.attempt.code();
+    match busy.attempt {
+        Attempt::Answered(Answered { answer, .. }) if answer.status.is_success() => {
             Handled::relayed(answer, RequestOutcome::PoolBusy, busy.key, attempts)
         }
         // A busy HTTP status (429) is turned into the service's own busy code.
