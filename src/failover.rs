@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use rand::Rng;
 
-use crate::captcha::Outcome;
+use crate::captcha::{Outcome, ThreadsInfo};
 use crate::config::Failover;
-use crate::health::HealthEvent;
+use crate::health::{HealthEvent, StateKind};
 
 /// How long a key that answered `ERROR_ZERO_BALANCE` stays out while its `threadsinfo` is
 /// read to tell "all threads busy" from "no plan". The check replaces this state when it
@@ -236,6 +236,81 @@ pub fn reason_code(code: &str) -> &'static str {
     crate::captcha::known_code(code).unwrap_or("other")
 }
 
+/// How long all upstream traffic pauses after an answer with `outcome`. An IP ban is about
+/// keyrelay's egress IP, not a key: every request would only deepen it.
+pub fn pause_after(outcome: Outcome, policy: &Failover) -> Option<Duration> {
+    (outcome == Outcome::IpBanned).then_some(policy.ip_ban_pause)
+}
+
+/// Why one of keyrelay's own account reads (`getbalance`, `threadsinfo`) gave no figure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadError {
+    /// The service rejected the key itself (`ERROR_KEY_DOES_NOT_EXIST` and kin).
+    KeyRejected(&'static str),
+    /// No usable answer: network, server error, or an answer without the figure.
+    Unavailable,
+}
+
+/// What a background refresh's reads do to a key in `state`. A rejected key is benched with
+/// the service's code. A benched key comes back once it proves usable: a balance above
+/// `min_balance`, and threads if the service reports them. A read that failed proves
+/// nothing either way: a failure is never a zero balance.
+pub fn on_refresh(
+    state: StateKind,
+    balance: &Result<f64, ReadError>,
+    threads: Option<ThreadsInfo>,
+    policy: &Failover,
+) -> Option<HealthEvent> {
+    match balance {
+        Err(ReadError::KeyRejected(code)) => Some(HealthEvent::Bench { reason: code }),
+        Err(ReadError::Unavailable) => None,
+        Ok(balance) => {
+            let usable = *balance > policy.min_balance && threads.is_none_or(|t| t.threads > 0);
+            (state == StateKind::Benched && usable).then_some(HealthEvent::Restore)
+        }
+    }
+}
+
+/// What keyrelay's own `getbalance` says about a key-unusable verdict a caller's request
+/// drew: rejected too, the key is benched with the service's code; answered, the verdict was
+/// about the caller's request and the key stays; no answer settles nothing.
+pub fn on_unusable_check(balance: &Result<f64, ReadError>) -> (Option<HealthEvent>, CheckResult) {
+    match balance {
+        Err(ReadError::KeyRejected(code)) => (
+            Some(HealthEvent::Bench { reason: code }),
+            CheckResult::Confirmed,
+        ),
+        Ok(_) => (None, CheckResult::Refuted),
+        Err(ReadError::Unavailable) => (None, CheckResult::Inconclusive),
+    }
+}
+
+/// Whether `threadsinfo` shows every thread of a key with a plan at work: the key is full,
+/// not without a plan.
+pub fn all_threads_working(info: &ThreadsInfo) -> bool {
+    info.threads > 0 && info.working_threads >= info.threads
+}
+
+/// Settles `ERROR_ZERO_BALANCE`, which means either "no plan or balance" or "no free thread
+/// right now", with the key's `threadsinfo`: all threads working means full (a short
+/// cooldown); free threads or none at all mean no plan (benched until a refresh sees the key
+/// usable). No answer settles nothing: the provisional cooldown runs out by itself.
+pub fn settle_zero_balance(
+    threads: &Result<ThreadsInfo, ReadError>,
+    policy: &Failover,
+) -> Option<HealthEvent> {
+    const REASON: &str = "ERROR_ZERO_BALANCE";
+    match threads {
+        Ok(info) if all_threads_working(info) => Some(HealthEvent::Cool {
+            reason: REASON,
+            duration: policy.busy_cooldown,
+        }),
+        Ok(_) => Some(HealthEvent::Bench { reason: REASON }),
+        Err(ReadError::KeyRejected(code)) => Some(HealthEvent::Bench { reason: code }),
+        Err(ReadError::Unavailable) => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -399,5 +474,109 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    const ALL_OUTCOMES: [Outcome; 7] = [
+        Outcome::Success,
+        Outcome::KeyUnusable,
+        Outcome::ZeroBalance,
+        Outcome::KeyFull,
+        Outcome::IpBanned,
+        Outcome::Transient,
+        Outcome::CallerError,
+    ];
+
+    #[test]
+    fn only_an_ip_ban_pauses_upstream_traffic() {
+        let p = policy();
+        for outcome in ALL_OUTCOMES {
+            let want = (outcome == Outcome::IpBanned).then_some(p.ip_ban_pause);
+            assert_eq!(pause_after(outcome, &p), want, "{outcome:?}");
+        }
+    }
+
+    fn threads(threads: u32, working_threads: u32) -> ThreadsInfo {
+        ThreadsInfo {
+            threads,
+            working_threads,
+        }
+    }
+
+    #[test]
+    fn a_refresh_benches_a_rejected_key_and_restores_a_usable_benched_one() {
+        let p = Failover {
+            min_balance: 0.5,
+            ..policy()
+        };
+        let rejected = Err(ReadError::KeyRejected("ERROR_KEY_DOES_NOT_EXIST"));
+        for state in StateKind::ALL {
+            assert_eq!(
+                on_refresh(*state, &rejected, None, &p),
+                Some(HealthEvent::Bench {
+                    reason: "ERROR_KEY_DOES_NOT_EXIST"
+                })
+            );
+            // A failed read is no evidence either way.
+            assert_eq!(
+                on_refresh(*state, &Err(ReadError::Unavailable), None, &p),
+                None
+            );
+        }
+        let benched = StateKind::Benched;
+        assert_eq!(
+            on_refresh(benched, &Ok(3.0), None, &p),
+            Some(HealthEvent::Restore)
+        );
+        assert_eq!(
+            on_refresh(benched, &Ok(3.0), Some(threads(5, 5)), &p),
+            Some(HealthEvent::Restore)
+        );
+        // Not usable: a balance at or under the floor, or a plan without threads.
+        assert_eq!(on_refresh(benched, &Ok(0.5), None, &p), None);
+        assert_eq!(on_refresh(benched, &Ok(3.0), Some(threads(0, 0)), &p), None);
+        // Only a benched key is restored: cooling keys come back by themselves.
+        for state in [StateKind::Active, StateKind::Cooling] {
+            assert_eq!(on_refresh(state, &Ok(3.0), None, &p), None);
+        }
+    }
+
+    #[test]
+    fn only_a_rejected_own_read_confirms_a_key_unusable_verdict() {
+        let code = "ERROR_WRONG_USER_KEY";
+        assert_eq!(
+            on_unusable_check(&Err(ReadError::KeyRejected(code))),
+            (
+                Some(HealthEvent::Bench { reason: code }),
+                CheckResult::Confirmed
+            )
+        );
+        assert_eq!(on_unusable_check(&Ok(0.0)), (None, CheckResult::Refuted));
+        assert_eq!(
+            on_unusable_check(&Err(ReadError::Unavailable)),
+            (None, CheckResult::Inconclusive)
+        );
+    }
+
+    #[test]
+    fn zero_balance_is_settled_by_whether_every_thread_works() {
+        let p = policy();
+        let cool = Some(HealthEvent::Cool {
+            reason: "ERROR_ZERO_BALANCE",
+            duration: p.busy_cooldown,
+        });
+        let bench = Some(HealthEvent::Bench {
+            reason: "ERROR_ZERO_BALANCE",
+        });
+        assert_eq!(settle_zero_balance(&Ok(threads(5, 5)), &p), cool);
+        assert_eq!(settle_zero_balance(&Ok(threads(5, 7)), &p), cool);
+        assert_eq!(settle_zero_balance(&Ok(threads(5, 4)), &p), bench);
+        assert_eq!(settle_zero_balance(&Ok(threads(0, 0)), &p), bench);
+        assert_eq!(
+            settle_zero_balance(&Err(ReadError::KeyRejected("ERROR_KEY_DOES_NOT_EXIST")), &p),
+            Some(HealthEvent::Bench {
+                reason: "ERROR_KEY_DOES_NOT_EXIST"
+            })
+        );
+        assert_eq!(settle_zero_balance(&Err(ReadError::Unavailable), &p), None);
     }
 }

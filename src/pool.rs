@@ -16,6 +16,7 @@ use crate::capacity::{Capacity, Lease, Load};
 use crate::config::{Config, KeyConfig, Strategy, Upstream};
 use crate::health::{HealthStore, HealthView, StateKind};
 use crate::key_id::KeyId;
+use crate::upstream::Account;
 use crate::ApiKey;
 
 /// One key of the pool and what keyrelay has learned about it.
@@ -145,6 +146,15 @@ impl KeyEntry {
     /// when known, else the config's; `None` (no limit) when neither is.
     pub fn thread_capacity(&self) -> Option<u32> {
         self.stats.threads().map(|(t, _)| t).or(self.threads)
+    }
+
+    /// The key as keyrelay's own account reads use it.
+    pub fn account(&self) -> Account<'_> {
+        Account {
+            name: &self.name,
+            key: &self.key,
+            upstream: &self.upstream,
+        }
     }
 }
 

@@ -391,8 +391,8 @@ impl Ctx {
             .with_label_values(&[key.name.as_str(), self.endpoint.label()])
             .observe(started.elapsed().as_secs_f64());
         let attempt = classify(result);
-        if attempt.outcome() == Outcome::IpBanned {
-            self.app.pause_upstream(self.policy().ip_ban_pause);
+        if let Some(pause) = failover::pause_after(attempt.outcome(), self.policy()) {
+            self.app.pause_upstream(pause);
         }
         attempt
     }

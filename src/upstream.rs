@@ -1,7 +1,10 @@
 //! The HTTP client that talks to the captcha service: pooled HTTP/1 connections over rustls,
 //! per-request timeouts, and errors that say whether the request may have arrived.
 
+mod account;
 mod pool;
+
+pub use account::Account;
 
 use std::sync::Arc;
 use std::time::Duration;

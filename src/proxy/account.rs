@@ -11,7 +11,6 @@ use super::local::ThreadsAnswer;
 use super::{Ctx, Handled, Local};
 use crate::captcha::{Outcome, ParsedRequest};
 use crate::metrics::RequestOutcome;
-use crate::refresh;
 
 /// `getbalance`: the sum over keys in rotation. Keys whose balance is unknown are read now,
 /// so the first call after startup is not an undercount.
@@ -26,7 +25,7 @@ pub(super) async fn balance(ctx: &Ctx) -> Handled {
     // Paused after an IP ban: answer from what is known rather than reach the upstream.
     let unknown = unknown.filter(|_| ctx.app.upstream_paused().is_none());
     join_all(unknown.map(|key| async move {
-        if let Ok(balance) = refresh::read_balance(&ctx.app, key, timeout).await {
+        if let Ok(balance) = ctx.app.client().read_balance(key.account(), timeout).await {
             key.stats.set_balance(Some(balance));
         }
     }))

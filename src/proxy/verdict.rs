@@ -13,10 +13,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::app::App;
-use crate::failover::{Check, CheckResult};
-use crate::health::HealthEvent;
+use crate::failover::{self, Check, CheckResult};
 use crate::pool::KeyEntry;
-use crate::refresh::{self, ReadError};
 
 /// At most one key-unusable check per key in this long: callers drawing the verdict again
 /// and again (a hostile or broken script) cost the key one `getbalance` per interval.
@@ -47,32 +45,30 @@ pub(super) fn spawn(app: &App, key: &Arc<KeyEntry>, check: Check) {
     }
 }
 
-/// A caller's request drew "this key is unusable" (`reason`). keyrelay's own `getbalance`
-/// with the key decides: rejected too, the key is benched with the service's code; answered,
-/// the verdict was about the caller's request and the key stays; no answer, nothing changes
-/// (the next verdict or the periodic refresh will ask again).
+/// A caller's request drew "this key is unusable" (`reason`); keyrelay's own `getbalance`
+/// with the key decides ([`failover::on_unusable_check`]). No answer changes nothing: the
+/// next verdict or the periodic refresh will ask again.
 async fn confirm_unusable(app: App, key: Arc<KeyEntry>, reason: &'static str) {
     let timeout = app.snapshot().config.timeouts.refresh;
-    let result = match refresh::read_balance(&app, &key, timeout).await {
-        Err(ReadError::KeyRejected(code)) => {
-            key.stats.set_balance(None);
-            app.record_health(&key, HealthEvent::Bench { reason: code });
-            CheckResult::Confirmed
-        }
-        Ok(balance) => {
-            key.stats.set_balance(Some(balance));
+    let balance = app.client().read_balance(key.account(), timeout).await;
+    let (event, result) = failover::on_unusable_check(&balance);
+    match result {
+        CheckResult::Confirmed => key.stats.set_balance(None),
+        CheckResult::Refuted => {
+            key.stats.set_balance(balance.ok());
             tracing::warn!(
                 key = %key.name,
                 reason,
                 "the service refused a caller's request as if the key were unusable, but the key answers keyrelay's own getbalance; it stays in rotation"
             );
-            CheckResult::Refuted
         }
-        Err(ReadError::Unavailable) => {
+        CheckResult::Inconclusive | CheckResult::Skipped => {
             tracing::debug!(key = %key.name, reason, "key check got no answer; nothing changed");
-            CheckResult::Inconclusive
         }
-    };
+    }
+    if let Some(event) = event {
+        app.record_health(&key, event);
+    }
     count(&app, result);
 }
 
@@ -83,35 +79,30 @@ fn count(app: &App, result: CheckResult) {
         .inc();
 }
 
-/// `ERROR_ZERO_BALANCE` means either "no plan or balance" or "no free thread right now".
-/// The key's `threadsinfo` tells which: all threads working means full (a short cooldown),
-/// free threads or none at all mean no plan (benched until a refresh sees the key usable).
-/// No answer settles nothing: the provisional cooldown runs out by itself.
+/// `ERROR_ZERO_BALANCE` is settled with the key's `threadsinfo`
+/// ([`failover::settle_zero_balance`]).
 async fn settle_zero_balance(app: App, key: Arc<KeyEntry>) {
     let snapshot = app.snapshot();
-    let policy = &snapshot.config.failover;
     let mark = app.capacity().mark(key.id);
-    let info = refresh::read_threads(&app, &key, snapshot.config.timeouts.refresh).await;
-    let event = match info {
-        Ok(info) if info.threads > 0 && info.working_threads >= info.threads => {
+    let threads = app
+        .client()
+        .read_threads(key.account(), snapshot.config.timeouts.refresh)
+        .await;
+    if let Ok(info) = &threads {
+        if failover::all_threads_working(info) {
             key.stats
                 .set_threads(Some((info.threads, info.working_threads)));
             // Someone else holds the threads keyrelay thought free: count them, so the key
             // is not handed tasks it would refuse again once its cooldown ends.
             app.reconcile_threads(&key, info.working_threads, mark);
-            HealthEvent::Cool {
-                reason: "ERROR_ZERO_BALANCE",
-                duration: policy.busy_cooldown,
-            }
         }
-        Ok(_) => HealthEvent::Bench {
-            reason: "ERROR_ZERO_BALANCE",
-        },
-        Err(ReadError::KeyRejected(code)) => HealthEvent::Bench { reason: code },
-        Err(ReadError::Unavailable) => {
+    }
+    match failover::settle_zero_balance(&threads, &snapshot.config.failover) {
+        Some(event) => {
+            app.record_health(&key, event);
+        }
+        None => {
             tracing::debug!(key = %key.name, "threadsinfo got no answer; zero-balance verdict unsettled");
-            return;
         }
-    };
-    app.record_health(&key, event);
+    }
 }
