@@ -16,11 +16,9 @@ use crate::capacity::{Capacity, MemoryLoad, ReadMark};
 use crate::config::Config;
 use crate::health::{HealthEvent, HealthStore, MemoryHealth, StateKind, Transition};
 use crate::metrics::{Metrics, Release};
-use crate::pins::{JournalPins, MemoryPins, PinStore};
+use crate::pins::{JournalPins, MemoryPins, PinStore, ProbeState};
 use crate::pool::{KeyEntry, KeyPool, Selection};
-use crate::proxy::probe::ProbeState;
 use crate::registry::{KeyRegistry, RegistryFull};
-use crate::reload::Applied;
 use crate::upstream::UpstreamClient;
 
 /// The configuration and the pool built from it, replaced as a whole.
@@ -297,55 +295,30 @@ impl App {
         }
     }
 
-    /// Swaps in a new configuration: the pool is built off to the side, keys that keep their
-    /// name, value and upstream keep their id, health and learned figures, and one atomic
-    /// store makes the change. Requests in flight finish on the snapshot they loaded.
-    /// Settings that only take effect at start keep their running values and are reported.
+    /// A pool for `config`, built off to the side: keys that keep their name, value and
+    /// upstream get their id back (and with it their health and learned figures), others a
+    /// new one. Nothing changes until [`App::install`].
     ///
     /// # Errors
-    /// [`RegistryFull`]; the running configuration is then untouched.
-    pub fn apply_config(&self, mut config: Config) -> Result<Applied, RegistryFull> {
-        let old = self.snapshot();
-        let needs_restart = keep_start_only_settings(&old.config, &mut config);
-        let pool = build_pool(
-            &config,
+    /// [`RegistryFull`].
+    pub fn build_pool(&self, config: &Config) -> Result<KeyPool, RegistryFull> {
+        build_pool(
+            config,
             &self.0.registry,
             self.0.health.clone(),
             self.0.capacity.clone(),
-        )?;
-        let names = |pool: &KeyPool| -> Vec<String> {
-            pool.keys().iter().map(|k| k.name.clone()).collect()
-        };
-        let (before, after) = (names(&old.pool), names(&pool));
-        let applied = Applied {
-            added: after
-                .iter()
-                .filter(|n| !before.contains(n))
-                .cloned()
-                .collect(),
-            kept: after
-                .iter()
-                .filter(|n| before.contains(n))
-                .cloned()
-                .collect(),
-            removed: before
-                .iter()
-                .filter(|n| !after.contains(n))
-                .cloned()
-                .collect(),
-            needs_restart,
-        };
+        )
+    }
+
+    /// Makes `snapshot` the one every new request loads, in one atomic store. Requests in
+    /// flight finish on the snapshot they loaded.
+    pub fn install(&self, snapshot: Snapshot) {
         self.0
             .metrics
-            .admit_keys(config.keys.iter().map(|k| k.name.as_str()));
-        self.0.snapshot.store(Arc::new(Snapshot { config, pool }));
+            .admit_keys(snapshot.config.keys.iter().map(|k| k.name.as_str()));
+        self.0.snapshot.store(Arc::new(snapshot));
         // New keys, capacities or tiers may give queued submits somewhere to go.
         self.0.capacity.nudge();
-        if !applied.added.is_empty() {
-            // New keys have no balance yet; read it now rather than at the next round.
-            tokio::spawn(crate::refresh::refresh_all_owned(self.clone()));
-        }
-        Ok(applied)
     }
 
     /// The `/metrics` text.
@@ -415,29 +388,6 @@ fn open_pins(config: &Config, registry: &Arc<KeyRegistry>) -> Result<Arc<dyn Pin
             }
         })?;
     Ok(Arc::new(pins))
-}
-
-/// Settings fixed at start (the listener, the connection pool, the pin store): the new
-/// config gets the running values back, so what `/status` and the pool report is what runs.
-/// Returns the names of those that the file changed.
-fn keep_start_only_settings(running: &Config, new: &mut Config) -> Vec<&'static str> {
-    let mut changed = Vec::new();
-    if new.listen != running.listen {
-        changed.push("listen");
-        new.listen = running.listen;
-    }
-    if new.timeouts.connect != running.timeouts.connect {
-        changed.push("timeouts.connect");
-        new.timeouts.connect = running.timeouts.connect;
-    }
-    if new.pins.ttl != running.pins.ttl || new.pins.max_pins != running.pins.max_pins {
-        changed.push("pins");
-        // The probe budget is read on every probe, so it applies live.
-        let probe = (new.pins.probe_rate, new.pins.probe_burst);
-        new.pins = running.pins.clone();
-        (new.pins.probe_rate, new.pins.probe_burst) = probe;
-    }
-    changed
 }
 
 fn build_pool(

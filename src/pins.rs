@@ -8,9 +8,15 @@
 
 mod journal;
 mod memory;
+mod misses;
+mod probe_budget;
 
 pub use journal::{JournalPins, Recovery};
 pub use memory::MemoryPins;
+pub use misses::ProbeMisses;
+pub use probe_budget::ProbeBudget;
+
+use std::time::Duration;
 
 use tokio::time::Instant;
 
@@ -39,5 +45,36 @@ pub trait PinStore: Send + Sync + 'static {
     fn len(&self) -> usize;
     fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+/// How long an id no key owns is answered from memory instead of asking again.
+pub const MISS_HOLD: Duration = Duration::from_secs(60);
+
+/// What the remembered misses may cost at most. Ids are at most 64 bytes, so this is tens
+/// of thousands of ids: more than the probe budget lets keyrelay find in one `MISS_HOLD`.
+pub const MAX_MISS_BYTES: usize = 2 << 20;
+
+/// What the probe keeps between requests, shared by the whole process.
+pub struct ProbeState {
+    /// Ids recently found to be nobody's.
+    pub misses: ProbeMisses,
+    /// Upstream probe requests that may be made now (`[pins] probe_rate`, `probe_burst`).
+    pub budget: ProbeBudget,
+}
+
+impl Default for ProbeState {
+    fn default() -> ProbeState {
+        ProbeState {
+            misses: ProbeMisses::new(MISS_HOLD, MAX_MISS_BYTES),
+            budget: ProbeBudget::default(),
+        }
+    }
+}
+
+impl ProbeState {
+    /// Drops remembered misses whose hold has ended; returns how many are left.
+    pub fn sweep(&self, now: Instant) -> usize {
+        self.misses.sweep(now)
     }
 }

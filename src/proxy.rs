@@ -14,7 +14,7 @@ mod body;
 mod hangup;
 mod local;
 mod poll;
-pub(crate) mod probe;
+mod probe;
 mod submit;
 mod to_the_end;
 pub mod verdict;

@@ -10,9 +10,11 @@ use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::app::App;
+use crate::app::{App, Snapshot};
 use crate::config::{Config, ConfigError};
 use crate::metrics::ReloadResult;
+use crate::pool::KeyPool;
+use crate::refresh;
 use crate::registry::RegistryFull;
 
 /// How often the file is checked for changes.
@@ -45,7 +47,47 @@ pub enum ReloadError {
 /// then untouched.
 pub fn reload_file(app: &App, path: &Path) -> Result<Applied, ReloadError> {
     let config = Config::load(path)?;
-    Ok(app.apply_config(config)?)
+    Ok(apply(app, config)?)
+}
+
+/// Swaps in a new configuration: the pool is built off to the side, keys that keep their
+/// name, value and upstream keep their id, health and learned figures, and one atomic
+/// store makes the change. Requests in flight finish on the snapshot they loaded.
+/// Settings that only take effect at start keep their running values and are reported.
+///
+/// # Errors
+/// [`RegistryFull`]; the running configuration is then untouched.
+pub fn apply(app: &App, mut config: Config) -> Result<Applied, RegistryFull> {
+    let old = app.snapshot();
+    let needs_restart = keep_start_only_settings(&old.config, &mut config);
+    let pool = app.build_pool(&config)?;
+    let names =
+        |pool: &KeyPool| -> Vec<String> { pool.keys().iter().map(|k| k.name.clone()).collect() };
+    let (before, after) = (names(&old.pool), names(&pool));
+    let applied = Applied {
+        added: after
+            .iter()
+            .filter(|n| !before.contains(n))
+            .cloned()
+            .collect(),
+        kept: after
+            .iter()
+            .filter(|n| before.contains(n))
+            .cloned()
+            .collect(),
+        removed: before
+            .iter()
+            .filter(|n| !after.contains(n))
+            .cloned()
+            .collect(),
+        needs_restart,
+    };
+    app.install(Snapshot { config, pool });
+    if !applied.added.is_empty() {
+        // New keys have no balance yet; read it now rather than at the next round.
+        tokio::spawn(refresh::refresh_all_owned(app.clone()));
+    }
+    Ok(applied)
 }
 
 /// Reloads on SIGHUP and whenever the file's content changes, until the task is dropped.
@@ -150,4 +192,27 @@ async fn next_hangup(hangup: &mut Hangup) {
 #[cfg(not(unix))]
 async fn next_hangup(_: &mut Hangup) {
     std::future::pending().await
+}
+
+/// Settings fixed at start (the listener, the connection pool, the pin store): the new
+/// config gets the running values back, so what `/status` and the pool report is what runs.
+/// Returns the names of those that the file changed.
+fn keep_start_only_settings(running: &Config, new: &mut Config) -> Vec<&'static str> {
+    let mut changed = Vec::new();
+    if new.listen != running.listen {
+        changed.push("listen");
+        new.listen = running.listen;
+    }
+    if new.timeouts.connect != running.timeouts.connect {
+        changed.push("timeouts.connect");
+        new.timeouts.connect = running.timeouts.connect;
+    }
+    if new.pins.ttl != running.pins.ttl || new.pins.max_pins != running.pins.max_pins {
+        changed.push("pins");
+        // The probe budget is read on every probe, so it applies live.
+        let probe = (new.pins.probe_rate, new.pins.probe_burst);
+        new.pins = running.pins.clone();
+        (new.pins.probe_rate, new.pins.probe_burst) = probe;
+    }
+    changed
 }

@@ -263,7 +263,7 @@ async fn a_full_queue_or_no_queue_refuses_at_once_and_reloads_apply() {
     // Waiting off, by a live reload.
     let mut off = config.clone();
     off.capacity.queue_timeout = Duration::ZERO;
-    harness.app.apply_config(off).expect("reload applies");
+    keyrelay::reload::apply(&harness.app, off).expect("reload applies");
     poll_to_the_end(&harness, first).await;
     assert_eq!(
         waiting.await.unwrap().json()["status"],
@@ -541,10 +541,7 @@ async fn a_reload_switches_the_strategy_and_tiers_live() {
 
     let mut round_robin = config.clone();
     round_robin.strategy = Strategy::RoundRobin;
-    harness
-        .app
-        .apply_config(round_robin.clone())
-        .expect("reload applies");
+    keyrelay::reload::apply(&harness.app, round_robin.clone()).expect("reload applies");
     let mut served = Vec::new();
     for _ in 0..6 {
         served.push(key_header(&harness.get(&submit_path(true)).await));
@@ -555,7 +552,7 @@ async fn a_reload_switches_the_strategy_and_tiers_live() {
     let mut tiers = round_robin;
     tiers.keys[0].tier = 1;
     tiers.keys[1].tier = 1;
-    harness.app.apply_config(tiers).expect("reload applies");
+    keyrelay::reload::apply(&harness.app, tiers).expect("reload applies");
     for _ in 0..4 {
         assert_eq!(key_header(&harness.get(&submit_path(true)).await), "c");
     }
@@ -581,7 +578,7 @@ async fn a_refresh_during_running_tasks_does_not_leave_the_key_full_after_they_e
     let mut reloaded = config;
     let upstream = reloaded.upstream.clone();
     reloaded.keys.push(key("b", KEY_D, 1.0, &upstream));
-    harness.app.apply_config(reloaded).expect("reload applies");
+    keyrelay::reload::apply(&harness.app, reloaded).expect("reload applies");
     let app = harness.app.clone();
     // The refresh sets the figures and reconciles in one step, with no await between them,
     // and this test's runtime has one thread: once the figures show, reconciling is done.

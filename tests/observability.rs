@@ -466,7 +466,7 @@ async fn keys_a_reload_adds_start_at_zero_too() {
     let mut config = h.app.snapshot().config.clone();
     let upstream = config.upstream.clone();
     config.keys.push(key("d", KEY_D, 1.0, &upstream));
-    h.app.apply_config(config).expect("the reload applies");
+    keyrelay::reload::apply(&h.app, config).expect("the reload applies");
     let text = h.metrics().await;
     assert_all_zero(&text, &closed_series(&["d"]));
     h.stop().await;

@@ -6,13 +6,10 @@
 //! unsure, which is no verdict. Ids no key owns are remembered for a while, so a client
 //! polling a bad id does not make keyrelay ask every key every time.
 
-mod budget;
-mod misses;
-
 use std::sync::Arc;
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use tokio::time::{Duration, Instant};
+use tokio::time::Instant;
 
 use super::{Answered, Attempt, Ctx};
 use crate::captcha::TaskId;
@@ -20,8 +17,6 @@ use crate::captcha::{self, Outcome, ParsedRequest};
 use crate::metrics::ProbeResult;
 use crate::pool::KeyEntry;
 use crate::upstream::UpstreamAnswer;
-use budget::Budget;
-use misses::Misses;
 
 /// At most this many keys are asked about one id, at once: enough for any real pool, and a
 /// bound on the traffic one unknown id can cause.
@@ -31,42 +26,11 @@ pub const MAX_PROBED_KEYS: usize = 16;
 /// `CAPCHA_NOT_READY` (no verdict yet), so one request cannot fan out without bound.
 pub const MAX_PROBED_IDS: usize = 8;
 
-/// How long an id no key owns is answered from memory instead of asking again.
-pub const MISS_HOLD: Duration = Duration::from_secs(60);
-
-/// What the remembered misses may cost at most. Ids are at most 64 bytes, so this is tens
-/// of thousands of ids: more than the probe budget lets keyrelay find in one `MISS_HOLD`.
-pub const MAX_MISS_BYTES: usize = 2 << 20;
-
 /// Answers that mean "this key does not know this task".
 pub(super) const NOT_MINE: [&str; 2] = ["ERROR_WRONG_CAPTCHA_ID", "ERROR_WRONG_ID_FORMAT"];
 
-/// What the probe keeps between requests, shared by the whole process.
-pub struct ProbeState {
-    /// Ids recently found to be nobody's.
-    misses: Misses,
-    /// Upstream probe requests that may be made now (`[pins] probe_rate`, `probe_burst`).
-    budget: Budget,
-}
-
-impl Default for ProbeState {
-    fn default() -> ProbeState {
-        ProbeState {
-            misses: Misses::new(MISS_HOLD, MAX_MISS_BYTES),
-            budget: Budget::default(),
-        }
-    }
-}
-
 // Every probe of a full-size pool must fit in the smallest burst the config allows.
 const _: () = assert!(MAX_PROBED_KEYS as u32 <= crate::config::MIN_PROBE_BURST);
-
-impl ProbeState {
-    /// Drops remembered misses whose hold has ended; returns how many are left.
-    pub fn sweep(&self, now: Instant) -> usize {
-        self.misses.sweep(now)
-    }
-}
 
 /// What probing found.
 pub(super) enum Probed {

@@ -1,4 +1,4 @@
-//! The probe's budget: a token bucket of upstream requests, shared by the whole process, so
+//! The owner probe's budget: a token bucket of upstream requests, shared by the whole process, so
 //! that ids without a pin cannot multiply upstream traffic. Knows counts and time only.
 //!
 //! Hand-written rather than `governor`: it must run on tokio's clock, so that paused-time
@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 /// Upstream probe requests that may be made now; refilled at a rate, up to a burst.
 #[derive(Default)]
-pub(crate) struct Budget {
+pub struct ProbeBudget {
     /// A std `Mutex`: a few arithmetic instructions, never across an await.
     bucket: Mutex<Option<Bucket>>,
 }
@@ -21,7 +21,7 @@ struct Bucket {
     at: Instant,
 }
 
-impl Budget {
+impl ProbeBudget {
     /// Takes `requests` tokens if there are that many, refilled at `rate` a second up to
     /// `burst` since the last take; all or none, so a probe never asks only some keys.
     /// The bucket starts full.
@@ -53,7 +53,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_spent_budget_refills_at_its_rate_up_to_its_burst() {
-        let budget = Budget::default();
+        let budget = ProbeBudget::default();
         let (rate, burst) = (10.0, 30);
         assert!(budget.try_take(16, rate, burst, Instant::now()));
         assert!(budget.try_take(14, rate, burst, Instant::now()));
@@ -72,7 +72,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_smaller_burst_from_a_reload_caps_what_is_left() {
-        let budget = Budget::default();
+        let budget = ProbeBudget::default();
         assert!(budget.try_take(0, 1.0, 500, Instant::now()));
         assert!(budget.try_take(16, 1.0, 16, Instant::now()));
         assert!(!budget.try_take(1, 1.0, 16, Instant::now()));
@@ -93,7 +93,7 @@ mod tests {
                 .build()
                 .unwrap();
             rt.block_on(async {
-                let budget = Budget::default();
+                let budget = ProbeBudget::default();
                 let start = Instant::now();
                 let mut granted = 0u64;
                 for (requests, wait_ms) in steps {

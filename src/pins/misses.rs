@@ -1,4 +1,4 @@
-//! The probe's memory of ids no key owns: bounded in bytes, and every entry gone once its
+//! The owner probe's memory of ids no key owns: bounded in bytes, and every entry gone once its
 //! hold has passed. Knows task ids and time; not keys, HTTP or the probe itself.
 
 use std::collections::{HashMap, VecDeque};
@@ -15,7 +15,7 @@ const ENTRY_BYTES: usize =
     2 * (std::mem::size_of::<TaskId>() + std::mem::size_of::<Instant>()) + 16;
 
 /// Ids remembered for `hold` after a probe found no owner, within `max_bytes`.
-pub(crate) struct Misses {
+pub struct ProbeMisses {
     hold: Duration,
     max_bytes: usize,
     /// A std `Mutex`: held for a lookup or an insert and the expired entries before it,
@@ -43,9 +43,9 @@ fn cost(task: &TaskId) -> usize {
     }
 }
 
-impl Misses {
-    pub(crate) fn new(hold: Duration, max_bytes: usize) -> Misses {
-        Misses {
+impl ProbeMisses {
+    pub(crate) fn new(hold: Duration, max_bytes: usize) -> ProbeMisses {
+        ProbeMisses {
             hold,
             max_bytes,
             inner: Mutex::new(Inner::default()),
@@ -132,7 +132,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn an_id_is_held_for_the_hold_and_then_gone_without_other_traffic() {
-        let misses = Misses::new(HOLD, 1 << 20);
+        let misses = ProbeMisses::new(HOLD, 1 << 20);
         let start = Instant::now();
         misses.remember(TaskId::Num(7), start);
         misses.remember(TaskId::Text("abc".into()), start);
@@ -148,7 +148,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn remembering_again_extends_the_hold_and_the_stale_entry_does_not_cut_it() {
-        let misses = Misses::new(HOLD, 1 << 20);
+        let misses = ProbeMisses::new(HOLD, 1 << 20);
         misses.remember(TaskId::Num(7), Instant::now());
         tokio::time::advance(HOLD / 2).await;
         misses.remember(TaskId::Num(7), Instant::now());
@@ -164,7 +164,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn forgetting_an_id_ends_its_hold() {
-        let misses = Misses::new(HOLD, 1 << 20);
+        let misses = ProbeMisses::new(HOLD, 1 << 20);
         misses.remember(TaskId::Num(7), Instant::now());
         misses.forget(&TaskId::Num(7));
         assert!(!misses.held(&TaskId::Num(7), Instant::now()));
@@ -173,7 +173,7 @@ mod tests {
     #[test]
     fn past_the_byte_bound_the_oldest_go_first() {
         let max = 10 * cost(&TaskId::Num(0));
-        let misses = Misses::new(HOLD, max);
+        let misses = ProbeMisses::new(HOLD, max);
         let now = Instant::now();
         for n in 0..25 {
             misses.remember(TaskId::Num(n), now);
@@ -203,7 +203,7 @@ mod tests {
                 .unwrap();
             rt.block_on(async {
                 let max = max_entries * (ENTRY_BYTES + 2 * 8);
-                let misses = Misses::new(HOLD, max);
+                let misses = ProbeMisses::new(HOLD, max);
                 let mut model: HashMap<TaskId, Instant> = HashMap::new();
                 for (op, n, secs) in ops {
                     let task = if n % 2 == 0 {
