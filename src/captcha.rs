@@ -25,6 +25,7 @@ mod multipart;
 mod param_name;
 mod reply;
 mod request;
+mod request_error;
 mod task_id;
 
 pub use answer::{error_answer, ids_answer, ok_answer, value_answer, Answer};
@@ -32,7 +33,8 @@ pub use reply::{
     classify, known_code, parse_balance, parse_reply, parse_threads, split_ids_reply, Outcome,
     Reply, ThreadsInfo,
 };
-pub use request::{BodyKind, ParsedRequest, RequestError, Rewritten};
+pub use request::{BodyKind, ParsedRequest, Rewritten};
+pub use request_error::RequestError;
 pub use task_id::{BadTaskId, TaskId, MAX_TASK_ID_LEN, TASK_ID_PUNCTUATION};
 
 /// The three API endpoints keyrelay serves.
