@@ -27,6 +27,7 @@ mod reply;
 mod request;
 mod request_error;
 mod task_id;
+mod urlencoded;
 
 pub use answer::{error_answer, ids_answer, ok_answer, value_answer, Answer};
 pub use reply::{

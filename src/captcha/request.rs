@@ -9,8 +9,9 @@ use std::ops::Range;
 use bytes::Bytes;
 use hyper::header::{HeaderMap, CONTENT_ENCODING, CONTENT_TYPE};
 
-use super::param_name::{php_name, spells, spells_bytes};
+use super::param_name::{spells, spells_bytes};
 use super::request_error::{echo, RequestError};
+use super::urlencoded::{self, Name, Splice};
 use super::{json_body, multipart};
 
 /// The encoding of a request body, chosen from its Content-Type (and, when that is missing
@@ -269,12 +270,7 @@ impl ParsedRequest {
             if placed[i] || set[..i].iter().any(|(n, _)| n == name) {
                 continue;
             }
-            if !query.is_empty() && !query.ends_with('&') {
-                query.push('&');
-            }
-            query.extend(form_urlencoded::byte_serialize(name.as_bytes()));
-            query.push('=');
-            query.extend(form_urlencoded::byte_serialize(value.as_bytes()));
+            urlencoded::push_pair(&mut query, name, value);
         }
 
         Rewritten { query, body }
@@ -291,10 +287,7 @@ impl ParsedRequest {
         set: &[(&str, &str)],
         placed: &mut [bool],
     ) -> Option<Vec<u8>> {
-        let raw = self.source(source);
-        let mut out: Option<Vec<u8>> = None;
-        // `raw[copied..]` is what still has to be copied once a later pair changes.
-        let mut copied = 0;
+        let mut splice: Option<Splice<'_>> = None;
         for param in &self.params {
             let Some(wire) = param.wire.filter(|wire| wire.source == source) else {
                 continue;
@@ -302,28 +295,15 @@ impl ParsedRequest {
             let Some(slot) = set.iter().position(|(n, _)| self.spells(param, n)) else {
                 continue;
             };
-            let out = out.get_or_insert_with(|| Vec::with_capacity(raw.len() + 64));
+            let splice = splice.get_or_insert_with(|| Splice::new(self.source(source)));
             if placed[slot] {
-                // A dropped pair goes with one `&`: the one before it if that is still to
-                // be copied, else the one after it, as dropping it from a split-and-join would.
-                if wire.start > copied {
-                    out.extend_from_slice(&raw[copied..wire.start - 1]);
-                    copied = wire.end;
-                } else {
-                    copied = (wire.end + 1).min(raw.len());
-                }
+                splice.remove(wire.start..wire.end);
             } else {
                 placed[slot] = true;
-                out.extend_from_slice(&raw[copied..wire.start]);
-                append_encoded(out, set[slot].0);
-                out.push(b'=');
-                append_encoded(out, set[slot].1);
-                copied = wire.end;
+                splice.replace(wire.start..wire.end, set[slot].0, set[slot].1);
             }
         }
-        let mut out = out?;
-        out.extend_from_slice(&raw[copied..]);
-        Some(out)
+        splice.map(Splice::finish)
     }
 
     /// Whether `param`'s name is a spelling of `name` to some reader ([`spells`]). Plain
@@ -365,7 +345,7 @@ impl ParsedRequest {
                     .unwrap_or_default(),
             ),
             Text::Encoded(from, range) => {
-                decode(self.source(*from).get(range.clone()).unwrap_or_default())
+                urlencoded::decode(self.source(*from).get(range.clone()).unwrap_or_default())
             }
             Text::Owned(text) => Cow::Borrowed(text),
         }
@@ -501,57 +481,21 @@ fn starts_like_json_object(body: &[u8]) -> bool {
 
 // === urlencoded pairs (query and form bodies) ===
 
-/// Finds every `name=value` pair of `raw` (from `source`) and files it in `params` with its
-/// name decoded and normalised as PHP does, and its value left encoded in place. Empty pairs
-/// (`&&`) are skipped, as PHP skips them.
+/// Files every pair of `raw` (from `source`) in `params`: its name as PHP keys it, in place
+/// when it needed no decoding, and its value left encoded in place.
 fn index_pairs(source: Source, raw: &[u8], params: &mut Vec<Param>) {
-    // memchr finds the separators a word at a time; values (URLs, tokens, images) are
-    // the long part of a request and are not otherwise looked at.
-    let ends = memchr::memchr_iter(b'&', raw).chain(std::iter::once(raw.len()));
-    let mut start = 0;
-    for end in ends {
-        let pair_start = start;
-        let pair = &raw[start..end];
-        start = end + 1;
-        if pair.is_empty() {
-            continue;
-        }
-        let name_len = memchr::memchr(b'=', pair).unwrap_or(pair.len());
-        let value_start = (name_len + 1).min(pair.len());
-        let name = match decode(&pair[..name_len]) {
-            Cow::Borrowed(decoded) => {
-                // Normalising only cuts a borrowed name shorter, so it stays a range of `raw`.
-                let normal = php_name(decoded);
-                let offset = normal.as_ptr() as usize - decoded.as_ptr() as usize;
-                let at = pair_start + offset;
-                Text::Plain(source, at..at + normal.len())
-            }
-            Cow::Owned(decoded) => Text::Owned(php_name(&decoded).to_owned()),
-        };
-        let end = pair_start + pair.len();
-        let value = Text::Encoded(source, pair_start + value_start..end);
-        let wire = Wire {
+    params.extend(urlencoded::pairs(raw).map(|pair| Param {
+        name: match pair.name {
+            Name::InPlace(range) => Text::Plain(source, range),
+            Name::Decoded(name) => Text::Owned(name),
+        },
+        value: Text::Encoded(source, pair.value),
+        wire: Some(Wire {
             source,
-            start: pair_start,
-            end,
-        };
-        params.push(Param {
-            name,
-            value,
-            wire: Some(wire),
-        });
-    }
-}
-
-/// Appends `value` form-urlencoded. Keys and most values need no escaping, and copying
-/// them whole is cheaper than serialising byte by byte.
-fn append_encoded(out: &mut Vec<u8>, value: &str) {
-    let unreserved = |b: &u8| b.is_ascii_alphanumeric() || matches!(b, b'*' | b'-' | b'.' | b'_');
-    if value.as_bytes().iter().all(unreserved) {
-        out.extend_from_slice(value.as_bytes());
-    } else {
-        out.extend(form_urlencoded::byte_serialize(value.as_bytes()).flat_map(str::bytes));
-    }
+            start: pair.span.start,
+            end: pair.span.end,
+        }),
+    }));
 }
 
 fn owned_params(pairs: Vec<(String, String)>) -> impl Iterator<Item = Param> {
@@ -560,23 +504,6 @@ fn owned_params(pairs: Vec<(String, String)>) -> impl Iterator<Item = Param> {
         value: Text::Owned(value),
         wire: None,
     })
-}
-
-/// Decodes one urlencoded name or value: `+` is a space, `%XX` a byte, and invalid UTF-8 is
-/// replaced, never an error. Borrows when there is nothing to decode, which is the usual case.
-fn decode(raw: &[u8]) -> Cow<'_, str> {
-    if !raw.iter().any(|&b| b == b'%' || b == b'+') {
-        return match std::str::from_utf8(raw) {
-            Ok(text) => Cow::Borrowed(text),
-            Err(_) => String::from_utf8_lossy(raw),
-        };
-    }
-    let spaced: Vec<u8> = raw
-        .iter()
-        .map(|&b| if b == b'+' { b' ' } else { b })
-        .collect();
-    let bytes: Cow<'_, [u8]> = percent_encoding::percent_decode(&spaced).into();
-    Cow::Owned(String::from_utf8_lossy(&bytes).into_owned())
 }
 
 #[cfg(test)]
