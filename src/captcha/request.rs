@@ -24,7 +24,8 @@ pub struct ParsedRequest {
     body: Bytes,
     kind: BodyKind,
     /// Query pairs first, then body pairs, each in wire order; the last match wins. Names
-    /// from the query, form and multipart bodies are as PHP keys them ([`php_name`]).
+    /// from the query, form and multipart bodies are as PHP keys them
+    /// ([`php_name`](super::param_name::php_name)).
     params: Vec<Param>,
     layout: Layout,
 }
