@@ -10,7 +10,8 @@ use tokio::time::Instant;
 use super::probe::{self, Probed};
 use super::{Attempt, Ctx, Handled};
 use crate::captcha::{
-    self, BadTaskId, Outcome, ParsedRequest, Reply, TaskId, MAX_TASK_ID_LEN, TASK_ID_PUNCTUATION,
+    self, BadTaskId, Outcome, ParsedRequest, Reply, TaskAction, TaskCommand, TaskId,
+    MAX_TASK_ID_LEN, TASK_ID_PUNCTUATION,
 };
 use crate::failover::{self, Next};
 use crate::pool::KeyEntry;
@@ -18,24 +19,19 @@ use crate::pool::KeyEntry;
 const WRONG_ID: &str = "ERROR_WRONG_CAPTCHA_ID";
 const NOT_READY: &str = "CAPCHA_NOT_READY";
 
-pub(super) async fn poll(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
+pub(super) async fn poll(ctx: &Ctx, parsed: &ParsedRequest, task: TaskCommand<'_>) -> Handled {
     if let Some(paused) = ctx.paused() {
         return paused;
     }
-    let is_get = parsed.action().as_deref() == Some("get");
-    match parsed
-        .param("ids")
-        .filter(|ids| is_get && !ids.trim().is_empty())
-    {
-        Some(ids) => poll_many(ctx, parsed, &ids).await,
-        None => poll_one(ctx, parsed).await,
+    match task {
+        TaskCommand::Many { ids } => poll_many(ctx, parsed, &ids).await,
+        TaskCommand::One { action, id } => poll_one(ctx, parsed, action, &id).await,
     }
 }
 
-async fn poll_one(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
+async fn poll_one(ctx: &Ctx, parsed: &ParsedRequest, action: TaskAction, raw: &str) -> Handled {
     let started = Instant::now();
-    let raw = parsed.param("id").unwrap_or_default();
-    let task = match TaskId::read(&raw) {
+    let task = match TaskId::read(raw) {
         Ok(task) => task,
         Err(BadTaskId::Blank) => {
             return ctx.local_error(
@@ -52,7 +48,7 @@ async fn poll_one(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
         }
     };
     // The upstream gets the id as keyrelay reads it, so "0123" polls task 123 there too.
-    let canonical = (!task.spelled_as(&raw)).then(|| task.to_string());
+    let canonical = (!task.spelled_as(raw)).then(|| task.to_string());
     let respelled: Vec<(&str, &str)> = canonical.iter().map(|id| ("id", id.as_str())).collect();
     let Some(key) = owner(ctx, &task) else {
         return match probe::probe(ctx, parsed, &task, &respelled).await {
@@ -72,13 +68,13 @@ async fn poll_one(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
             }
             Probed::Unsure => no_verdict(
                 ctx,
-                parsed,
+                action,
                 "no key claimed this task, but not every key could answer",
                 "upstream_failed",
             ),
             Probed::NoBudget => no_verdict(
                 ctx,
-                parsed,
+                action,
                 "keyrelay has no pin for this task and its probe budget is spent",
                 "probe_budget",
             ),
@@ -87,20 +83,19 @@ async fn poll_one(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
     let (attempt, tries) = with_retries(ctx, &key, parsed, &respelled).await;
     let outcome = attempt.outcome.label();
     tracing::info!(
-        action = parsed.action().as_deref().unwrap_or(""),
+        action = action.name(),
         key = %key.name,
         task_id = %task,
         outcome,
         latency_ms = started.elapsed().as_millis() as u64,
         "poll"
     );
-    let is_get = matches!(parsed.action().as_deref(), Some("get" | "get2"));
-    if is_get && is_final(&attempt) {
+    if action.polls() && is_final(&attempt) {
         ctx.app.finish_task(&task);
     }
     match attempt.deliverable() {
         Some(answer) => Handled::upstream(answer, outcome, &key, tries),
-        None => unanswered(ctx, parsed),
+        None => unanswered(ctx, action),
     }
 }
 
@@ -134,10 +129,10 @@ fn finish_items(ctx: &Ctx, ids: &[&str], items: &[String]) {
 }
 
 /// A poll the upstream did not answer after every retry.
-fn unanswered(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
+fn unanswered(ctx: &Ctx, action: TaskAction) -> Handled {
     no_verdict(
         ctx,
-        parsed,
+        action,
         "the upstream did not answer this poll",
         "upstream_failed",
     )
@@ -147,14 +142,15 @@ fn unanswered(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
 /// "not ready (as far as keyrelay knows)": every client polls again, and gives up on its own
 /// timeout if this lasts, whereas `ERROR_WRONG_CAPTCHA_ID` would make it drop a task that
 /// may exist. A report cannot be answered that way: "retry later".
-fn no_verdict(ctx: &Ctx, parsed: &ParsedRequest, why: &str, outcome: &'static str) -> Handled {
-    match parsed.action().as_deref() {
-        Some("get" | "get2") => ctx.local_error(NOT_READY, &format!("{why}; poll again"), outcome),
-        _ => ctx.local_error(
+fn no_verdict(ctx: &Ctx, action: TaskAction, why: &str, outcome: &'static str) -> Handled {
+    if action.polls() {
+        ctx.local_error(NOT_READY, &format!("{why}; poll again"), outcome)
+    } else {
+        ctx.local_error(
             "ERROR_SERVER_ERROR",
             &format!("{why}; retry later"),
             outcome,
-        ),
+        )
     }
 }
 
@@ -290,7 +286,7 @@ async fn poll_many(ctx: &Ctx, parsed: &ParsedRequest, ids: &str) -> Handled {
                 }
                 Handled::upstream(answer, outcome, &key, tries)
             }
-            None => unanswered(ctx, parsed),
+            None => unanswered(ctx, TaskAction::Get),
         };
     }
 
