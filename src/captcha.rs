@@ -1,9 +1,10 @@
 //! The CaptchaAI (2captcha-compatible) wire protocol, pure: no I/O, no state, no keys held.
 //!
-//! The proxy calls this module to parse a caller's request ([`ParsedRequest`]), rewrite it for
-//! the upstream with a pool key ([`ParsedRequest::rewrite`]), parse and classify what the
-//! upstream answered ([`parse_reply`], [`classify`]), and build the answers keyrelay makes
-//! itself ([`error_answer`] and friends).
+//! The proxy calls this module to parse a caller's request ([`ParsedRequest`]), read what a
+//! `res.php` request asks for ([`ResCommand`]), rewrite it for the upstream with a pool key
+//! ([`ParsedRequest::rewrite`]), parse and classify what the upstream answered
+//! ([`parse_reply`], [`classify`]), and build the answers keyrelay makes itself
+//! ([`error_answer`] and friends).
 //!
 //! Protocol facts this module relies on (`docs/captcha-api.md` in the shared notes):
 //! - Parameters come from the query string and the body together, like PHP's `$_REQUEST`:
@@ -15,24 +16,37 @@
 //! - API errors come with HTTP 200 and the code in the body, and the service sometimes answers
 //!   plain text to a `json=1` request, so answers are parsed in both shapes whatever was asked.
 //!
-//! Layout: `request` (parse + params + rewrite dispatch, urlencoded pairs), `multipart`
-//! (byte-exact part splitting and splicing), `json_body` (JSON member splicing), `reply`
-//! (upstream answers and the outcome table), `answer` (answers keyrelay makes).
+//! Layout, arrows pointing one way (each module imports only those after it):
+//! - `res_command`: [`ResCommand`], a `res.php` request's action read once, over
+//! - `request`: [`ParsedRequest`], the params it reads and the key rewrite, over
+//! - `body_kind` (which encoding a body has), `multipart` (byte-exact part splitting and
+//!   splicing), `json_body` (JSON member splicing) and `urlencoded` (the query and form
+//!   codec), over the leaves `param_name` (names as PHP and other readers see them) and
+//!   `request_error` ([`RequestError`]).
+//! - `reply` (upstream answers and the outcome table), `answer` (answers keyrelay makes) and
+//!   `task_id` ([`TaskId`]) stand alone.
 
 mod answer;
+mod body_kind;
 mod json_body;
 mod multipart;
 mod param_name;
 mod reply;
 mod request;
+mod request_error;
+mod res_command;
 mod task_id;
+mod urlencoded;
 
 pub use answer::{error_answer, ids_answer, ok_answer, value_answer, Answer};
+pub use body_kind::BodyKind;
 pub use reply::{
     classify, known_code, parse_balance, parse_reply, parse_threads, split_ids_reply, Outcome,
     Reply, ThreadsInfo,
 };
-pub use request::{BodyKind, ParsedRequest, RequestError, Rewritten};
+pub use request::{ParsedRequest, Rewritten};
+pub use request_error::RequestError;
+pub use res_command::{Pingback, ResCommand, TaskAction, TaskCommand};
 pub use task_id::{BadTaskId, TaskId, MAX_TASK_ID_LEN, TASK_ID_PUNCTUATION};
 
 /// The three API endpoints keyrelay serves.

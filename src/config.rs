@@ -7,6 +7,7 @@
 //! parse errors are shown against a copy of the document with secrets masked (`redact`).
 
 mod keys;
+mod problems;
 mod raw;
 mod redact;
 mod summary;

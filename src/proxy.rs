@@ -36,7 +36,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use tokio::time::Instant;
 
 use crate::app::{App, Snapshot};
-use crate::captcha::{self, Endpoint, Outcome, ParsedRequest, Reply};
+use crate::captcha::{self, Endpoint, Outcome, ParsedRequest, Reply, ResCommand};
 use crate::failover;
 use crate::health::{StateKind, TRANSIENT_REASON};
 use crate::metrics::RequestOutcome;
@@ -254,16 +254,15 @@ async fn api(
     (into_response(handled, json, key_headers), outcome)
 }
 
+/// `res.php`, on what it asks for: its action is read here, once.
 async fn dispatch_res(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
-    match parsed.action().as_deref() {
-        None => Local::EmptyAction.into(),
-        Some("get" | "get2" | "reportbad" | "reportgood") => poll::poll(ctx, parsed).await,
-        Some("getbalance") => account::balance(ctx).await,
-        Some("threadsinfo") => account::threads(ctx),
-        Some("add_pingback" | "get_pingback" | "del_pingback") => {
-            account::pingback(ctx, parsed).await
-        }
-        Some(_) => account::other(ctx, parsed).await,
+    match ResCommand::of(parsed) {
+        ResCommand::NoAction => Local::EmptyAction.into(),
+        ResCommand::Task(task) => poll::poll(ctx, parsed, task).await,
+        ResCommand::Balance => account::balance(ctx).await,
+        ResCommand::Threads => account::threads(ctx),
+        ResCommand::Pingback(_) => account::pingback(ctx, parsed).await,
+        ResCommand::Other => account::other(ctx, parsed).await,
     }
 }
 

@@ -7,7 +7,7 @@ use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
 use super::param_name::spells;
-use super::request::RequestError;
+use super::request_error::RequestError;
 
 /// One member of the body object: its (unescaped) name and its value exactly as sent.
 pub(super) type Member = (String, Box<RawValue>);

@@ -18,7 +18,7 @@ use std::ops::Range;
 use memchr::memmem;
 
 use super::param_name::{php_name, spells};
-use super::request::RequestError;
+use super::request_error::RequestError;
 
 /// More headers than this on one part is not a form a client would send.
 const MAX_PART_HEADERS: usize = 32;

@@ -142,6 +142,37 @@ mod tests {
     }
 
     #[test]
+    fn php_name_normalises_like_php_register_variable() {
+        let cases = [
+            ("key", "key"),
+            (" key", "key"),
+            ("   key", "key"),
+            ("key\0x", "key"),
+            ("key\0[", "key"),
+            ("\0key", ""),
+            ("key[]", "key"),
+            ("key[x]", "key"),
+            ("key[x]junk", "key"),
+            (" key[ ]", "key"),
+            ("key[a][b]", "key"),
+            ("[x]", ""),
+            // No `]` after the `[`: PHP makes it `key_`, not an array.
+            ("key[", "key["),
+            ("key[x", "key[x"),
+            ("key]", "key]"),
+            // Only leading spaces go; tabs, trailing spaces and inner spaces stay.
+            ("\tkey", "\tkey"),
+            ("key ", "key "),
+            ("k ey", "k ey"),
+            ("KEY", "KEY"),
+            ("", ""),
+        ];
+        for (name, expected) in cases {
+            assert_eq!(php_name(name), expected, "{name:?}");
+        }
+    }
+
+    #[test]
     fn every_reader_s_spelling_of_key_is_key() {
         for name in [
             "key",

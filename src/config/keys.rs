@@ -5,9 +5,9 @@ use std::collections::HashMap;
 
 use toml::Value;
 
+use super::problems::{a_type, Problems};
 use super::raw::RawKey;
 use super::redact::{quoted, variable};
-use super::validate::{a_type, Problems};
 use super::{KeyConfig, Upstream, DEFAULT_TIER, DEFAULT_WEIGHT};
 use crate::ApiKey;
 

@@ -1,12 +1,12 @@
 //! Raw settings to a validated [`Config`]: defaults, ranges and units, every problem
 //! collected with the path of its field. The key pool itself is checked in `keys`.
 
-use std::fmt;
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use toml::Value;
 
+use super::problems::{a_type, Problems};
 use super::raw::{RawCapacity, RawConfig, RawFailover, RawLimits, RawPins, RawTimeouts};
 use super::redact::quoted;
 use super::*;
@@ -14,16 +14,6 @@ use super::*;
 /// Longest duration any setting accepts. Far beyond every sensible value, and near enough
 /// that adding it to an `Instant` can never overflow.
 const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 60 * 60);
-
-/// Validation problems in the order found, each `path: message`.
-#[derive(Default)]
-pub(super) struct Problems(Vec<String>);
-
-impl Problems {
-    pub(super) fn add(&mut self, path: impl fmt::Display, message: impl fmt::Display) {
-        self.0.push(format!("{path}: {message}"));
-    }
-}
 
 /// Whether a zero duration means something for a setting, or is a mistake.
 #[derive(Clone, Copy, PartialEq)]
@@ -58,9 +48,7 @@ pub(super) fn validate(
         key_headers: raw.observability.key_headers.unwrap_or(DEFAULT_KEY_HEADERS),
     };
     let keys = super::keys::pool(p, raw.keys, raw.keys_env, &upstream, env);
-    if !problems.0.is_empty() {
-        return Err(problems.0);
-    }
+    problems.check()?;
     Ok(Config {
         listen,
         strategy,
@@ -487,17 +475,4 @@ fn size(p: &mut Problems, field: &str, raw: Option<Value>, default: usize) -> us
         Err(_) => p.add(field, format!("{bytes} bytes does not fit in memory")),
     }
     default
-}
-
-/// The type of a TOML value with its article, for "got a string" messages.
-pub(super) fn a_type(value: &Value) -> &'static str {
-    match value {
-        Value::String(_) => "a string",
-        Value::Integer(_) => "an integer",
-        Value::Float(_) => "a float",
-        Value::Boolean(_) => "a boolean",
-        Value::Datetime(_) => "a date-time",
-        Value::Array(_) => "an array",
-        Value::Table(_) => "a table",
-    }
 }

@@ -9,7 +9,9 @@ use tokio::time::Instant;
 
 use super::probe::{self, Probed};
 use super::{Attempt, Ctx, Handled, Local, NoVerdict};
-use crate::captcha::{self, BadTaskId, Outcome, ParsedRequest, Reply, TaskId};
+use crate::captcha::{
+    self, BadTaskId, Outcome, ParsedRequest, Reply, TaskAction, TaskCommand, TaskId,
+};
 use crate::failover::{self, Next};
 use crate::metrics::{LocalCode, RequestOutcome};
 use crate::pool::KeyEntry;
@@ -18,24 +20,19 @@ use crate::pool::KeyEntry;
 const WRONG_ID: &str = LocalCode::WrongCaptchaId.label();
 const NOT_READY: &str = LocalCode::NotReady.label();
 
-pub(super) async fn poll(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
+pub(super) async fn poll(ctx: &Ctx, parsed: &ParsedRequest, task: TaskCommand<'_>) -> Handled {
     if let Some(paused) = ctx.paused() {
         return paused;
     }
-    let is_get = parsed.action().as_deref() == Some("get");
-    match parsed
-        .param("ids")
-        .filter(|ids| is_get && !ids.trim().is_empty())
-    {
-        Some(ids) => poll_many(ctx, parsed, &ids).await,
-        None => poll_one(ctx, parsed).await,
+    match task {
+        TaskCommand::Many { ids } => poll_many(ctx, parsed, &ids).await,
+        TaskCommand::One { action, id } => poll_one(ctx, parsed, action, &id).await,
     }
 }
 
-async fn poll_one(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
+async fn poll_one(ctx: &Ctx, parsed: &ParsedRequest, action: TaskAction, raw: &str) -> Handled {
     let started = Instant::now();
-    let raw = parsed.param("id").unwrap_or_default();
-    let task = match TaskId::read(&raw) {
+    let task = match TaskId::read(raw) {
         Ok(task) => task,
         Err(BadTaskId::Blank) => return Local::NoTaskId.into(),
         // Definite without asking anyone: no key can own what is not a task id.
@@ -45,7 +42,7 @@ async fn poll_one(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
         }
     };
     // The upstream gets the id as keyrelay reads it, so "0123" polls task 123 there too.
-    let canonical = (!task.spelled_as(&raw)).then(|| task.to_string());
+    let canonical = (!task.spelled_as(raw)).then(|| task.to_string());
     let respelled: Vec<(&str, &str)> = canonical.iter().map(|id| ("id", id.as_str())).collect();
     let Some(key) = owner(ctx, &task) else {
         return match probe::probe(ctx, parsed, &task, &respelled).await {
@@ -55,27 +52,26 @@ async fn poll_one(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
                 outcome,
             } => Handled::relayed(answer, RequestOutcome::relayed(outcome), &key, 1),
             Probed::Nobody { remembered } => Local::UnknownTask { task, remembered }.into(),
-            Probed::Unsure => no_verdict(parsed, NoVerdict::ProbeUnsure),
-            Probed::NoBudget => no_verdict(parsed, NoVerdict::ProbeBudget),
+            Probed::Unsure => no_verdict(action, NoVerdict::ProbeUnsure),
+            Probed::NoBudget => no_verdict(action, NoVerdict::ProbeBudget),
         };
     };
     let (attempt, tries) = with_retries(ctx, &key, parsed, &respelled).await;
     let outcome = RequestOutcome::relayed(attempt.outcome());
     tracing::info!(
-        action = parsed.action().as_deref().unwrap_or(""),
+        action = action.name(),
         key = %key.name,
         task_id = %task,
         outcome = outcome.label(),
         latency_ms = started.elapsed().as_millis() as u64,
         "poll"
     );
-    let is_get = matches!(parsed.action().as_deref(), Some("get" | "get2"));
-    if is_get && is_final(&attempt) {
+    if action.polls() && is_final(&attempt) {
         ctx.app.finish_task(&task);
     }
     match attempt.deliverable() {
         Some(answer) => Handled::relayed(answer, outcome, &key, tries),
-        None => no_verdict(parsed, NoVerdict::Unanswered),
+        None => no_verdict(action, NoVerdict::Unanswered),
     }
 }
 
@@ -104,9 +100,12 @@ fn finish_items(ctx: &Ctx, ids: &[&str], items: &[String]) {
 }
 
 /// A task action keyrelay has no verdict for, because `why` ([`Local::NoVerdict`]).
-fn no_verdict(parsed: &ParsedRequest, why: NoVerdict) -> Handled {
-    let get = matches!(parsed.action().as_deref(), Some("get" | "get2"));
-    Local::NoVerdict { why, get }.into()
+fn no_verdict(action: TaskAction, why: NoVerdict) -> Handled {
+    Local::NoVerdict {
+        why,
+        get: action.polls(),
+    }
+    .into()
 }
 
 /// Sends with the task's own key, retrying transient failures on that same key.
@@ -242,7 +241,7 @@ async fn poll_many(ctx: &Ctx, parsed: &ParsedRequest, ids: &str) -> Handled {
                 }
                 Handled::relayed(answer, outcome, &key, tries)
             }
-            None => no_verdict(parsed, NoVerdict::Unanswered),
+            None => no_verdict(TaskAction::Get, NoVerdict::Unanswered),
         };
     }
 

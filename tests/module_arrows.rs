@@ -1,0 +1,193 @@
+//! The crate's sub-modules import one another one way: within any directory of `src/`, no
+//! two sibling modules reach each other through `super::`, directly or round a longer loop.
+//! Shared pieces are leaf modules that both sides import (`captcha/request_error.rs`,
+//! `config/problems.rs`). Test code is left out: a test may import what it checks.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::path::Path;
+
+/// Module name → the sibling modules its non-test code names through `super::`.
+type Graph = BTreeMap<String, BTreeSet<String>>;
+
+/// The names `source` reaches as `super::name`, including inside `use super::{a, b::c}`.
+fn super_names(source: &str) -> BTreeSet<String> {
+    let code = match source.find("#[cfg(test)]\nmod tests {") {
+        Some(at) => &source[..at],
+        None => source,
+    };
+    let mut names = BTreeSet::new();
+    for (at, _) in code.match_indices("super::") {
+        let rest = &code[at + "super::".len()..];
+        let listed = match rest.strip_prefix('{') {
+            // Only the first segment of each listed path names a module of `super`.
+            Some(group) => group[..group.find('}').unwrap_or(group.len())]
+                .split(',')
+                .map(|path| path.trim().split("::").next().unwrap_or_default())
+                .collect(),
+            None => vec![rest],
+        };
+        for path in listed {
+            let name: String = path
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            if !name.is_empty() {
+                names.insert(name);
+            }
+        }
+    }
+    names
+}
+
+/// The graph of one directory's modules, `(module name, its source)` each.
+fn graph(modules: &[(String, String)]) -> Graph {
+    let known: BTreeSet<&str> = modules.iter().map(|(name, _)| name.as_str()).collect();
+    modules
+        .iter()
+        .map(|(name, source)| {
+            let siblings = super_names(source)
+                .into_iter()
+                .filter(|used| used != name && known.contains(used.as_str()))
+                .collect();
+            (name.clone(), siblings)
+        })
+        .collect()
+}
+
+/// Every loop of the graph, each as the path that closes it (`a → b → a`).
+fn loops(graph: &Graph) -> Vec<Vec<String>> {
+    fn walk(graph: &Graph, path: &mut Vec<String>, found: &mut Vec<Vec<String>>) {
+        let last = path.last().expect("a path is never empty").clone();
+        for next in graph.get(&last).into_iter().flatten() {
+            if let Some(start) = path.iter().position(|seen| seen == next) {
+                // Reported once, from its smallest member.
+                let looped = &path[start..];
+                if looped.iter().min() == Some(&looped[0]) {
+                    let mut closed = looped.to_vec();
+                    closed.push(next.clone());
+                    found.push(closed);
+                }
+            } else {
+                path.push(next.clone());
+                walk(graph, path, found);
+                path.pop();
+            }
+        }
+    }
+    let mut found = Vec::new();
+    for start in graph.keys() {
+        walk(graph, &mut vec![start.clone()], &mut found);
+    }
+    found.sort();
+    found.dedup();
+    found
+}
+
+/// `(directory, its modules)` for every directory under `src/` that holds `.rs` files. A
+/// module is `x.rs` in the directory; `tests.rs` is test code and left out.
+fn directories(root: &Path) -> Vec<(String, Vec<(String, String)>)> {
+    let mut out = Vec::new();
+    let mut pending = vec![root.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        let mut modules = Vec::new();
+        for entry in fs::read_dir(&dir).expect("src is readable") {
+            let path = entry.expect("src is readable").path();
+            if path.is_dir() {
+                pending.push(path);
+            } else if path.extension().is_some_and(|ext| ext == "rs") {
+                let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+                if name != "tests" {
+                    let source = fs::read_to_string(&path).expect("a source file is UTF-8");
+                    modules.push((name, source));
+                }
+            }
+        }
+        out.push((dir.display().to_string(), modules));
+    }
+    out
+}
+
+#[test]
+fn no_two_sibling_modules_import_each_other() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let dirs = directories(&src);
+    // The walk found the directories this rule was written for.
+    for expected in ["captcha", "config", "proxy"] {
+        assert!(
+            dirs.iter().any(|(dir, _)| dir.ends_with(expected)),
+            "no src/{expected}"
+        );
+    }
+    // The top level (`crate::` paths) is not this test's business; `super::` from a file
+    // directly in src/ would name the crate root.
+    let found: Vec<(String, Vec<Vec<String>>)> = dirs
+        .iter()
+        .filter(|(dir, _)| Path::new(dir) != src)
+        .map(|(dir, modules)| (dir.clone(), loops(&graph(modules))))
+        .filter(|(_, loops)| !loops.is_empty())
+        .collect();
+    assert!(
+        found.is_empty(),
+        "sibling modules import each other: {found:?}"
+    );
+}
+
+#[test]
+fn the_loop_finder_sees_direct_and_longer_loops_and_only_those() {
+    let module = |name: &str, source: &str| (name.to_owned(), source.to_owned());
+    // Today's captcha arrows, one way: no loop.
+    let one_way = [
+        module(
+            "request",
+            "use super::{json_body, multipart};\nuse super::request_error::RequestError;",
+        ),
+        module(
+            "multipart",
+            "use super::request_error::RequestError;\nuse super::param_name::{php_name, spells};",
+        ),
+        module("json_body", "use super::request_error::RequestError;"),
+        module("request_error", "use std::fmt;"),
+        module("param_name", ""),
+    ];
+    assert!(loops(&graph(&one_way)).is_empty());
+
+    // The shape before the leaf existed: request ↔ multipart, through a use and a path.
+    let direct = [
+        module("request", "use super::{json_body, multipart};"),
+        module(
+            "multipart",
+            "fn f() -> super::request::RequestError { todo!() }",
+        ),
+        module("json_body", ""),
+    ];
+    assert_eq!(
+        loops(&graph(&direct)),
+        [["multipart", "request", "multipart"]]
+    );
+
+    // A longer loop, a parent import (`super::Config`, not a sibling) and test-only imports.
+    let longer = [
+        module(
+            "keys",
+            "use super::validate::a_type;\nuse super::{Config, DEFAULT_WEIGHT};",
+        ),
+        module("validate", "use super::summary::line;"),
+        module(
+            "summary",
+            "use super::keys::pool;\n#[cfg(test)]\nmod tests {\n    use super::super::validate;\n}",
+        ),
+    ];
+    assert_eq!(
+        loops(&graph(&longer)),
+        [["keys", "validate", "summary", "keys"]]
+    );
+    let tests_only = [
+        module("a", "use super::b::x;"),
+        module(
+            "b",
+            "#[cfg(test)]\nmod tests {\n    use super::super::a::x;\n}",
+        ),
+    ];
+    assert!(loops(&graph(&tests_only)).is_empty());
+}
