@@ -1,28 +1,40 @@
 //! keyrelay: a local proxy that lets scripts written for CaptchaAI's 2captcha-compatible
 //! `in.php` / `res.php` API share a pool of API keys.
 //!
-//! Request flow: `server` → `proxy::handle` → `captcha::ParsedRequest` → `pool::candidates`
-//! → `upstream` → `captcha::classify` → `failover` → `App::record_health` → `metrics`.
+//! Request flow: `server` → `proxy::handle` → `captcha::ParsedRequest` (and, for `res.php`,
+//! `captcha::ResCommand`) → `pool::candidates` → `upstream` → `captcha::classify` →
+//! `failover` → `App::record_health` → `metrics`; every answer keyrelay makes itself is a
+//! `proxy::Local`.
+//!
+//! Arrows point one way (`tests/module_arrows.rs` holds it): `server` → `proxy` → `app` →
+//! `pool`, `capacity`, `pins`, `upstream` → `captcha`, `failover`, `health`, `config`. No
+//! module calls back up; the background tasks (`refresh`, `reload`) and `status` sit beside
+//! `proxy`, above `app`.
 //!
 //! Layout:
-//! - [`api_key`]: the redacted [`ApiKey`] secret type.
-//! - [`captcha`]: the wire protocol, pure: request parsing, key rewriting, answer parsing and
-//!   the one table that classifies upstream outcomes.
+//! - [`api_key`]: the redacted [`ApiKey`] secret type; [`key_id`]: the id every store knows
+//!   a key by.
+//! - [`captcha`]: the wire protocol, pure: request parsing, key rewriting, task ids, the
+//!   typed `res.php` command, answer parsing and the one table that classifies upstream
+//!   outcomes.
 //! - [`config`]: `proxy.toml` from raw TOML to a validated [`Config`].
 //! - [`health`] and [`pins`]: key health and task pins, each behind a narrow store interface;
 //!   [`capacity`]: threads in use per key (behind a third), leases and the queue for a full
 //!   pool.
 //! - [`pool`]: the keys, what is known about them, tiers and the selection strategies;
 //!   [`registry`]: every key ever configured, under an id stable across reloads.
-//! - [`failover`]: the policy: what each outcome does to a key and to the task.
-//! - [`upstream`]: the pooled rustls client.
+//! - [`failover`]: the policy, pure: what each outcome and each of keyrelay's own account
+//!   reads does to a key and to the task.
+//! - [`upstream`]: the pooled rustls client and the account reads (`getbalance`,
+//!   `threadsinfo`) keyrelay makes itself.
 //! - [`proxy`]: one request end to end; [`server`]: accept loop and shutdown.
 //! - [`refresh`]: background balance and thread reads, and re-probing benched keys;
-//!   [`reload`]: live reload of `proxy.toml` on SIGHUP or when the file changes.
+//!   [`reload`]: live reload of `proxy.toml` on SIGHUP or when the file changes, and the
+//!   diff-and-apply of a new config.
 //! - [`metrics`]: Prometheus metrics from an owned registry; [`status`]: `/status`,
 //!   `/healthz` and `/readyz`.
 //! - [`task_table`]: the compact per-task maps and queues behind pins and the ledger.
-//! - [`app`]: the shared handle tying these together.
+//! - [`app`]: the shared handle tying these together, the bottom of the request path.
 //! - [`sim`]: the built-in CaptchaAI simulator used by tests, benchmarks and [`demo`].
 
 pub mod api_key;

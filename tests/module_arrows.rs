@@ -1,7 +1,10 @@
-//! The crate's sub-modules import one another one way: within any directory of `src/`, no
-//! two sibling modules reach each other through `super::`, directly or round a longer loop.
-//! Shared pieces are leaf modules that both sides import (`captcha/request_error.rs`,
-//! `config/problems.rs`). Test code is left out: a test may import what it checks.
+//! The crate's modules import one another one way. At the top level, every `crate::` path
+//! points down the layers of `docs/architecture.md` (`server` → `proxy` → `app`, `pool`,
+//! `capacity`, `pins`, `upstream` → `captcha`, `failover`, `health`, `config`): no module
+//! calls back up. Within any directory of `src/`, no two sibling modules reach each other
+//! through `super::`, directly or round a longer loop; shared pieces are leaf modules that
+//! both sides import (`captcha/request_error.rs`, `config/problems.rs`). Test code is left
+//! out: a test may import what it checks.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -190,4 +193,139 @@ fn the_loop_finder_sees_direct_and_longer_loops_and_only_those() {
         ),
     ];
     assert!(loops(&graph(&tests_only)).is_empty());
+}
+
+/// The top-level modules, bottom first: a module may name (`crate::x`) only modules of a
+/// lower layer. Modules of one layer do not name each other. A module missing here fails
+/// the test below, so a new one must be given its place.
+const LAYERS: &[&[&str]] = &[
+    // Vocabulary shared by everything.
+    &["api_key", "key_id", "fast_map"],
+    // The protocol, the validated config, and key health: pure or behind a narrow store.
+    &["captcha", "config", "health"],
+    // The policy, pure; and the simulator, which speaks only the protocol.
+    &["failover", "sim"],
+    // Compact task tables; the upstream client and its account reads.
+    &["task_table", "upstream"],
+    &["pins"],
+    &["capacity"],
+    &["pool"],
+    &["registry", "metrics"],
+    // The bottom of the request path: the shared handle.
+    &["app"],
+    &["status", "refresh"],
+    &["proxy", "reload"],
+    &["server"],
+    &["demo"],
+];
+
+/// `crate::` roots re-exported at the crate's root, and the modules they come from.
+const ROOT_EXPORTS: [(&str, &str); 3] =
+    [("ApiKey", "api_key"), ("App", "app"), ("Config", "config")];
+
+/// The top-level modules `source` names through `crate::`, including in `use crate::{a, b}`.
+fn crate_names(source: &str) -> BTreeSet<String> {
+    let code = match source.find("#[cfg(test)]\nmod tests {") {
+        Some(at) => &source[..at],
+        None => source,
+    };
+    let mut names = BTreeSet::new();
+    for (at, _) in code.match_indices("crate::") {
+        let rest = &code[at + "crate::".len()..];
+        let listed: Vec<&str> = match rest.strip_prefix('{') {
+            Some(group) => group[..group.find('}').unwrap_or(group.len())]
+                .split(',')
+                .map(|path| path.trim().split("::").next().unwrap_or_default())
+                .collect(),
+            None => vec![rest],
+        };
+        for path in listed {
+            let name: String = path
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            let name = ROOT_EXPORTS
+                .iter()
+                .find(|(export, _)| *export == name)
+                .map_or(name.clone(), |(_, module)| (*module).to_owned());
+            if !name.is_empty() {
+                names.insert(name);
+            }
+        }
+    }
+    names
+}
+
+/// Each top-level module (`src/x.rs` with everything under `src/x/`) and the other
+/// top-level modules its non-test code names.
+fn top_level(src: &Path) -> Graph {
+    let mut graph = Graph::new();
+    for (dir, modules) in directories(src) {
+        let relative = Path::new(&dir)
+            .strip_prefix(src)
+            .expect("under src")
+            .to_path_buf();
+        for (name, source) in modules {
+            let top = match relative.components().next() {
+                Some(first) => first.as_os_str().to_string_lossy().into_owned(),
+                None => name.clone(),
+            };
+            if top == "lib" || top == "main" {
+                continue;
+            }
+            let named = graph.entry(top.clone()).or_default();
+            named.extend(crate_names(&source).into_iter().filter(|n| *n != top));
+        }
+    }
+    graph
+}
+
+fn layer_of(module: &str) -> Option<usize> {
+    LAYERS.iter().position(|layer| layer.contains(&module))
+}
+
+#[test]
+fn top_level_modules_point_down_the_layers_only() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let graph = top_level(&src);
+    for expected in ["proxy", "app", "captcha", "failover"] {
+        assert!(graph.contains_key(expected), "no module {expected}");
+    }
+    let mut upward = Vec::new();
+    for (module, named) in &graph {
+        let Some(layer) = layer_of(module) else {
+            panic!("src/{module} has no place in LAYERS; give it one");
+        };
+        for other in named {
+            match layer_of(other) {
+                Some(below) if below < layer => {}
+                Some(_) => upward.push(format!("{module} -> {other}")),
+                // Not a module: a root item such as a macro.
+                None => {}
+            }
+        }
+    }
+    assert!(
+        upward.is_empty(),
+        "these imports point up or across the layers: {upward:?}"
+    );
+    assert!(loops(&graph).is_empty(), "{:?}", loops(&graph));
+}
+
+#[test]
+fn the_crate_path_reader_sees_groups_paths_and_root_exports() {
+    let named = crate_names(
+        "use crate::{app::App, captcha};\nuse crate::pool::KeyEntry;\nfn f(k: &crate::ApiKey) {}\n\
+         #[cfg(test)]\nmod tests {\n    use crate::proxy;\n}",
+    );
+    let want: BTreeSet<String> = ["app", "captcha", "pool", "api_key"]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+    assert_eq!(named, want);
+    assert_eq!(
+        layer_of("proxy").map(|l| l > layer_of("app").unwrap()),
+        Some(true)
+    );
+    assert_eq!(layer_of("nothing"), None);
 }
