@@ -130,13 +130,16 @@ impl Harness {
         }
     }
 
-    /// Waits until the startup refresh has read a balance (or an error) for every key.
+    /// Waits until the startup refresh is through with every key: both its reads answered
+    /// (balance and threads known), or the key out of rotation. Waiting for the balance
+    /// alone would let a key's `threadsinfo` reach the simulator after a test began
+    /// counting what went upstream.
     pub async fn wait_for_refresh(&self) {
         let app = self.app.clone();
         eventually("startup refresh", || {
             let snapshot = app.snapshot();
             snapshot.pool.keys().iter().all(|k| {
-                k.stats.balance().is_some()
+                (k.stats.balance().is_some() && k.stats.threads().is_some())
                     || app.health().view(k.id, tokio::time::Instant::now()).state
                         != StateKind::Active
             })
