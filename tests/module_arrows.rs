@@ -15,15 +15,21 @@ type Graph = BTreeMap<String, BTreeSet<String>>;
 
 /// The names `source` reaches as `super::name`, including inside `use super::{a, b::c}`.
 fn super_names(source: &str) -> BTreeSet<String> {
+    names_after(source, "super::")
+}
+
+/// The first segment of every path that follows `prefix` in `source`'s non-test code,
+/// including each path of a `prefix{a, b::c}` group.
+fn names_after(source: &str, prefix: &str) -> BTreeSet<String> {
     let code = match source.find("#[cfg(test)]\nmod tests {") {
         Some(at) => &source[..at],
         None => source,
     };
     let mut names = BTreeSet::new();
-    for (at, _) in code.match_indices("super::") {
-        let rest = &code[at + "super::".len()..];
+    for (at, _) in code.match_indices(prefix) {
+        let rest = &code[at + prefix.len()..];
         let listed = match rest.strip_prefix('{') {
-            // Only the first segment of each listed path names a module of `super`.
+            // Only the first segment of each listed path names a module.
             Some(group) => group[..group.find('}').unwrap_or(group.len())]
                 .split(',')
                 .map(|path| path.trim().split("::").next().unwrap_or_default())
@@ -223,37 +229,18 @@ const LAYERS: &[&[&str]] = &[
 const ROOT_EXPORTS: [(&str, &str); 3] =
     [("ApiKey", "api_key"), ("App", "app"), ("Config", "config")];
 
-/// The top-level modules `source` names through `crate::`, including in `use crate::{a, b}`.
+/// The top-level modules `source` names through `crate::`, including in `use crate::{a, b}`,
+/// with the crate root's re-exports read as the modules they come from.
 fn crate_names(source: &str) -> BTreeSet<String> {
-    let code = match source.find("#[cfg(test)]\nmod tests {") {
-        Some(at) => &source[..at],
-        None => source,
-    };
-    let mut names = BTreeSet::new();
-    for (at, _) in code.match_indices("crate::") {
-        let rest = &code[at + "crate::".len()..];
-        let listed: Vec<&str> = match rest.strip_prefix('{') {
-            Some(group) => group[..group.find('}').unwrap_or(group.len())]
-                .split(',')
-                .map(|path| path.trim().split("::").next().unwrap_or_default())
-                .collect(),
-            None => vec![rest],
-        };
-        for path in listed {
-            let name: String = path
-                .chars()
-                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                .collect();
-            let name = ROOT_EXPORTS
+    names_after(source, "crate::")
+        .into_iter()
+        .map(|name| {
+            ROOT_EXPORTS
                 .iter()
                 .find(|(export, _)| *export == name)
-                .map_or(name.clone(), |(_, module)| (*module).to_owned());
-            if !name.is_empty() {
-                names.insert(name);
-            }
-        }
-    }
-    names
+                .map_or(name, |(_, module)| (*module).to_owned())
+        })
+        .collect()
 }
 
 /// Each top-level module (`src/x.rs` with everything under `src/x/`) and the other
