@@ -59,7 +59,7 @@ use tokio::time::Instant;
 
 use self::compaction::COMPACT_SLACK;
 use self::disk::{write_all, Disk, RealDisk, Target};
-use self::record::encode_pin;
+use self::record::put_pin;
 use self::replay::{decode, load};
 use self::wall_clock::Clock;
 use super::memory::MemoryPins;
@@ -142,6 +142,10 @@ struct Journal {
     /// A compaction renamed its file over the journal, and no directory fsync has completed
     /// since.
     dir_unsynced: bool,
+    /// Key names by `KeyId`, as `key_name` gave them (see [`JournalPins::open`]).
+    names: Vec<Option<Arc<str>>>,
+    /// The buffer every pin's record is encoded into, kept so that a pin allocates nothing.
+    record: Vec<u8>,
 }
 
 impl Journal {
@@ -157,7 +161,9 @@ impl JournalPins {
     /// Opens (creating) `<dir>/pins.journal`, replays it into memory and returns what it kept.
     /// `key_id` maps a key NAME in the journal to the current pool's KeyId (None = key no longer
     /// configured: the pin is dropped and counted in `unknown_keys`). `key_name` maps a KeyId to its
-    /// name when writing. Wall-clock time (SystemTime) is stored on disk; in memory pins keep
+    /// name when writing; it must give an id the same name for as long as the store is open,
+    /// because the name is asked once per id and kept (a `KeyRegistry` never renames an id).
+    /// Wall-clock time (SystemTime) is stored on disk; in memory pins keep
     /// tokio Instants computed as `now - (wall_now - created_wall)`.
     ///
     /// # Errors
@@ -237,6 +243,8 @@ impl JournalPins {
                 synced: 0,
                 generation: 0,
                 dir_unsynced: false,
+                names: Vec::new(),
+                record: Vec::with_capacity(64),
             }),
             compacting: Mutex::new(()),
             key_name,
@@ -374,17 +382,34 @@ impl JournalPins {
         }
     }
 
-    /// The PIN record for `task`, or `None` (logged) if it cannot be written.
-    fn pin_record(&self, task: &TaskId, key: KeyId, now: Instant) -> Option<Vec<u8>> {
-        let Some(name) = (self.key_name)(key) else {
-            tracing::error!(key_id = key.0, task = %task, "pin not journaled: its key has no name; it is kept in memory only");
-            return None;
-        };
-        match encode_pin(task, &name, self.clock.unix_millis(now)) {
-            Ok(record) => Some(record),
+    /// Encodes the PIN record for `task` into `record`; false (logged) if it cannot be
+    /// written. A key's name is asked of `key_name` once and kept in `names`: the lookup
+    /// (a registry read and a fresh `Arc<str>`) cost more than the encoding.
+    fn pin_record(
+        &self,
+        names: &mut Vec<Option<Arc<str>>>,
+        record: &mut Vec<u8>,
+        task: &TaskId,
+        key: KeyId,
+        created_ms: u64,
+    ) -> bool {
+        let slot = usize::from(key.0);
+        if names.get(slot).is_none_or(Option::is_none) {
+            let Some(name) = (self.key_name)(key) else {
+                tracing::error!(key_id = key.0, task = %task, "pin not journaled: its key has no name; it is kept in memory only");
+                return false;
+            };
+            if names.len() <= slot {
+                names.resize(slot + 1, None);
+            }
+            names[slot] = Some(name);
+        }
+        let name = names[slot].as_deref().unwrap_or_default();
+        match put_pin(record, task, name, created_ms) {
+            Ok(()) => true,
             Err(e) => {
                 tracing::error!(key = %name, task = %task, error = %e, "pin not journaled; it is kept in memory only");
-                None
+                false
             }
         }
     }
@@ -404,11 +429,15 @@ impl PinStore for JournalPins {
     }
 
     fn pin(&self, task: TaskId, key: KeyId, now: Instant) {
-        let record = self.pin_record(&task, key, now);
+        let created_ms = self.clock.unix_millis(now);
         let mut journal = self.lock();
-        if let Some(record) = &record {
-            self.append(&mut journal, record);
+        // The buffer is taken out and put back so that `append` can have the journal too.
+        let mut record = std::mem::take(&mut journal.record);
+        record.clear();
+        if self.pin_record(&mut journal.names, &mut record, &task, key, created_ms) {
+            self.append(&mut journal, &record);
         }
+        journal.record = record;
         self.inner.pin(task, key, now);
     }
 

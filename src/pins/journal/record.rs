@@ -55,29 +55,42 @@ pub(super) fn encode_pin(
     key: &str,
     created_ms: u64,
 ) -> Result<Vec<u8>, EncodeError> {
+    let mut record = Vec::with_capacity(64);
+    put_pin(&mut record, task, key, created_ms)?;
+    Ok(record)
+}
+
+/// Appends the PIN record of `task` to `out`, leaving `out` as it was on error. The store
+/// encodes every pin into one buffer it keeps, so that a pin allocates nothing.
+pub(super) fn put_pin(
+    out: &mut Vec<u8>,
+    task: &TaskId,
+    key: &str,
+    created_ms: u64,
+) -> Result<(), EncodeError> {
     let name_len = u8::try_from(key.len()).map_err(|_| EncodeError::LongName(key.len()))?;
-    let mut record = new_record(PIN);
-    put_task(&mut record, task)?;
-    record.push(name_len);
-    record.extend_from_slice(key.as_bytes());
-    record.extend_from_slice(&created_ms.to_le_bytes());
-    Ok(seal(record))
+    let start = out.len();
+    out.extend_from_slice(&[0; HEADER]);
+    out.push(PIN);
+    if let Err(e) = put_task(out, task) {
+        out.truncate(start);
+        return Err(e);
+    }
+    out.push(name_len);
+    out.extend_from_slice(key.as_bytes());
+    out.extend_from_slice(&created_ms.to_le_bytes());
+    seal(&mut out[start..]);
+    Ok(())
 }
 
 /// A legacy FINISH record, which only tests still write: to build an older version's journal.
 #[cfg(test)]
 pub(super) fn encode_finish(task: &TaskId) -> Result<Vec<u8>, EncodeError> {
-    let mut record = new_record(FINISH);
+    let mut record = vec![0; HEADER];
+    record.push(FINISH);
     put_task(&mut record, task)?;
-    Ok(seal(record))
-}
-
-/// A record with its header left blank for [`seal`].
-fn new_record(kind: u8) -> Vec<u8> {
-    let mut record = Vec::with_capacity(64);
-    record.extend_from_slice(&[0; HEADER]);
-    record.push(kind);
-    record
+    seal(&mut record);
+    Ok(record)
 }
 
 fn put_task(record: &mut Vec<u8>, task: &TaskId) -> Result<(), EncodeError> {
@@ -97,13 +110,12 @@ fn put_task(record: &mut Vec<u8>, task: &TaskId) -> Result<(), EncodeError> {
 }
 
 /// Fills in the header: payload length and CRC.
-pub(super) fn seal(mut record: Vec<u8>) -> Vec<u8> {
+pub(super) fn seal(record: &mut [u8]) {
     let payload = &record[HEADER..];
     let len = u32::try_from(payload.len()).expect("encoders bound the payload by MAX_PAYLOAD");
     let crc = crc32fast::hash(payload);
     record[..4].copy_from_slice(&len.to_le_bytes());
     record[4..HEADER].copy_from_slice(&crc.to_le_bytes());
-    record
 }
 
 /// The record starting at `start` and where the next one starts; `None` if it is bad.
@@ -253,5 +265,50 @@ mod tests {
         let record = encode_pin(&longest, &long_name[..255], 0).unwrap();
         assert_eq!(record.len(), HEADER + MAX_PAYLOAD);
         assert_eq!(decoded(&record).len(), 1);
+    }
+
+    /// A record appended to a buffer that already holds bytes (the store's, reused across
+    /// pins) is the record `encode_pin` makes, and decodes where it was put; one that cannot
+    /// be encoded leaves the buffer as it was.
+    #[test]
+    fn a_record_put_after_other_bytes_is_the_same_record() {
+        let long_name = "n".repeat(256);
+        let long_id = TaskId::Text("i".repeat(65_536).into());
+        let refused = [
+            (id(1), long_name.as_str()),
+            (long_id.clone(), "k1"),
+            (long_id, long_name.as_str()),
+        ];
+        for (task, key) in refused {
+            let mut buffer = b"earlier".to_vec();
+            assert!(put_pin(&mut buffer, &task, key, 1).is_err());
+            assert_eq!(buffer, b"earlier", "nothing of a refused record is left");
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config {
+            failure_persistence: None,
+            ..proptest::test_runner::Config::default()
+        })]
+
+        #[test]
+        fn put_pin_appends_exactly_what_encode_pin_makes(
+            prefix in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..40),
+            num in proptest::prelude::any::<Option<u64>>(),
+            text in "[a-zA-Z0-9._-]{1,64}",
+            key in "[a-z0-9-]{0,40}",
+            created_ms in proptest::prelude::any::<u64>(),
+        ) {
+            let task = num.map_or_else(|| TaskId::Text(text.into()), TaskId::Num);
+            let mut buffer = prefix.clone();
+            put_pin(&mut buffer, &task, &key, created_ms).unwrap();
+            let record = encode_pin(&task, &key, created_ms).unwrap();
+            proptest::prop_assert_eq!(&buffer[..prefix.len()], &prefix[..]);
+            proptest::prop_assert_eq!(&buffer[prefix.len()..], &record[..]);
+            let (decoded, end) = decode_at(&buffer, prefix.len()).expect("the record decodes");
+            proptest::prop_assert_eq!(end, buffer.len());
+            proptest::prop_assert_eq!(decoded, Record::Pin { task, key: &key, created_ms });
+        }
     }
 }

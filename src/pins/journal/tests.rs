@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 
 use super::disk::faulty::Op;
+use super::record::encode_pin;
 use super::testing::*;
 use super::*;
 
@@ -270,4 +271,35 @@ proptest::proptest! {
             proptest::prop_assert_eq!(pins.owner(&id(task), Instant::now()), Some(key), "task {}", task);
         }
     }
+}
+
+/// The bytes a pin appends are the record `encode_pin` makes of it, whatever came before,
+/// and each key's name is asked of `key_name` once, not at every pin.
+#[tokio::test(start_paused = true)]
+async fn pins_append_their_records_and_ask_each_name_once() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let dir = tempfile::tempdir().unwrap();
+    let asked = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&asked);
+    let key_name: KeyNames = Arc::new(move |key: KeyId| {
+        counted.fetch_add(1, Ordering::Relaxed);
+        Some(Arc::from(format!("key-{}", key.0)))
+    });
+    let (pins, _) = JournalPins::open(dir.path(), TTL, 1_000, &ids, key_name).unwrap();
+    let mut expected = Vec::new();
+    for n in 0..60u64 {
+        let task = match n % 3 {
+            0 => id(n),
+            1 => TaskId::Text(format!("t-{n}").into()),
+            _ => TaskId::Text("x".repeat(64).into()),
+        };
+        let key = KeyId((n % 4) as u16 * 300);
+        tokio::time::advance(Duration::from_millis(777)).await;
+        let now = Instant::now();
+        pins.pin(task.clone(), key, now);
+        let name = format!("key-{}", key.0);
+        expected.extend(encode_pin(&task, &name, pins.clock.unix_millis(now)).unwrap());
+        assert_eq!(journal_bytes(dir.path()), expected, "after pin {n}");
+    }
+    assert_eq!(asked.load(Ordering::Relaxed), 4, "one lookup per key");
 }

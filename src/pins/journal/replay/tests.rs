@@ -469,7 +469,8 @@ fn a_well_sealed_record_that_does_not_decode_is_skipped() {
     let sealed = |payload: &[u8]| {
         let mut record = vec![0; HEADER];
         record.extend_from_slice(payload);
-        seal(record)
+        seal(&mut record);
+        record
     };
     let mut trailing = encode_finish(&id(1)).unwrap()[HEADER..].to_vec();
     trailing.push(0);
