@@ -28,7 +28,7 @@ use super::{at, Journal, JournalPins};
 use crate::pins::memory::LivePin;
 use crate::pins::PinStore;
 
-/// A compaction writes here, then renames over [`FILE_NAME`].
+/// A compaction writes here, then renames over [`FILE_NAME`](super::FILE_NAME).
 pub(super) const TMP_NAME: &str = "pins.journal.tmp";
 /// Records allowed beyond twice the live pins before an automatic compaction.
 pub(super) const COMPACT_SLACK: u64 = 10_000;

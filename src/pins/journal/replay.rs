@@ -9,10 +9,10 @@
 //! byte thus costs the one record it falls in, a torn tail costs the record being written,
 //! and every later valid record is kept. A false resync needs a length within bounds, a
 //! payload that decodes to exactly that length, and a matching CRC-32 at the same offset:
-//! of the rare offsets where stray bytes pass the first two, the CRC lets one in 2³² through. The bytes skipped are counted in
-//! `corrupt_bytes_skipped` and logged (warn). The file is not cut at the damage, which would
-//! destroy the good records after it: the compaction at open rewrites it with the pins just
-//! loaded. Should that compaction fail, appends go on after the damage, and the next replay
+//! of the rare offsets where stray bytes pass the first two, the CRC lets one in 2³²
+//! through. The bytes skipped are counted in `corrupt_bytes_skipped` and logged (warn). The
+//! file is not cut at the damage, which would destroy the good records after it: the
+//! compaction at open rewrites it with the pins just loaded. Should that compaction fail, appends go on after the damage, and the next replay
 //! resyncs past it again. Pins of keys no longer configured and expired pins are dropped at
 //! load, and the same compaction takes them off the disk too.
 
