@@ -230,7 +230,7 @@ async fn burst(
     }
     let waited = metrics
         .queue_wait
-        .with_label_values(&["admitted"])
+        .with_label_values(&[crate::metrics::WaitResult::Admitted.label()])
         .get_sample_count();
     println!(
         "  {solved} of {BURST} solved; {waited} waited in keyrelay's queue for a thread; \

@@ -11,7 +11,7 @@ use crate::capacity::{Lease, Refusal, Take, Waited};
 use crate::captcha::TaskId;
 use crate::captcha::{Endpoint, Outcome, ParsedRequest, Reply};
 use crate::failover::{self, Next};
-use crate::metrics::RequestOutcome;
+use crate::metrics::{RequestOutcome, WaitResult};
 use crate::pool::{Candidates, KeyEntry};
 
 /// `failover::meaning_rank` of a "busy, retry later" answer.
@@ -160,14 +160,14 @@ async fn take_thread<'a, R: rand::Rng>(
         .await;
     if let Some(queued) = queued {
         let result = match &waited {
-            Waited::Got(_) => "admitted",
-            Waited::NoKey => "no_key",
-            Waited::Refused(_) => "refused",
+            Waited::Got(_) => WaitResult::Admitted,
+            Waited::NoKey => WaitResult::NoKey,
+            Waited::Refused(_) => WaitResult::Refused,
         };
         ctx.app
             .metrics()
             .queue_wait
-            .with_label_values(&[result])
+            .with_label_values(&[result.label()])
             .observe(queued.as_secs_f64());
     }
     waited
