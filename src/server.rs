@@ -94,6 +94,9 @@ pub async fn run(
                     // A client may shut its write side once the request is sent (`nc -N`,
                     // some HTTP/1.0 tools) and still read the answer.
                     .half_close(true)
+                    // Head and body in one buffer and one write: an answer is a few hundred
+                    // bytes, cheaper copied than queued for writev.
+                    .writev(false)
                     .serve_connection(TokioIo::new(stream), service);
                 let conn = graceful.watch(conn);
                 tokio::spawn(async move {
