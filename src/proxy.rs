@@ -29,7 +29,7 @@ use bytes::Bytes;
 use futures_util::FutureExt;
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::header::{HeaderMap, HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
+use hyper::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
 use tokio::time::Instant;
 
@@ -157,8 +157,9 @@ pub(crate) enum Answered {
     /// An upstream answer, passed through verbatim: status, headers, body.
     Upstream {
         answer: UpstreamAnswer,
-        /// Name of the key that served it, and how many upstream attempts it took.
-        key: String,
+        /// Name of the key that served it (as its header value), and how many upstream
+        /// attempts it took.
+        key: Option<HeaderValue>,
         attempts: u32,
     },
     /// An answer keyrelay made itself, always HTTP 200, and its code (`OK` for pool figures).
@@ -175,7 +176,7 @@ impl Handled {
         Handled {
             reply: Answered::Upstream {
                 answer,
-                key: key.name.clone(),
+                key: key.name_header.clone(),
                 attempts,
             },
             outcome,
@@ -509,10 +510,10 @@ fn into_response(reply: Answered, key_headers: bool) -> Response<Body> {
             *headers = upstream::answer_headers(answer.headers);
             if key_headers {
                 // Key names are validated to header-safe characters; a failure is skipped.
-                if let Ok(value) = HeaderValue::from_str(&key) {
-                    headers.insert(KEY_HEADER, value);
+                if let Some(value) = key {
+                    headers.insert(KEY_HEADER_NAME, value);
                 }
-                headers.insert(ATTEMPTS_HEADER, HeaderValue::from(attempts));
+                headers.insert(ATTEMPTS_HEADER_NAME, attempts_value(attempts));
             }
             response
         }
@@ -524,6 +525,33 @@ fn into_response(reply: Answered, key_headers: bool) -> Response<Body> {
 pub const KEY_HEADER: &str = "x-keyrelay-key";
 /// How many upstream attempts a relayed answer took.
 pub const ATTEMPTS_HEADER: &str = "x-keyrelay-attempts";
+
+// Typed once: inserting by `&str` looks the name up in the standard-header table and
+// validates it on every answer (1.2k instructions for the two).
+const KEY_HEADER_NAME: HeaderName = HeaderName::from_static(KEY_HEADER);
+const ATTEMPTS_HEADER_NAME: HeaderName = HeaderName::from_static(ATTEMPTS_HEADER);
+
+/// The `X-Keyrelay-Attempts` value: static for the counts `failover.max_attempts` usually
+/// allows, formatted (an allocation) only beyond them.
+fn attempts_value(attempts: u32) -> HeaderValue {
+    static SMALL: [HeaderValue; 10] = [
+        HeaderValue::from_static("0"),
+        HeaderValue::from_static("1"),
+        HeaderValue::from_static("2"),
+        HeaderValue::from_static("3"),
+        HeaderValue::from_static("4"),
+        HeaderValue::from_static("5"),
+        HeaderValue::from_static("6"),
+        HeaderValue::from_static("7"),
+        HeaderValue::from_static("8"),
+        HeaderValue::from_static("9"),
+    ];
+    usize::try_from(attempts)
+        .ok()
+        .and_then(|i| SMALL.get(i))
+        .cloned()
+        .unwrap_or_else(|| HeaderValue::from(attempts))
+}
 
 fn plain(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Response<Body> {
     let mut response = Response::new(Full::new(body.into()));
@@ -537,6 +565,17 @@ fn plain(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn attempt_counts_read_the_same_static_or_formatted() {
+        for attempts in [0, 1, 2, 9, 10, 11, 99, 1000, u32::MAX] {
+            assert_eq!(
+                attempts_value(attempts).to_str().unwrap(),
+                attempts.to_string(),
+                "{attempts}"
+            );
+        }
+    }
 
     #[test]
     fn json_hint_reads_query_content_type_and_form_prefix() {
