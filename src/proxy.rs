@@ -44,8 +44,14 @@ use crate::upstream::{self, Outgoing, UpstreamAnswer, UpstreamError};
 /// Every response keyrelay sends is fully buffered: answers are small.
 pub type Body = Full<Bytes>;
 
-/// Serves one request. Never fails: every problem becomes a well-formed answer.
-pub async fn handle(app: App, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+/// Serves one request. Never fails: every problem becomes a well-formed answer. `hangup`
+/// is the connection's (handed over directly, not in the request's extensions, which would
+/// cost two allocations per request).
+pub async fn handle(
+    app: App,
+    hangup: Hangup,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, Infallible> {
     let path = req.uri().path();
     if req.method() == Method::GET {
         if let Some(response) = operator_endpoint(&app, path, req.headers()) {
@@ -70,17 +76,17 @@ pub async fn handle(app: App, req: Request<Incoming>) -> Result<Response<Body>, 
             .insert("allow", HeaderValue::from_static("GET, POST"));
         return Ok(response);
     }
-    Ok(serve_to_the_end(app, endpoint, req).await)
+    Ok(serve_to_the_end(app, endpoint, hangup, req).await)
 }
 
 /// Serves an API request to its end even if its caller leaves ([`to_the_end`]), and turns
 /// a panic in it into a well-formed answer rather than a dropped connection.
-async fn serve_to_the_end(app: App, endpoint: Endpoint, req: Request<Incoming>) -> Response<Body> {
-    let hangup = req
-        .extensions()
-        .get::<Hangup>()
-        .cloned()
-        .unwrap_or_default();
+async fn serve_to_the_end(
+    app: App,
+    endpoint: Endpoint,
+    hangup: Hangup,
+    req: Request<Incoming>,
+) -> Response<Body> {
     let requests = app.requests().clone();
     let work = async move {
         match AssertUnwindSafe(api(app, endpoint, req))
@@ -328,10 +334,16 @@ impl Ctx {
         parsed: &ParsedRequest,
         extra: &[(&str, &str)],
     ) -> Attempt {
-        let mut set = Vec::with_capacity(1 + extra.len());
-        set.push(("key", key.key.expose()));
-        set.extend_from_slice(extra);
-        let rewritten = parsed.rewrite(&set);
+        // Most attempts set the key alone: no list to allocate for them.
+        let own = [("key", key.key.expose())];
+        let with_extra: Vec<(&str, &str)>;
+        let set: &[(&str, &str)] = if extra.is_empty() {
+            &own
+        } else {
+            with_extra = own.iter().chain(extra).copied().collect();
+            &with_extra
+        };
+        let rewritten = parsed.rewrite(set);
         let timeouts = &self.snapshot.config.timeouts;
         let timeout = if self.endpoint == Endpoint::Solve {
             timeouts.solve

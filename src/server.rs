@@ -92,10 +92,8 @@ pub async fn run(
                         continue;
                     }
                 };
-                let service = service_fn(move |mut req| {
-                    req.extensions_mut().insert(hangup.clone());
-                    proxy::handle(app.clone(), req)
-                });
+                let service =
+                    service_fn(move |req| proxy::handle(app.clone(), hangup.clone(), req));
                 let conn = http1::Builder::new()
                     // The header-read timeout is armed for every request head, keep-alive
                     // waits included: a coarse timer keeps that cheap (header_timer.rs).

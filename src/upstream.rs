@@ -13,6 +13,7 @@ use hyper::{Method, Request, StatusCode, Uri};
 use hyper_util::client::legacy::connect::HttpConnector;
 
 use pool::{Origin, Pool};
+use smallvec::SmallVec;
 
 /// Answers from the service are a few hundred bytes; this only stops a broken or hostile
 /// upstream from making keyrelay buffer without limit.
@@ -275,7 +276,9 @@ fn copy_request_headers(from: &HeaderMap, to: &mut HeaderMap) {
 /// cheaper than building another.
 pub fn answer_headers(mut headers: HeaderMap) -> HeaderMap {
     let listed = connection_options(&headers);
-    let dropped: Vec<header::HeaderName> = headers
+    // An answer drops two or three (content-length, connection, keep-alive): room for them
+    // on the stack spares an allocation per answer.
+    let dropped: SmallVec<[header::HeaderName; 4]> = headers
         .keys()
         .filter(|name| {
             !is_forwardable(name) || *name == header::CONTENT_ENCODING || listed.contains(name)
