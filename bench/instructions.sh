@@ -1,19 +1,28 @@
 #!/usr/bin/env bash
-# bench/instructions.sh: user-space instructions per relayed `GET /in.php`, counted by
-# callgrind, for three proxies in front of the same nginx stub:
-#   nginx        nginx proxy_pass with upstream keepalive (the yardstick of bench/run.sh)
-#   passthrough  benches/passthrough.rs: keyrelay's hyper server and upstream client relaying
-#                every request unchanged, with none of keyrelay's work (the floor under it)
-#   keyrelay     keyrelay with 3 keys, pins in memory, --log warn (target C of bench/run.sh)
+# bench/instructions.sh: user-space instructions per relayed `in.php` submit, counted by
+# callgrind, for proxies in front of the same nginx stub:
+#   nginx             nginx proxy_pass with upstream keepalive (the yardstick of bench/run.sh)
+#   passthrough       benches/passthrough.rs: a lean hyper server and keyrelay's upstream
+#                     client relaying every request unchanged, with none of keyrelay's work
+#                     (the floor under it)
+#   keyrelay          keyrelay with 3 keys, pins in memory, --log warn
+#   keyrelay-durable  the same with the shipped default, the durable pin journal
+# Every target runs on one thread (nginx one worker, the others a current-thread runtime;
+# keyrelay with --threads 1), so like is compared with like: left to size its runtime from
+# the machine's CPUs, keyrelay would count a second worker's hand-offs too.
+#
+# Two requests (INSTR_MODES): get, `GET /in.php?…method=userrecaptcha…&json=1`, and post,
+# `POST /in.php` with bench/wrk.lua's 219-byte urlencoded base64 submit.
 #
 # Instruction counts do not depend on what else the machine is doing, so this is the figure
 # optimisations are compared by (docs/performance.md). Each count covers the whole process
 # life, start-up included, divided by the requests served: start-up is a few million
 # instructions, under 0.2k per request at these volumes.
 #
-#   bench/instructions.sh                         # all three, 20 s of wrk -t1 -c4 each
-#   INSTR_TARGETS="keyrelay" bench/instructions.sh
+#   bench/instructions.sh                         # every target, GET and POST, 20 s each
+#   INSTR_TARGETS="keyrelay" INSTR_MODES=get bench/instructions.sh
 #   INSTR_DURATION=10 KEYRELAY_BIN=/path/to/keyrelay bench/instructions.sh
+#   INSTR_KEEP=/tmp/cg bench/instructions.sh     # keep the callgrind files for annotation
 #
 # Loopback only, free ports, and everything it starts is stopped on any exit.
 
@@ -22,7 +31,8 @@ set -euo pipefail
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(dirname "$BENCH_DIR")
 DURATION=${INSTR_DURATION:-20}
-TARGETS=${INSTR_TARGETS:-nginx passthrough keyrelay}
+TARGETS=${INSTR_TARGETS:-nginx passthrough keyrelay keyrelay-durable}
+MODES=${INSTR_MODES:-get post}
 QUERY="key=callercallercallercallercaller99&method=userrecaptcha&googlekey=6Le-wvkSAAAAAPBMRTvw0Q4Muexq9bi0DJwx_mJ-&pageurl=https%3A%2F%2Fexample.com%2Flogin&json=1"
 
 log() { printf '[instructions %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
@@ -113,9 +123,11 @@ nginx_conf "$TMP/proxy.conf" "  upstream stub { server 127.0.0.1:$STUB; keepaliv
       proxy_set_header Connection \"\";
     }
   }"
-cat >"$TMP/keyrelay.toml" <<EOF
+keyrelay_conf() { # FILE TOP-LEVEL-LINES TRAILING-SECTION
+  cat >"$1" <<EOF
 listen = "127.0.0.1:$PROXY"
 upstream = "http://127.0.0.1:$STUB"
+$2
 [[keys]]
 name = "bench-1"
 key = "benchkey000000000000000000000001"
@@ -125,33 +137,60 @@ key = "benchkey000000000000000000000002"
 [[keys]]
 name = "bench-3"
 key = "benchkey000000000000000000000003"
-[pins]
-durable = false
+$3
 EOF
+}
+keyrelay_conf "$TMP/keyrelay.toml" "" $'[pins]\ndurable = false'
+# The shipped default: the durable journal, here in a data_dir of its own.
+keyrelay_conf "$TMP/keyrelay-durable.toml" "data_dir = \"$TMP/data\"" ""
 
-printf '| target | requests | instructions | per request |\n| --- | --: | --: | --: |\n' >"$TMP/table"
 for target in $TARGETS; do
+  case $target in
+    nginx | passthrough | keyrelay | keyrelay-durable) ;;
+    *) die "unknown target $target (nginx, passthrough, keyrelay, keyrelay-durable)" ;;
+  esac
+done
+for mode in $MODES; do
+  [[ $mode == get || $mode == post ]] || die "unknown mode $mode (get, post)"
+done
+
+# measure TARGET MODE: one run under callgrind; appends a row to the table.
+measure() {
+  local target=$1 mode=$2 cmd pid requests total out=$TMP/cg.$1.$2
   case $target in
     nginx) cmd=(nginx -p "$TMP" -e "$TMP/nginx-error.log" -c "$TMP/proxy.conf") ;;
     passthrough) cmd=("$PASSTHROUGH" --serve "127.0.0.1:$PROXY" "http://127.0.0.1:$STUB") ;;
-    keyrelay) cmd=("$KEYRELAY" --config "$TMP/keyrelay.toml" --log warn) ;;
-    *) die "unknown target $target (nginx, passthrough, keyrelay)" ;;
+    keyrelay | keyrelay-durable)
+      rm -rf "$TMP/data"
+      cmd=("$KEYRELAY" --config "$TMP/$target.toml" --log warn --threads 1)
+      ;;
   esac
-  log "$target: under callgrind, wrk -t1 -c4 for ${DURATION}s"
-  valgrind --tool=callgrind --callgrind-out-file="$TMP/cg.$target" "${cmd[@]}" >"$TMP/$target.log" 2>&1 &
+  log "$target $mode: under callgrind, wrk -t1 -c4 for ${DURATION}s"
+  valgrind --tool=callgrind --callgrind-out-file="$out" "${cmd[@]}" >"$TMP/$target.log" 2>&1 &
   pid=$!
   PIDS+=("$pid")
   wait_answer "http://127.0.0.1:$PROXY/in.php?$QUERY" "$pid" "$target"
-  requests=$(wrk -t1 -c4 -d"${DURATION}s" "http://127.0.0.1:$PROXY/in.php?$QUERY" |
-    awk '/requests in/ { print $1 }')
+  # get sends the URL as given; wrk.lua's post mode sends its POST /in.php instead.
+  requests=$(wrk -t1 -c4 -d"${DURATION}s" -s "$BENCH_DIR/wrk.lua" \
+    "http://127.0.0.1:$PROXY/in.php?$QUERY" -- "$mode" |
+    sed -n 's/^BENCH requests=\([0-9]*\) .*/\1/p')
   # SIGTERM: keyrelay drains and exits, nginx exits, the pass-through dies; callgrind writes
   # its counts in every case. (Not SIGINT: a non-interactive shell starts background jobs
   # with SIGINT ignored, and the pass-through installs no handler.)
   kill -TERM "$pid"
   wait "$pid" 2>/dev/null || true
-  total=$(callgrind_annotate "$TMP/cg.$target" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1 }')
-  [[ -n $total && ${requests:-0} -gt 0 ]] || die "$target: no count (log: $(tail -3 "$TMP/$target.log"))"
-  python3 -c "import sys; n, t = int(sys.argv[1]), int(sys.argv[2]); print(f'| $target | {n:,} | {t:,} | {t / n / 1000:.1f}k |')" \
+  total=$(callgrind_annotate "$out" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1 }')
+  [[ -n $total && ${requests:-0} -gt 0 ]] || die "$target $mode: no count (log: $(tail -3 "$TMP/$target.log"))"
+  python3 -c "import sys; n, t = int(sys.argv[1]), int(sys.argv[2]); print(f'| $target | $mode | {n:,} | {t:,} | {t / n / 1000:.1f}k |')" \
     "$requests" "$total" >>"$TMP/table"
+  if [[ -n ${INSTR_KEEP:-} ]]; then
+    mkdir -p "$INSTR_KEEP"
+    cp "$out" "$INSTR_KEEP/"
+  fi
+}
+
+printf '| target | request | requests | instructions | per request |\n| --- | --- | --: | --: | --: |\n' >"$TMP/table"
+for target in $TARGETS; do
+  for mode in $MODES; do measure "$target" "$mode"; done
 done
 cat "$TMP/table"

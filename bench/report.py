@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Turns bench/run.sh's raw figures into the markdown table of bench/results/latest.md.
 
-Input: one figure per line, tab-separated: round, target (A B C D), scenario, metric, value.
-Target D (the hyper pass-through floor) is optional: raw files without it give the
-three-target table.
+Input: one figure per line, tab-separated: round, target (A B C M D), scenario, metric,
+value. Targets M (keyrelay with pins in memory) and D (the hyper pass-through floor) are
+optional: raw files without them give a table without their columns.
 Round 0 holds one-off figures (memory, startup); rounds 1..N the interleaved runs, of which
-the median is shown. Errors are summed over rounds rather than taken as a median.
+the median is shown, with the spread across rounds beside the figures compared most.
+Errors are summed over rounds rather than taken as a median.
 """
 
 import argparse
@@ -15,7 +16,7 @@ import os
 import platform
 import statistics
 
-TARGETS = ("A", "B", "C")  # D joins when the raw figures have it (see main)
+TARGETS = ("A", "B", "C")  # M and D join when the raw figures have them (see main)
 OK, MISS = "✓", "✗"
 
 
@@ -58,6 +59,11 @@ class Table:
         m = statistics.median(values) if values else 0
         return (max(values) - min(values)) / 2 / m * 100 if len(values) > 1 and m else 0
 
+    def extremes(self, t, sc, metric):
+        """(min, max) across rounds."""
+        values = self.runs.get((t, sc, metric)) or [0]
+        return min(values), max(values)
+
     def section(self, title):
         self.rows.append(f"| **{title}** |" + " |" * (len(TARGETS) + len(VERSUS) + 1))
 
@@ -68,7 +74,7 @@ class Table:
         self.rows.append(f"| {name} | " + " | ".join(cells + vs) + f" | {goal} |")
 
     def metric_row(self, sc, metric, name, digits=0, goal=None, lower_is_better=True,
-                   with_spread=False):
+                   with_spread=False, with_range=False):
         meds = {t: self.med(t, sc, metric) for t in TARGETS}
         if any(v is None for v in meds.values()):
             return
@@ -77,12 +83,15 @@ class Table:
             cell = fmt(meds[t], digits)
             if with_spread:
                 cell += f" ±{self.spread(t, sc, metric):.0f}%"
+            if with_range and len(self.runs.get((t, sc, metric), [])) > 1:
+                low, high = self.extremes(t, sc, metric)
+                cell += f" ({fmt(low, digits)}–{fmt(high, digits)})"
             cells.append(cell)
         r = ratio(meds["C"], meds["B"])
         goal_text = ""
         if goal is not None:
             met = r <= goal if lower_is_better else r >= goal
-            goal_text = f"{'≤' if lower_is_better else '≥'} {goal:.1f}× {mark(met)}"
+            goal_text = f"{'≤' if lower_is_better else '≥'} {goal:.{1 if goal == round(goal, 1) else 2}f}× {mark(met)}"
         self.row(name, cells, [f"{ratio(meds[t], meds['B']):.2f}×" for t in VERSUS], goal_text)
 
     def errors_row(self, sc):
@@ -99,15 +108,19 @@ def main():
     p.add_argument("--connections", required=True)
     p.add_argument("--rounds", type=int, required=True)
     p.add_argument("--duration", type=int, required=True)
+    p.add_argument("--open-rounds", type=int)
+    p.add_argument("--open-duration", type=int)
     p.add_argument("--server-cpu", required=True)
     p.add_argument("--client-cpu", required=True)
     p.add_argument("--versions", required=True)
     a = p.parse_args()
     runs, once = load(a.raw)
     global TARGETS, VERSUS
-    if any(t == "D" for (t, _, _) in runs):
-        TARGETS = ("A", "B", "C", "D")
-    VERSUS = tuple(t for t in TARGETS if t in ("C", "D"))
+    present = {t for (t, _, _) in runs}
+    TARGETS = ("A", "B", "C") + tuple(t for t in ("M", "D") if t in present)
+    VERSUS = tuple(t for t in TARGETS if t in ("C", "M", "D"))
+    open_rounds = a.open_rounds or a.rounds
+    open_duration = a.open_duration or a.duration
     tab = Table(runs)
 
     for mode, label in (("get", "GET /in.php?…"), ("post", "POST /in.php, 219-byte urlencoded body")):
@@ -121,21 +134,28 @@ def main():
             tab.metric_row(sc, "cpu_us", "server CPU µs/req", digits=1, with_spread=True)
             tab.errors_row(sc)
 
-    sc = f"open-{a.rate}"
-    tab.section(f"GET /in.php?… at a fixed {a.rate:,} req/s, open loop, oha")
-    tab.metric_row(sc, "rps", "req/s achieved")
-    tab.metric_row(sc, "p50_us", "p50 µs")
-    med = {t: tab.med(t, sc, "p50_us") for t in TARGETS}
-    if all(v is not None for v in med.values()):
-        added = {t: med[t] - med["A"] for t in TARGETS if t != "A"}
-        tab.row("added p50 µs over A (the proxy hop)",
-                ["—"] + [fmt(added[t]) for t in TARGETS if t != "A"],
-                [f"{ratio(added[t], added['B']):.2f}×" for t in VERSUS],
-                f"≤ 1.0× {mark(added['C'] <= added['B'])}")
-    tab.metric_row(sc, "p99_us", "p99 µs")
-    tab.metric_row(sc, "p999_us", "p99.9 µs")
-    tab.metric_row(sc, "cpu_us", "server CPU µs/req", digits=1, goal=1.0, with_spread=True)
-    tab.errors_row(sc)
+    requests = (("get", "GET /in.php?…"), ("post", "POST /in.php, 219-byte urlencoded body"))
+    for mode, label in requests:
+        sc = f"open-{mode}-{a.rate}"
+        if not any(s == sc for (_, s, _) in runs):
+            sc = f"open-{a.rate}"  # raw figures from before POST had a fixed-rate run
+            if mode != "get" or not any(s == sc for (_, s, _) in runs):
+                continue
+        tab.section(f"{label} at a fixed {a.rate:,} req/s, open loop, oha")
+        tab.metric_row(sc, "rps", "req/s achieved")
+        tab.metric_row(sc, "p50_us", "p50 µs")
+        med = {t: tab.med(t, sc, "p50_us") for t in TARGETS}
+        if all(v is not None for v in med.values()):
+            added = {t: med[t] - med["A"] for t in TARGETS if t != "A"}
+            tab.row("added p50 µs over A (the proxy hop)",
+                    ["—"] + [fmt(added[t]) for t in TARGETS if t != "A"],
+                    [f"{ratio(added[t], added['B']):.2f}×" for t in VERSUS],
+                    f"≤ 1.0× {mark(added['C'] <= added['B'])}")
+        tab.metric_row(sc, "p99_us", "p99 µs")
+        tab.metric_row(sc, "p999_us", "p99.9 µs")
+        tab.metric_row(sc, "cpu_us", "server CPU µs/req (min–max)", digits=1, goal=1.15,
+                       with_range=True)
+        tab.errors_row(sc)
 
     tab.section("keyrelay memory and startup")
     idle = once.get(("memory", "idle_rss_kb"))
@@ -181,7 +201,8 @@ def main():
     print(f"- Machine: {os.cpu_count()} cores ({cpu_model}), Linux {platform.release()}; "
           f"servers pinned to core {a.server_cpu}, load generator to core {a.client_cpu}.")
     print(f"- Command: `{a.command}`: {a.rounds} interleaved rounds ({' '.join(TARGETS)}) of "
-          f"{a.duration} s per run, medians; the whole run took {a.seconds} s.")
+          f"{a.duration} s per closed-loop run and {open_rounds} of {open_duration} s per "
+          f"fixed-rate run, medians; the whole run took {a.seconds} s.")
     print(f"- Versions: {a.versions}.")
     if steal:
         print(f"- Steal time over the runs: median {statistics.median(steal):.2f} %, "
@@ -191,14 +212,18 @@ def main():
         print(f"- Other load (CPU used by anything but the servers and the load generator) "
               f"during the runs: median {statistics.median(other):.1f} %, max "
               f"{max(other):.1f} % of all CPU time; {noisy} of {len(other)} runs above 5 %.")
-    floor = ("; D: benches/passthrough.rs, keyrelay's hyper server and client relaying to A "
+    memory = ("; M: the same keyrelay with pins in memory (`[pins] durable = false`), so "
+              "C − M is the journal's cost") if "M" in TARGETS else ""
+    floor = ("; D: benches/passthrough.rs, hyper's server and client relaying to A "
              "unchanged, with none of keyrelay's work (the floor under C)") if "D" in TARGETS else ""
     print("- A: nginx stub answering `OK|123456789`; B: nginx `proxy_pass` to A; "
-          f"C: keyrelay (3 keys) to A{floor}. CPU is the server's own (A: the stub; "
-          "the others: the proxy, not the stub behind it). ± is half the range across "
-          "rounds.\n")
+          "C: keyrelay (3 keys) to A with the shipped defaults, the durable pin journal "
+          f"included{memory}{floor}. CPU is the server's own (A: the stub; "
+          "the others: the proxy, not the stub behind it), read from each process's CPU "
+          "clock before and after each run. ± is half the range across rounds; "
+          "(min–max) the lowest and highest round.\n")
     names = {"A": "A: direct stub", "B": "B: nginx proxy_pass", "C": "C: keyrelay",
-             "D": "D: hyper floor"}
+             "M": "M: keyrelay, pins in memory", "D": "D: hyper floor"}
     print("| measurement | " + " | ".join(names[t] for t in TARGETS) + " | "
           + " | ".join(f"{t} vs B" for t in VERSUS) + " | goal |")
     print("| --- |" + " --: |" * (len(TARGETS) + len(VERSUS)) + " --- |")

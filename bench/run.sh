@@ -4,21 +4,25 @@
 #   bench/run.sh                                  # defaults: 10 s per run, 3 rounds
 #   BENCH_DURATION=5 BENCH_ROUNDS=3 bench/run.sh  # a quicker pass
 #
-# Four targets, all answering GET/POST /in.php with "OK|123456789":
+# Five targets, all answering GET/POST /in.php with "OK|123456789":
 #   A  nginx stub (`return 200`): the physical limit, no proxy at all;
 #   B  nginx proxy_pass to A (upstream keepalive): the yardstick;
-#   C  keyrelay (3 keys) with A as its upstream;
-#   D  benches/passthrough.rs: keyrelay's hyper server and client relaying to A unchanged,
-#      with none of keyrelay's work: the floor under C on this stack.
-# Each measurement runs A B C D, A B C D, ... for BENCH_ROUNDS rounds; the table shows medians.
+#   C  keyrelay (3 keys) with A as its upstream, the shipped defaults (durable pin journal);
+#   M  the same keyrelay with pins in memory (`[pins] durable = false`): C - M is the journal;
+#   D  benches/passthrough.rs: hyper's server and client relaying to A unchanged, with none
+#      of keyrelay's work: the floor under C on this stack.
+# Each measurement runs A B C M D, A B C M D, ... for BENCH_ROUNDS rounds (the fixed-rate
+# runs for BENCH_OPEN_ROUNDS); the table shows medians and the spread across rounds.
 # See bench/README.md for what is measured and docs/performance.md for how to read it.
 #
 # Knobs (environment):
-#   BENCH_DURATION=10       seconds per run (wrk and oha)
-#   BENCH_ROUNDS=3          interleaved rounds (A B C D each), medians reported
+#   BENCH_DURATION=10       seconds per closed-loop run (wrk)
+#   BENCH_ROUNDS=3          interleaved closed-loop rounds (A B C M D each), medians reported
 #   BENCH_CONNECTIONS="16 64"  closed-loop connection counts
 #   BENCH_RATE=2000         open-loop request rate (req/s)
 #   BENCH_OHA_CONNECTIONS=16  oha connections for the open loop
+#   BENCH_OPEN_ROUNDS=5     rounds of the fixed-rate runs (GET and POST), medians reported
+#   BENCH_OPEN_DURATION=20  seconds per fixed-rate run
 #   BENCH_WARMUP=2          seconds of warm-up load per target before round 1
 #   BENCH_SKIP_PINS=0       1 skips the 1M-pin memory step
 #   BENCH_PINS=1000000      pins to reach in the memory step
@@ -48,6 +52,8 @@ ROUNDS=${BENCH_ROUNDS:-3}
 CONNECTIONS=${BENCH_CONNECTIONS:-16 64}
 RATE=${BENCH_RATE:-2000}
 OHA_CONNECTIONS=${BENCH_OHA_CONNECTIONS:-16}
+OPEN_ROUNDS=${BENCH_OPEN_ROUNDS:-5}
+OPEN_DURATION=${BENCH_OPEN_DURATION:-20}
 WARMUP=${BENCH_WARMUP:-2}
 SKIP_PINS=${BENCH_SKIP_PINS:-0}
 PINS=${BENCH_PINS:-1000000}
@@ -66,15 +72,18 @@ POOL_KEYS=(benchkey000000000000000000000001 benchkey000000000000000000000002
 CLIENT_KEY=0123456789abcdef0123456789abcdef
 GET_QUERY="key=$CLIENT_KEY&method=userrecaptcha&googlekey=6Le-wvkSAAAAAPBMRTvw0Q4Muexq9bi0DJwx_mJ-&pageurl=https%3A%2F%2Fexample.com%2Flogin&json=1"
 STUB_ANSWER='OK|123456789'
+TARGETS=(A B C M D)
 
 check_knobs() {
   local name
-  for name in DURATION ROUNDS RATE OHA_CONNECTIONS WARMUP PINS PINS_TIMEOUT STARTUP_RUNS \
-    SERVER_CPU CLIENT_CPU MAX_RUNTIME; do
+  for name in DURATION ROUNDS RATE OHA_CONNECTIONS OPEN_ROUNDS OPEN_DURATION WARMUP PINS \
+    PINS_TIMEOUT STARTUP_RUNS SERVER_CPU CLIENT_CPU MAX_RUNTIME; do
     [[ ${!name} =~ ^[0-9]+$ ]] || die "BENCH_$name must be a whole number, got '${!name}'"
   done
-  ((DURATION > 0 && ROUNDS > 0 && RATE > 0 && STARTUP_RUNS > 0)) ||
-    die "BENCH_DURATION, BENCH_ROUNDS, BENCH_RATE and BENCH_STARTUP_RUNS must be > 0"
+  ((DURATION > 0 && ROUNDS > 0 && RATE > 0 && STARTUP_RUNS > 0 && OPEN_ROUNDS > 0 &&
+    OPEN_DURATION > 0)) ||
+    die "BENCH_DURATION, BENCH_ROUNDS, BENCH_OPEN_ROUNDS, BENCH_OPEN_DURATION, BENCH_RATE" \
+      "and BENCH_STARTUP_RUNS must be > 0"
   [[ $CONNECTIONS =~ ^[0-9]+( [0-9]+)*$ ]] ||
     die "BENCH_CONNECTIONS must be numbers separated by spaces, got '$CONNECTIONS'"
   [[ $SKIP_PINS == [01] ]] || die "BENCH_SKIP_PINS must be 0 or 1, got '$SKIP_PINS'"
@@ -255,9 +264,10 @@ EOF
 
 # cpu_ns PGID...: for each process group, the CPU time (user + system) of its processes in
 # nanoseconds, threads that have exited included; one figure per group, on one line. Read
-# from each process's CPU clock (clock_getcpuclockid): /proc/<pid>/stat's utime + stime
-# count 10 ms ticks, too coarse for a few thousand requests at 20 µs each. Falls back to
-# the ticks if the clock is refused.
+# from each process's own CPU clock (clock_getcpuclockid) just before and just after a run,
+# so a run's figure is the CPU the process was charged, not a sample: /proc/<pid>/stat's
+# utime + stime would count the same time in 10 ms ticks, too coarse for a few thousand
+# requests at 20 µs each. Falls back to the ticks if the clock is refused.
 cpu_ns() {
   python3 - "$@" <<'EOF'
 import ctypes, ctypes.util, os, sys, time
@@ -284,9 +294,11 @@ EOF
 
 # server_cpu TARGET: "<target's CPU ns> <all servers' CPU ns>".
 server_cpu() {
-  local ns
-  read -r -a ns <<<"$(cpu_ns "${PG[$1]}" "${PG[A]}" "${PG[B]}" "${PG[C]}" "${PG[D]}")"
-  echo "${ns[0]} $((ns[1] + ns[2] + ns[3] + ns[4]))"
+  local ns t groups=() sum=0 i
+  for t in "${TARGETS[@]}"; do groups+=("${PG[$t]}"); done
+  read -r -a ns <<<"$(cpu_ns "${PG[$1]}" "${groups[@]}")"
+  for ((i = 1; i < ${#ns[@]}; i++)); do sum=$((sum + ns[i])); done
+  echo "${ns[0]} $sum"
 }
 
 # machine_now: "total steal busy children" in clock ticks: all cores' time, steal, time
@@ -322,6 +334,26 @@ expect_stub_answer() {
   [[ $body == "$STUB_ANSWER" ]] || die "$2: unexpected answer ${body:0:80}"
 }
 
+# expect_stub_post URL WHAT: the POST submit through a target must give the stub's answer.
+expect_stub_post() {
+  local body
+  body=$(curl -sf --max-time 2 -H "Content-Type: $POST_TYPE" --data-binary "$POST_BODY" "$1") ||
+    die "$2: POST failed: $1"
+  [[ $body == "$STUB_ANSWER" ]] || die "$2: unexpected answer to the POST ${body:0:80}"
+}
+
+# The POST submit of bench/wrk.lua, so that wrk and oha send the same bytes: its string
+# literals, joined.
+POST_TYPE=application/x-www-form-urlencoded
+POST_BODY=$(python3 - "$BENCH_DIR/wrk.lua" <<'EOF'
+import re, sys
+src = open(sys.argv[1]).read()
+expr = src.split("local post_body =", 1)[1].split("\n\n", 1)[0]
+print("".join(re.findall(r'"([^"]*)"', expr)))
+EOF
+)
+((${#POST_BODY} == 219)) || { echo "bench/wrk.lua's POST body is not 219 bytes: ${#POST_BODY}" >&2; exit 1; }
+
 TICK_NS=$((1000000000 / $(getconf CLK_TCK)))
 
 # run_stats T0 T1 MACHINE0 MACHINE1 REQUESTS: the per-run figures shared by wrk and oha,
@@ -344,9 +376,9 @@ record() { printf '%s\t%s\t%s\t%s\t%s\n' "$@" >>"$RAW"; }
 
 # --- servers ----------------------------------------------------------------------------
 
-declare -A PG=()   # target (A B C D) -> process group whose CPU is charged to it
+declare -A PG=()   # target (A B C M D) -> process group whose CPU is charged to it
 declare -A URL=()  # target -> base URL
-PORT_A="" PORT_B="" PORT_C="" PORT_D="" PORT_SIM="" PORT_PINS="" PORT_START=""
+PORT_A="" PORT_B="" PORT_C="" PORT_M="" PORT_D="" PORT_SIM="" PORT_PINS="" PORT_START=""
 
 # nginx_conf NAME SERVER-BLOCKS: a minimal single-worker config kept inside the temp dir.
 nginx_conf() {
@@ -381,16 +413,19 @@ start_nginx() {
   wait_http "http://127.0.0.1:$port/healthz" "$LAST_PID" "nginx-$name"
 }
 
-keyrelay_conf() { # FILE LISTEN-PORT UPSTREAM-PORT
+# keyrelay_conf FILE LISTEN-PORT UPSTREAM-PORT PINS: PINS is "durable" for the shipped
+# default (the pin journal, in a data_dir of the config's own in the temp dir) or "memory"
+# for `[pins] durable = false`. Every other setting is left at its default.
+keyrelay_conf() {
   {
     printf 'listen = "127.0.0.1:%s"\nupstream = "http://127.0.0.1:%s"\n' "$2" "$3"
+    [[ $4 == durable ]] && printf 'data_dir = "%s"\n' "${1%.toml}.data"
     local i=0 k
     for k in "${POOL_KEYS[@]}"; do
       i=$((i + 1))
       printf '\n[[keys]]\nname = "bench-%s"\nkey = "%s"\n' "$i" "$k"
     done
-    # In memory: the journal's disk writes are not what is measured.
-    printf '\n[pins]\ndurable = false\n'
+    [[ $4 == durable ]] || printf '\n[pins]\ndurable = false\n'
   } >"$1"
 }
 
@@ -400,7 +435,7 @@ start_keyrelay() { # NAME CONFIG PORT
 }
 
 start_targets() {
-  read -r PORT_A PORT_B PORT_C PORT_D PORT_SIM PORT_PINS PORT_START <<<"$(free_ports 7)"
+  read -r PORT_A PORT_B PORT_C PORT_M PORT_D PORT_SIM PORT_PINS PORT_START <<<"$(free_ports 8)"
 
   nginx_conf stub "  server {
     listen 127.0.0.1:$PORT_A;
@@ -426,12 +461,16 @@ start_targets() {
   start_nginx proxy "$PORT_B"
   PG[B]=$LAST_PID URL[B]=http://127.0.0.1:$PORT_B
 
-  keyrelay_conf "$TMP/proxy.toml" "$PORT_C" "$PORT_A"
+  keyrelay_conf "$TMP/proxy.toml" "$PORT_C" "$PORT_A" durable
   start_keyrelay keyrelay "$TMP/proxy.toml" "$PORT_C"
   PG[C]=$LAST_PID URL[C]=http://127.0.0.1:$PORT_C
   # Idle RSS: after startup and its first balance refresh, before any load.
   sleep 2
   record 0 C memory idle_rss_kb "$(rss_kb "${PG[C]}")"
+
+  keyrelay_conf "$TMP/memory.toml" "$PORT_M" "$PORT_A" memory
+  start_keyrelay keyrelay-memory "$TMP/memory.toml" "$PORT_M"
+  PG[M]=$LAST_PID URL[M]=http://127.0.0.1:$PORT_M
 
   start_bg "$TMP/passthrough.log" taskset -c "$SERVER_CPU" "$FLOOR_BIN" \
     --serve "127.0.0.1:$PORT_D" "http://127.0.0.1:$PORT_A"
@@ -440,9 +479,13 @@ start_targets() {
   PG[D]=$LAST_PID URL[D]=http://127.0.0.1:$PORT_D
 
   local t
-  for t in A B C D; do expect_stub_answer "${URL[$t]}/in.php?$GET_QUERY" "target $t"; done
+  for t in "${TARGETS[@]}"; do
+    expect_stub_answer "${URL[$t]}/in.php?$GET_QUERY" "target $t"
+    expect_stub_post "${URL[$t]}/in.php" "target $t"
+  done
   log "targets up: A stub :$PORT_A  B nginx :$PORT_B  C keyrelay :$PORT_C" \
-    " D passthrough :$PORT_D (servers on core $SERVER_CPU, load on core $CLIENT_CPU)"
+    " M keyrelay (pins in memory) :$PORT_M  D passthrough :$PORT_D" \
+    "(servers on core $SERVER_CPU, load on core $CLIENT_CPU)"
 }
 
 # --- closed loop: wrk -------------------------------------------------------------------
@@ -489,14 +532,19 @@ run_wrk() {
 
 # --- open loop: oha ---------------------------------------------------------------------
 
-run_oha() { # ROUND TARGET
-  local round=$1 t=$2 out=$TMP/oha.json cpu0 cpu1 m0 m1
+run_oha() { # ROUND TARGET MODE(get|post) SECONDS
+  local round=$1 t=$2 mode=$3 secs=$4 out=$TMP/oha.json cpu0 cpu1 m0 m1 request
+  if [[ $mode == post ]]; then
+    request=(-m POST -H "Content-Type: $POST_TYPE" -d "$POST_BODY" "${URL[$t]}/in.php")
+  else
+    request=("${URL[$t]}/in.php?$GET_QUERY")
+  fi
   cpu0=$(server_cpu "$t")
   m0=$(machine_now)
   # -w waits for requests in flight at the deadline instead of counting them as errors.
-  run_fg "$TMP/oha.log" timeout $((DURATION + 30)) taskset -c "$CLIENT_CPU" \
-    "$OHA" -q "$RATE" -z "${DURATION}s" -c "$OHA_CONNECTIONS" -w --latency-correction \
-    --no-tui "${OHA_THREADS[@]}" "${OHA_JSON[@]}" -o "$out" "${URL[$t]}/in.php?$GET_QUERY" ||
+  run_fg "$TMP/oha.log" timeout $((secs + 30)) taskset -c "$CLIENT_CPU" \
+    "$OHA" -q "$RATE" -z "${secs}s" -c "$OHA_CONNECTIONS" -w --latency-correction \
+    --no-tui "${OHA_THREADS[@]}" "${OHA_JSON[@]}" -o "$out" "${request[@]}" ||
     die "oha failed: $(tail -3 "$TMP/oha.log")"
   m1=$(machine_now)
   cpu1=$(server_cpu "$t")
@@ -519,24 +567,32 @@ EOF
   {
     grep -v '^requests ' "$TMP/oha.stats"
     run_stats "$cpu0" "$cpu1" "$m0" "$m1" "$n"
-  } | save_run "$round" "$t" "open-$RATE"
+  } | save_run "$round" "$t" "open-$mode-$RATE"
 }
 
 run_rounds() {
   local t mode c r
   log "warm-up: ${WARMUP}s per target"
-  for t in A B C D; do
+  for t in "${TARGETS[@]}"; do
     run_wrk 0 "$t" get 64 "$WARMUP"
     run_wrk 0 "$t" post 64 "$WARMUP"
   done
   for r in $(seq "$ROUNDS"); do
-    log "round $r/$ROUNDS"
+    log "closed loop, round $r/$ROUNDS"
     for mode in get post; do
       for c in $CONNECTIONS; do
-        for t in A B C D; do run_wrk "$r" "$t" "$mode" "$c" "$DURATION"; done
+        for t in "${TARGETS[@]}"; do run_wrk "$r" "$t" "$mode" "$c" "$DURATION"; done
       done
     done
-    for t in A B C D; do run_oha "$r" "$t"; done
+  done
+  # The fixed-rate CPU per request is the figure builds are compared by: more and longer
+  # rounds than the closed loop, each target in turn, so a burst of other load hits one
+  # run of one target rather than a whole column.
+  for r in $(seq "$OPEN_ROUNDS"); do
+    log "fixed rate, round $r/$OPEN_ROUNDS"
+    for mode in get post; do
+      for t in "${TARGETS[@]}"; do run_oha "$r" "$t" "$mode" "$OPEN_DURATION"; done
+    done
   done
   record 0 C memory loaded_rss_kb "$(rss_kb "${PG[C]}")"
 }
@@ -564,7 +620,7 @@ measure_pins() {
     sleep 0.05
   done
 
-  keyrelay_conf "$TMP/pins.toml" "$PORT_PINS" "$PORT_SIM"
+  keyrelay_conf "$TMP/pins.toml" "$PORT_PINS" "$PORT_SIM" memory
   start_keyrelay keyrelay-pins "$TMP/pins.toml" "$PORT_PINS"
   local pins_pg=$LAST_PID
   sleep 2
@@ -612,7 +668,7 @@ measure_pins() {
 # --- startup ----------------------------------------------------------------------------
 
 measure_startup() {
-  keyrelay_conf "$TMP/startup.toml" "$PORT_START" "$PORT_A"
+  keyrelay_conf "$TMP/startup.toml" "$PORT_START" "$PORT_A" durable
   log "startup: $STARTUP_RUNS timed starts"
   run_fg "$TMP/startup.out" python3 "$BENCH_DIR/startup.py" --bin "$BIN" \
     --config "$TMP/startup.toml" --port "$PORT_START" --query "$GET_QUERY" \
@@ -652,6 +708,7 @@ main() {
 
   mkdir -p "$(dirname "$RESULTS")"
   local knobs="BENCH_DURATION=$DURATION BENCH_ROUNDS=$ROUNDS"
+  knobs+=" BENCH_OPEN_DURATION=$OPEN_DURATION BENCH_OPEN_ROUNDS=$OPEN_ROUNDS"
   [[ $SKIP_PINS == 1 ]] && knobs+=" BENCH_SKIP_PINS=1"
   [[ $PINS == 1000000 ]] || knobs+=" BENCH_PINS=$PINS"
   [[ $CONNECTIONS == "16 64" ]] || knobs+=" BENCH_CONNECTIONS=\"$CONNECTIONS\""
@@ -660,6 +717,7 @@ main() {
     --command "$knobs bench/run.sh" \
     --seconds $((SECONDS - t0)) \
     --rate "$RATE" --connections "$CONNECTIONS" --rounds "$ROUNDS" --duration "$DURATION" \
+    --open-rounds "$OPEN_ROUNDS" --open-duration "$OPEN_DURATION" \
     --server-cpu "$SERVER_CPU" --client-cpu "$CLIENT_CPU" \
     --versions "$(versions)" >"$RESULTS"
   cp "$RAW" "${RESULTS%.md}.tsv"

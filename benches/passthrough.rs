@@ -1,6 +1,14 @@
-//! The floor under keyrelay's per-request cost: the same hyper server and upstream client,
-//! relaying every request unchanged, with none of keyrelay's work (no parse, no key, no
-//! pool, no pins, no metrics). docs/performance.md compares it with keyrelay and nginx.
+//! The floor under keyrelay's per-request cost: hyper's HTTP/1 server and client on tokio,
+//! relaying every request unchanged, with as little glue as hyper 1.x allows and none of
+//! keyrelay's work (no parse, key, pool, pins, metrics, timers or header edits).
+//! docs/performance.md compares it with keyrelay and nginx.
+//!
+//! What it leaves out is on purpose, so that it shows what hyper itself costs: the caller's
+//! request goes upstream as hyper parsed it (origin-form URI, headers, streamed body), and
+//! the upstream's answer comes back the same way; each caller connection has one upstream
+//! connection of its own, dialled on its first request, so there is no shared pool either;
+//! no header-read timer and no per-request timeout. An upstream failure closes the caller's
+//! connection rather than answering 502: it is a benchmark target, not a proxy.
 //!
 //! Not a criterion benchmark: `cargo bench --bench passthrough` only checks that it builds
 //! and exits. To serve:
@@ -9,17 +17,21 @@
 //! cargo bench --bench passthrough -- --serve 127.0.0.1:8081 http://127.0.0.1:8080
 //! ```
 
-use std::convert::Infallible;
-use std::time::Duration;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper::server::conn::http1;
+use hyper::body::Incoming;
+use hyper::client::conn::http1::SendRequest;
 use hyper::service::service_fn;
-use hyper::{Request, Response, StatusCode, Uri};
+use hyper::{Request, Response, Uri};
 use hyper_util::rt::TokioIo;
-use keyrelay::upstream::{Outgoing, UpstreamClient};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The upstream connection of one caller connection. The server serves a connection's
+/// requests one after another, so it is free whenever a request takes it.
+type Upstream = Arc<Mutex<Option<SendRequest<Incoming>>>>;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -40,18 +52,30 @@ fn main() {
 }
 
 async fn serve(listen: String, upstream: String) {
+    let uri: Uri = upstream.parse().expect("an upstream URL");
+    let authority = uri
+        .authority()
+        .expect("an upstream URL with a host:port")
+        .as_str();
+    let upstream = tokio::net::lookup_host(authority)
+        .await
+        .expect("an upstream address")
+        .next()
+        .expect("an upstream address");
     let listener = TcpListener::bind(&listen).await.expect("listen address");
-    let client = UpstreamClient::new(Duration::from_secs(10)).expect("rustls defaults");
     println!("passthrough listening on {listen}, relaying to {upstream}");
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let (client, upstream) = (client.clone(), upstream.clone());
-        let service = service_fn(move |req| relay(client.clone(), upstream.clone(), req));
+        let conn: Upstream = Arc::default();
+        let service = service_fn(move |req| relay(upstream, conn.clone(), req));
         tokio::spawn(async move {
-            let _ = http1::Builder::new()
+            let _ = hyper::server::conn::http1::Builder::new()
+                // One write of head and body, as keyrelay does: a small answer is cheaper
+                // flattened than queued for writev.
+                .writev(false)
                 .serve_connection(TokioIo::new(stream), service)
                 .await;
         });
@@ -59,45 +83,28 @@ async fn serve(listen: String, upstream: String) {
 }
 
 async fn relay(
-    client: UpstreamClient,
-    upstream: String,
-    req: Request<hyper::body::Incoming>,
-) -> Result<Response<Full<Bytes>>, Infallible> {
-    let (parts, body) = req.into_parts();
-    let body = body
-        .collect()
-        .await
-        .map(|b| b.to_bytes())
-        .unwrap_or_default();
-    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-    let Ok(uri) = format!("{upstream}{path}").parse::<Uri>() else {
-        return Ok(status(StatusCode::BAD_REQUEST));
+    upstream: SocketAddr,
+    conn: Upstream,
+    req: Request<Incoming>,
+) -> Result<Response<Incoming>, BoxError> {
+    let idle = conn.lock().expect("not poisoned").take();
+    let mut sender = match idle {
+        Some(sender) if !sender.is_closed() => sender,
+        _ => dial(upstream).await?,
     };
-    let sent = client
-        .send(Outgoing {
-            method: parts.method,
-            uri,
-            headers: &parts.headers,
-            body,
-            timeout: Duration::from_secs(60),
-        })
-        .await;
-    Ok(match sent {
-        Ok(answer) => {
-            let mut response = Response::new(Full::new(answer.body));
-            *response.status_mut() = answer.status;
-            *response.headers_mut() = answer.headers;
-            for hop in [hyper::header::CONNECTION, hyper::header::TRANSFER_ENCODING] {
-                response.headers_mut().remove(hop);
-            }
-            response
-        }
-        Err(_) => status(StatusCode::BAD_GATEWAY),
-    })
+    sender.ready().await?;
+    let response = sender.send_request(req).await?;
+    *conn.lock().expect("not poisoned") = Some(sender);
+    Ok(response)
 }
 
-fn status(code: StatusCode) -> Response<Full<Bytes>> {
-    let mut response = Response::new(Full::new(Bytes::new()));
-    *response.status_mut() = code;
-    response
+async fn dial(upstream: SocketAddr) -> Result<SendRequest<Incoming>, BoxError> {
+    let stream = TcpStream::connect(upstream).await?;
+    stream.set_nodelay(true)?;
+    let (sender, connection) = hyper::client::conn::http1::Builder::new()
+        .writev(false)
+        .handshake(TokioIo::new(stream))
+        .await?;
+    tokio::spawn(connection);
+    Ok(sender)
 }

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+use hyper::header::HeaderValue;
 use tokio::time::Instant;
 
 use crate::capacity::{Capacity, Lease, Load};
@@ -25,6 +26,10 @@ pub struct KeyEntry {
     pub id: KeyId,
     /// Label for logs, metrics and answers; the key itself is never shown.
     pub name: String,
+    /// The name as the value of the `X-Keyrelay-Key` header of the answers this key serves,
+    /// built once rather than per answer; `None` for a name a header cannot carry (validation
+    /// allows none such, so that answer would just go without the header).
+    pub name_header: Option<HeaderValue>,
     pub key: ApiKey,
     /// Each key names its upstream, so keys of different providers can share a pool later.
     pub upstream: Upstream,
@@ -125,6 +130,7 @@ impl KeyEntry {
         KeyEntry {
             id,
             name: config.name.clone(),
+            name_header: HeaderValue::from_str(&config.name).ok(),
             key: config.key.clone(),
             upstream: config.upstream.clone(),
             weight: config.weight,

@@ -31,7 +31,7 @@ use bytes::Bytes;
 use futures_util::FutureExt;
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::header::{HeaderMap, HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
+use hyper::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
 use tokio::time::Instant;
 
@@ -47,8 +47,14 @@ use crate::upstream::{self, Outgoing, UpstreamAnswer, UpstreamError};
 /// Every response keyrelay sends is fully buffered: answers are small.
 pub type Body = Full<Bytes>;
 
-/// Serves one request. Never fails: every problem becomes a well-formed answer.
-pub async fn handle(app: App, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+/// Serves one request. Never fails: every problem becomes a well-formed answer. `hangup`
+/// is the connection's (handed over directly, not in the request's extensions, which would
+/// cost two allocations per request).
+pub async fn handle(
+    app: App,
+    hangup: Hangup,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, Infallible> {
     let path = req.uri().path();
     if req.method() == Method::GET {
         if let Some(response) = operator_endpoint(&app, path, req.headers()) {
@@ -73,17 +79,17 @@ pub async fn handle(app: App, req: Request<Incoming>) -> Result<Response<Body>, 
             .insert("allow", HeaderValue::from_static("GET, POST"));
         return Ok(response);
     }
-    Ok(serve_to_the_end(app, endpoint, req).await)
+    Ok(serve_to_the_end(app, endpoint, hangup, req).await)
 }
 
 /// Serves an API request to its end even if its caller leaves ([`to_the_end`]), and turns
 /// a panic in it into a well-formed answer rather than a dropped connection.
-async fn serve_to_the_end(app: App, endpoint: Endpoint, req: Request<Incoming>) -> Response<Body> {
-    let hangup = req
-        .extensions()
-        .get::<Hangup>()
-        .cloned()
-        .unwrap_or_default();
+async fn serve_to_the_end(
+    app: App,
+    endpoint: Endpoint,
+    hangup: Hangup,
+    req: Request<Incoming>,
+) -> Response<Body> {
     let requests = app.requests().clone();
     let work = async move {
         match AssertUnwindSafe(api(app, endpoint, req))
@@ -153,8 +159,9 @@ pub(crate) enum Handled {
         /// How the request ended: the answer's class, or `pool_busy` for a busy answer
         /// relayed because every key was busy.
         outcome: RequestOutcome,
-        /// Name of the key that served it, and how many upstream attempts it took.
-        key: String,
+        /// Name of the key that served it (as its header value), and how many upstream
+        /// attempts it took.
+        key: Option<HeaderValue>,
         attempts: u32,
     },
     /// An answer keyrelay made itself.
@@ -171,7 +178,7 @@ impl Handled {
         Handled::Relayed {
             answer,
             outcome,
-            key: key.name.clone(),
+            key: key.name_header.clone(),
             attempts,
         }
     }
@@ -352,10 +359,16 @@ impl Ctx {
         parsed: &ParsedRequest,
         extra: &[(&str, &str)],
     ) -> Attempt {
-        let mut set = Vec::with_capacity(1 + extra.len());
-        set.push(("key", key.key.expose()));
-        set.extend_from_slice(extra);
-        let rewritten = parsed.rewrite(&set);
+        // Most attempts set the key alone: no list to allocate for them.
+        let own = [("key", key.key.expose())];
+        let with_extra: Vec<(&str, &str)>;
+        let set: &[(&str, &str)] = if extra.is_empty() {
+            &own
+        } else {
+            with_extra = own.iter().chain(extra).copied().collect();
+            &with_extra
+        };
+        let rewritten = parsed.rewrite(set);
         let timeouts = &self.snapshot.config.timeouts;
         let timeout = if self.endpoint == Endpoint::Solve {
             timeouts.solve
@@ -518,10 +531,10 @@ fn into_response(handled: Handled, json: bool, key_headers: bool) -> Response<Bo
             *headers = upstream::answer_headers(answer.headers);
             if key_headers {
                 // Key names are validated to header-safe characters; a failure is skipped.
-                if let Ok(value) = HeaderValue::from_str(&key) {
-                    headers.insert(KEY_HEADER, value);
+                if let Some(value) = key {
+                    headers.insert(KEY_HEADER_NAME, value);
                 }
-                headers.insert(ATTEMPTS_HEADER, HeaderValue::from(attempts));
+                headers.insert(ATTEMPTS_HEADER_NAME, attempts_value(attempts));
             }
             response
         }
@@ -537,6 +550,33 @@ pub const KEY_HEADER: &str = "x-keyrelay-key";
 /// How many upstream attempts a relayed answer took.
 pub const ATTEMPTS_HEADER: &str = "x-keyrelay-attempts";
 
+// Typed once: inserting by `&str` looks the name up in the standard-header table and
+// validates it on every answer (1.2k instructions for the two).
+const KEY_HEADER_NAME: HeaderName = HeaderName::from_static(KEY_HEADER);
+const ATTEMPTS_HEADER_NAME: HeaderName = HeaderName::from_static(ATTEMPTS_HEADER);
+
+/// The `X-Keyrelay-Attempts` value: static for the counts `failover.max_attempts` usually
+/// allows, formatted (an allocation) only beyond them.
+fn attempts_value(attempts: u32) -> HeaderValue {
+    static SMALL: [HeaderValue; 10] = [
+        HeaderValue::from_static("0"),
+        HeaderValue::from_static("1"),
+        HeaderValue::from_static("2"),
+        HeaderValue::from_static("3"),
+        HeaderValue::from_static("4"),
+        HeaderValue::from_static("5"),
+        HeaderValue::from_static("6"),
+        HeaderValue::from_static("7"),
+        HeaderValue::from_static("8"),
+        HeaderValue::from_static("9"),
+    ];
+    usize::try_from(attempts)
+        .ok()
+        .and_then(|i| SMALL.get(i))
+        .cloned()
+        .unwrap_or_else(|| HeaderValue::from(attempts))
+}
+
 fn plain(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Response<Body> {
     let mut response = Response::new(Full::new(body.into()));
     *response.status_mut() = status;
@@ -549,6 +589,17 @@ fn plain(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn attempt_counts_read_the_same_static_or_formatted() {
+        for attempts in [0, 1, 2, 9, 10, 11, 99, 1000, u32::MAX] {
+            assert_eq!(
+                attempts_value(attempts).to_str().unwrap(),
+                attempts.to_string(),
+                "{attempts}"
+            );
+        }
+    }
 
     #[test]
     fn json_hint_reads_query_content_type_and_form_prefix() {

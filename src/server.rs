@@ -1,11 +1,13 @@
 //! The accept loop, the background tasks, and graceful shutdown.
 
+mod header_timer;
+
 use std::future::Future;
 use std::time::Duration;
 
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::TokioIo;
 use hyper_util::server::graceful::GracefulShutdown;
 use std::sync::Arc;
 
@@ -17,6 +19,7 @@ use tokio::time::Instant;
 use crate::app::App;
 use crate::proxy::Hangup;
 use crate::{proxy, refresh};
+use header_timer::HeaderTimer;
 
 /// How often recorded pins are forced to disk: the power-loss window.
 const PIN_SYNC_INTERVAL: Duration = Duration::from_secs(1);
@@ -44,15 +47,21 @@ pub async fn run(
     app: App,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
+    // Limits are read at start: the listener is the one thing a reload cannot rebuild.
+    let limits = app.snapshot().config.limits.clone();
+    let header_timer = HeaderTimer::new();
     let mut background = JoinSet::new();
     background.spawn(refresh::run(app.clone()));
     background.spawn(sweep_pins(app.clone()));
     background.spawn(sync_pins(app.clone()));
     background.spawn(release_stale(app.clone()));
+    background.spawn(
+        header_timer
+            .clone()
+            .run(header_timer::resolution(limits.header_timeout)),
+    );
 
     let graceful = GracefulShutdown::new();
-    // Limits are read at start: the listener is the one thing a reload cannot rebuild.
-    let limits = app.snapshot().config.limits.clone();
     let connections = Arc::new(Semaphore::new(limits.max_connections));
     tokio::pin!(shutdown);
     loop {
@@ -83,17 +92,20 @@ pub async fn run(
                         continue;
                     }
                 };
-                let service = service_fn(move |mut req| {
-                    req.extensions_mut().insert(hangup.clone());
-                    proxy::handle(app.clone(), req)
-                });
+                let service =
+                    service_fn(move |req| proxy::handle(app.clone(), hangup.clone(), req));
                 let conn = http1::Builder::new()
-                    .timer(TokioTimer::new())
+                    // The header-read timeout is armed for every request head, keep-alive
+                    // waits included: a coarse timer keeps that cheap (header_timer.rs).
+                    .timer(header_timer.clone())
                     .header_read_timeout(limits.header_timeout)
                     .max_header_size(limits.max_header)
                     // A client may shut its write side once the request is sent (`nc -N`,
                     // some HTTP/1.0 tools) and still read the answer.
                     .half_close(true)
+                    // Head and body in one buffer and one write: an answer is a few hundred
+                    // bytes, cheaper copied than queued for writev.
+                    .writev(false)
                     .serve_connection(TokioIo::new(stream), service);
                 let conn = graceful.watch(conn);
                 tokio::spawn(async move {

@@ -11,11 +11,12 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
-use hyper::header::{self, HeaderMap, HeaderValue};
+use hyper::header::{self, HeaderMap};
 use hyper::{Method, Request, StatusCode, Uri};
 use hyper_util::client::legacy::connect::HttpConnector;
 
 use pool::{Origin, Pool};
+use smallvec::SmallVec;
 
 /// Answers from the service are a few hundred bytes; this only stops a broken or hostile
 /// upstream from making keyrelay buffer without limit.
@@ -115,8 +116,7 @@ impl UpstreamClient {
     }
 
     async fn exchange(&self, out: Outgoing<'_>) -> Result<UpstreamAnswer, UpstreamError> {
-        let (origin, mut request) = request_for(out)?;
-        let mut idle = self.pool.checkout(&origin);
+        let (origin, mut request, mut idle) = self.request_for(out)?;
         loop {
             let reused = idle.is_some();
             let mut sender = match idle.take() {
@@ -170,29 +170,34 @@ impl UpstreamClient {
     }
 }
 
-/// The request in origin form (`/in.php?…`) with a Host header, and where it goes.
-fn request_for(out: Outgoing<'_>) -> Result<(Origin, Request<Full<Bytes>>), UpstreamError> {
-    let parts = out.uri.into_parts();
-    let (Some(authority), Some(path)) = (parts.authority, parts.path_and_query) else {
-        return Err(UpstreamError::Connect(
-            "the upstream URL has no host".to_owned(),
-        ));
-    };
-    let host = HeaderValue::from_str(authority.as_str())
-        .map_err(|e| UpstreamError::Connect(e.to_string()))?;
-    let origin = Origin {
-        https: parts.scheme.as_ref() == Some(&hyper::http::uri::Scheme::HTTPS),
-        authority,
-    };
-    let mut request = Request::builder()
-        .method(out.method)
-        .uri(Uri::from(path))
-        .body(Full::new(out.body))
-        .expect("method and uri are already typed values");
-    let headers = request.headers_mut();
-    headers.insert(header::HOST, host);
-    copy_request_headers(out.headers, headers);
-    Ok((origin, request))
+/// The request in origin form (`/in.php?…`) with a Host header, where it goes, and an
+/// idle connection there if the pool has one.
+type Prepared = (Origin, Request<Full<Bytes>>, Option<pool::Sender>);
+
+impl UpstreamClient {
+    fn request_for(&self, out: Outgoing<'_>) -> Result<Prepared, UpstreamError> {
+        let parts = out.uri.into_parts();
+        let (Some(authority), Some(path)) = (parts.authority, parts.path_and_query) else {
+            return Err(UpstreamError::Connect(
+                "the upstream URL has no host".to_owned(),
+            ));
+        };
+        let origin = Origin {
+            https: parts.scheme.as_ref() == Some(&hyper::http::uri::Scheme::HTTPS),
+            authority,
+        };
+        let (host, idle) = self
+            .pool
+            .checkout(&origin)
+            .map_err(|e| UpstreamError::Connect(e.to_string()))?;
+        let mut request = Request::new(Full::new(out.body));
+        *request.method_mut() = out.method;
+        *request.uri_mut() = Uri::from(path);
+        let headers = request.headers_mut();
+        headers.insert(header::HOST, host);
+        copy_request_headers(out.headers, headers);
+        Ok((origin, request, idle))
+    }
 }
 
 /// Hop-by-hop headers (RFC 9110 §7.6.1) and those the client recomputes must not be copied.
@@ -274,7 +279,9 @@ fn copy_request_headers(from: &HeaderMap, to: &mut HeaderMap) {
 /// cheaper than building another.
 pub fn answer_headers(mut headers: HeaderMap) -> HeaderMap {
     let listed = connection_options(&headers);
-    let dropped: Vec<header::HeaderName> = headers
+    // An answer drops two or three (content-length, connection, keep-alive): room for them
+    // on the stack spares an allocation per answer.
+    let dropped: SmallVec<[header::HeaderName; 4]> = headers
         .keys()
         .filter(|name| {
             !is_forwardable(name) || *name == header::CONTENT_ENCODING || listed.contains(name)
@@ -302,6 +309,36 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hyper::header::HeaderValue;
+
+    #[test]
+    fn every_request_carries_its_own_upstreams_host_first() {
+        let client = UpstreamClient::new(Duration::from_secs(1)).unwrap();
+        let caller = header_map(&[("user-agent", "python-requests"), ("host", "caller")]);
+        for (uri, host) in [
+            ("http://127.0.0.1:9/in.php?a=1", "127.0.0.1:9"),
+            ("https://ocr.example:8443/res.php", "ocr.example:8443"),
+            // A second request to a known origin takes the value built for the first.
+            ("http://127.0.0.1:9/res.php?id=1", "127.0.0.1:9"),
+            ("http://[::1]:9/in.php", "[::1]:9"),
+        ] {
+            let (origin, request, idle) = client
+                .request_for(Outgoing {
+                    method: Method::POST,
+                    uri: uri.parse().unwrap(),
+                    headers: &caller,
+                    body: Bytes::new(),
+                    timeout: Duration::from_secs(1),
+                })
+                .unwrap();
+            assert_eq!(origin.authority.as_str(), host);
+            assert!(idle.is_none(), "nothing was dialled");
+            let names: Vec<&str> = request.headers().keys().map(|n| n.as_str()).collect();
+            assert_eq!(names, ["host", "user-agent"], "{uri}");
+            assert_eq!(request.headers()[header::HOST], host, "{uri}");
+            assert_eq!(request.uri().authority(), None, "origin form: {uri}");
+        }
+    }
 
     #[test]
     fn credential_headers_never_go_upstream() {
