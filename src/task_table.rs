@@ -202,7 +202,7 @@ impl QueuedNum {
 
 /// Tasks in the order they were queued, which callers keep equal to time order. Numeric and
 /// text ids queue apart and are merged by time when read; ties go to numeric ids.
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub struct TaskQueue {
     nums: VecDeque<QueuedNum>,
     texts: VecDeque<(Box<str>, Stamp)>,

@@ -41,8 +41,10 @@
 //!
 //! One `std::sync::Mutex` guards the file. `pin()` holds it across its append and its change
 //! in memory, never across an await, so a pin is never visible before its record is written,
-//! and a compaction's snapshot of memory matches a known journal offset. No fsync ever runs
-//! under it. A compaction writes and fsyncs the snapshot without it, then copies and fsyncs
+//! and every pin recorded below a journal offset read under it is in memory from then on. No
+//! fsync ever runs under it. A compaction reads that offset (its mark) under it, takes its
+//! snapshot of memory after it, without it (walking a million pins takes a while), writes and
+//! fsyncs the snapshot without it, then copies and fsyncs
 //! the records appended meanwhile without it too (reading below the journal's length, which
 //! does not change), and takes it only to copy the last few records and rename. The fsyncs
 //! after the rename (new file, directory) run in `sync()`, without it. So a `pin()` waits at

@@ -118,17 +118,21 @@ impl JournalPins {
             }
             _ => {}
         }
-        // Pins hold the journal lock across their append and their change in memory, so this
-        // snapshot is exactly what the first `mark.len` bytes replay to.
-        let (live, mark) = {
+        // Pins hold the journal lock across their append and their change in memory, so every
+        // pin recorded in the first `mark.len` bytes is in memory by now, and the snapshot,
+        // taken after the mark, holds it or a later pin of the same id. It may also hold pins
+        // recorded after the mark, which `swap_in` copies after it anyway: replayed twice,
+        // the same record changes nothing. So the snapshot is taken without the lock, and a
+        // walk of a million pins stops no `pin()`.
+        let mark = {
             let journal = self.lock();
-            let mark = Mark {
+            Mark {
                 len: journal.len,
                 records: journal.records,
                 lost: journal.lost,
-            };
-            (self.inner.live(now), mark)
+            }
         };
+        let live = self.inner.live(now);
         let result = self
             .write_snapshot(&tmp, &live)
             .and_then(|rewritten| self.swap_in(&tmp, rewritten, mark));
