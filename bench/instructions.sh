@@ -108,7 +108,8 @@ wait_answer() { # URL PID WHAT: valgrind starts slowly, so allow 60 s
 nginx_conf "$TMP/stub.conf" "  server {
     listen 127.0.0.1:$STUB;
     default_type text/plain;
-    location / { return 200 \"OK|123456789\"; }
+    # A new numeric task id per request, as in bench/run.sh, so every submit pins a new task.
+    location / { return 200 \"OK|\${connection}00000000\${connection_requests}\"; }
   }"
 nginx -p "$TMP" -e "$TMP/nginx-error.log" -c "$TMP/stub.conf" >"$TMP/stub.log" 2>&1 &
 PIDS+=($!)

@@ -216,7 +216,7 @@ def main():
               "C − M is the journal's cost") if "M" in TARGETS else ""
     floor = ("; D: benches/passthrough.rs, hyper's server and client relaying to A "
              "unchanged, with none of keyrelay's work (the floor under C)") if "D" in TARGETS else ""
-    print("- A: nginx stub answering `OK|123456789`; B: nginx `proxy_pass` to A; "
+    print("- A: nginx stub answering `OK|<a new task id>`; B: nginx `proxy_pass` to A; "
           "C: keyrelay (3 keys) to A with the shipped defaults, the durable pin journal "
           f"included{memory}{floor}. CPU is the server's own (A: the stub; "
           "the others: the proxy, not the stub behind it), read from each process's CPU "

@@ -4,7 +4,8 @@
 #   bench/run.sh                                  # defaults: 10 s per run, 3 rounds
 #   BENCH_DURATION=5 BENCH_ROUNDS=3 bench/run.sh  # a quicker pass
 #
-# Five targets, all answering GET/POST /in.php with "OK|123456789":
+# Five targets, all answering GET/POST /in.php with "OK|<id>", a new numeric task id per
+# request, as the service gives (so that each submit pins a new task, not the same one again):
 #   A  nginx stub (`return 200`): the physical limit, no proxy at all;
 #   B  nginx proxy_pass to A (upstream keepalive): the yardstick;
 #   C  keyrelay (3 keys) with A as its upstream, the shipped defaults (durable pin journal);
@@ -71,7 +72,10 @@ POOL_KEYS=(benchkey000000000000000000000001 benchkey000000000000000000000002
            benchkey000000000000000000000003)
 CLIENT_KEY=0123456789abcdef0123456789abcdef
 GET_QUERY="key=$CLIENT_KEY&method=userrecaptcha&googlekey=6Le-wvkSAAAAAPBMRTvw0Q4Muexq9bi0DJwx_mJ-&pageurl=https%3A%2F%2Fexample.com%2Flogin&json=1"
-STUB_ANSWER='OK|123456789'
+# nginx's connection serial and its request count on that connection, joined by eight zeros,
+# which neither holds: a new id per request, up to 18 digits, so a numeric id to keyrelay.
+STUB_ANSWER='OK|${connection}00000000${connection_requests}'
+STUB_ANSWER_RE='^OK\|[1-9][0-9]*00000000[1-9][0-9]*$'
 TARGETS=(A B C M D)
 
 check_knobs() {
@@ -331,7 +335,7 @@ wait_http() {
 expect_stub_answer() {
   local body
   body=$(curl -sf --max-time 2 "$1") || die "$2: request failed: $1"
-  [[ $body == "$STUB_ANSWER" ]] || die "$2: unexpected answer ${body:0:80}"
+  [[ $body =~ $STUB_ANSWER_RE ]] || die "$2: unexpected answer ${body:0:80}"
 }
 
 # expect_stub_post URL WHAT: the POST submit through a target must give the stub's answer.
@@ -339,7 +343,7 @@ expect_stub_post() {
   local body
   body=$(curl -sf --max-time 2 -H "Content-Type: $POST_TYPE" --data-binary "$POST_BODY" "$1") ||
     die "$2: POST failed: $1"
-  [[ $body == "$STUB_ANSWER" ]] || die "$2: unexpected answer to the POST ${body:0:80}"
+  [[ $body =~ $STUB_ANSWER_RE ]] || die "$2: unexpected answer to the POST ${body:0:80}"
 }
 
 # The POST submit of bench/wrk.lua, so that wrk and oha send the same bytes: its string
