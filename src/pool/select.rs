@@ -8,16 +8,22 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use rand::Rng;
+use smallvec::SmallVec;
 use tokio::time::Instant;
 
 use super::{KeyEntry, KeyPool};
 use crate::config::Strategy;
 use crate::health::HealthView;
 
+/// Per-key scratch of one pick, on the stack for pools of up to this many keys: a pick
+/// runs for every submit, and the heap allocations of four `Vec`s were most of its cost.
+const INLINE_KEYS: usize = 16;
+type PerKey<T> = SmallVec<[T; INLINE_KEYS]>;
+
 /// Iterator returned by [`KeyPool::candidates`].
 pub struct Candidates<'a, R> {
     pool: &'a KeyPool,
-    tried: Vec<bool>,
+    tried: PerKey<bool>,
     rng: R,
     now: Instant,
     /// Full keys count as candidates too (for requests that take no thread).
@@ -30,7 +36,7 @@ impl<'a, R: Rng> Candidates<'a, R> {
     pub(super) fn new(pool: &'a KeyPool, rng: R, now: Instant) -> Self {
         Candidates {
             pool,
-            tried: vec![false; pool.keys.len()],
+            tried: smallvec::smallvec![false; pool.keys.len()],
             rng,
             now,
             ignore_load: false,
@@ -66,10 +72,10 @@ impl<'a, R: Rng> Candidates<'a, R> {
 
     /// Indices of the keys this pick chooses among: untried, in rotation, not full, and of
     /// the lowest tier that has any.
-    fn eligible(&mut self, views: &[HealthView]) -> Vec<usize> {
+    fn eligible(&mut self, views: &[HealthView]) -> PerKey<usize> {
         let pool = self.pool;
         self.saw_full = false;
-        let mut open = Vec::with_capacity(pool.keys.len());
+        let mut open = PerKey::new();
         for (i, key) in pool.keys.iter().enumerate() {
             if self.tried[i] || !pool.in_rotation_by(key, &views[i]) {
                 continue;
@@ -83,7 +89,7 @@ impl<'a, R: Rng> Candidates<'a, R> {
         let Some(tier) = open.iter().map(|&i| pool.keys[i].tier).min() else {
             return open;
         };
-        open.retain(|&i| pool.keys[i].tier == tier);
+        open.retain(|i| pool.keys[*i].tier == tier);
         open
     }
 
@@ -91,7 +97,7 @@ impl<'a, R: Rng> Candidates<'a, R> {
     fn weighted(&mut self, eligible: &[usize], views: &[HealthView]) -> usize {
         let pool = self.pool;
         let fallback = mean_balance(pool, views);
-        let scores: Vec<f64> = eligible
+        let scores: PerKey<f64> = eligible
             .iter()
             .map(|&i| {
                 let key = &pool.keys[i];
@@ -128,13 +134,13 @@ impl<'a, R: Rng> Candidates<'a, R> {
             let ratio = f64::from(pool.load(key).in_use()) / usable.max(f64::MIN_POSITIVE);
             (ratio, key.weight)
         };
-        let scored: Vec<(usize, (f64, f64))> = eligible.iter().map(|&i| (i, score(i))).collect();
+        let scored: PerKey<(usize, (f64, f64))> = eligible.iter().map(|&i| (i, score(i))).collect();
         let best = scored
             .iter()
             .map(|(_, s)| *s)
             .reduce(|a, b| if better(b, a) { b } else { a })
             .expect("eligible is never empty");
-        let ties: Vec<usize> = scored
+        let ties: PerKey<usize> = scored
             .iter()
             .filter(|(_, s)| *s == best)
             .map(|(i, _)| *i)
@@ -150,7 +156,7 @@ impl<'a, R: Rng> Candidates<'a, R> {
         loop {
             let seen = pool.cursor.load(Ordering::Relaxed);
             let cursor = seen % n;
-            let mut order: Vec<usize> = eligible.to_vec();
+            let mut order: PerKey<usize> = eligible.iter().copied().collect();
             // Config order, starting at the cursor and wrapping around.
             order.sort_by_key(|&i| (i + n - cursor) % n);
             let chosen = order
@@ -212,7 +218,7 @@ impl<'a, R: Rng> Iterator for Candidates<'a, R> {
     fn next(&mut self) -> Option<Self::Item> {
         // Each key's health is read once per pick: every step below looks at it, and each
         // read is a lookup in a shared map.
-        let views: Vec<HealthView> = self
+        let views: PerKey<HealthView> = self
             .pool
             .keys
             .iter()

@@ -3,6 +3,8 @@
 
 use std::sync::Arc;
 
+use rand::rngs::SmallRng;
+use rand::SeedableRng;
 use tokio::time::Instant;
 
 use super::{Answered, Attempt, Ctx, Handled, Local};
@@ -32,8 +34,11 @@ pub(super) async fn submit(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
     let policy = ctx.policy();
     let deadline = started + ctx.snapshot.config.capacity.queue_timeout;
     let mut rng = ctx.app.rng();
+    // The pick's own generator, seeded from this one: seeding from the thread's generator
+    // twice per submit cost more than the pick.
+    let pick_rng = SmallRng::from_rng(&mut rng);
     let mut walk = Walk {
-        candidates: ctx.snapshot.pool.candidates(ctx.app.rng(), started),
+        candidates: ctx.snapshot.pool.candidates(pick_rng, started),
         retry_same: None,
     };
     let mut worst: Option<Failure<'_>> = None;
