@@ -121,9 +121,7 @@ impl UpstreamClient {
             let reused = idle.is_some();
             let mut sender = match idle.take() {
                 Some(sender) => sender,
-                None => self
-                    .pool
-                    .connect(&origin)
+                None => Box::pin(self.pool.connect(&origin))
                     .await
                     .map_err(|e| UpstreamError::Connect(error_chain(&*e)))?,
             };

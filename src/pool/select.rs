@@ -218,12 +218,14 @@ impl<'a, R: Rng> Iterator for Candidates<'a, R> {
     fn next(&mut self) -> Option<Self::Item> {
         // Each key's health is read once per pick: every step below looks at it, and each
         // read is a lookup in a shared map.
-        let views: PerKey<HealthView> = self
-            .pool
-            .keys
-            .iter()
-            .map(|key| self.pool.health(key, self.now))
-            .collect();
+        // Filled in place: a collected SmallVec is moved out whole, inline buffer and all.
+        let mut views: PerKey<HealthView> = PerKey::new();
+        views.extend(
+            self.pool
+                .keys
+                .iter()
+                .map(|key| self.pool.health(key, self.now)),
+        );
         let eligible = self.eligible(&views);
         if eligible.is_empty() {
             return None;
