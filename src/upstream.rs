@@ -506,6 +506,9 @@ mod tests {
 
             let kept = answer_headers(header_map(&pairs));
             proptest::prop_assert_eq!(names(&kept), want.clone());
+            // A request also drops what may carry a credential (`x-key`, `x-token`, ...),
+            // which the generator can spell.
+            want.retain(|name| !is_credential(&header::HeaderName::from_bytes(name.as_bytes()).unwrap()));
             let mut sent = HeaderMap::new();
             copy_request_headers(&header_map(&pairs), &mut sent);
             proptest::prop_assert_eq!(names(&sent), want);
