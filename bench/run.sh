@@ -670,9 +670,10 @@ run_rounds() {
 }
 
 # --- memory per pin ---------------------------------------------------------------------
-# The stub answers one task id forever, so pins need an upstream that issues fresh ids:
-# keyrelay's own simulator, with keys that never run out of balance or threads (each
-# accepted task holds a simulated thread until polled, and none is polled here).
+# Pins need an upstream that issues a fresh id per submit. The stub does too, but this step
+# keeps keyrelay's own simulator, so that its figures stay comparable with earlier runs; its
+# keys never run out of balance or threads (each accepted task holds a simulated thread
+# until polled, and none is polled here).
 
 pinned_now() {
   curl -sf --max-time 2 "http://127.0.0.1:$PORT_PINS/metrics" |
