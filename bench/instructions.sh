@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# bench/instructions.sh: user-space instructions per relayed `in.php` submit, counted by
-# callgrind, for proxies in front of the same nginx stub:
+# bench/instructions.sh: user-space instructions per relayed request (an `in.php` submit or
+# a `res.php` poll), counted by callgrind, for proxies in front of the same nginx stub:
 #   nginx             nginx proxy_pass with upstream keepalive (the yardstick of bench/run.sh)
 #   passthrough       benches/passthrough.rs: a lean hyper server and keyrelay's upstream
 #                     client relaying every request unchanged, with none of keyrelay's work
@@ -11,8 +11,12 @@
 # keyrelay with --threads 1), so like is compared with like: left to size its runtime from
 # the machine's CPUs, keyrelay would count a second worker's hand-offs too.
 #
-# Two requests (INSTR_MODES): get, `GET /in.php?…method=userrecaptcha…&json=1`, and post,
-# `POST /in.php` with bench/wrk.lua's 219-byte urlencoded base64 submit.
+# Three requests (INSTR_MODES, default `get post`): get,
+# `GET /in.php?…method=userrecaptcha…&json=1`; post, `POST /in.php` with bench/wrk.lua's
+# 219-byte urlencoded base64 submit; and poll, `GET /res.php?key=…&action=get&id=<id>&json=1`,
+# which the stub answers `CAPCHA_NOT_READY`. keyrelay relays a poll only for a task pinned
+# to one of its keys, so before a poll run the script submits once through the target and
+# polls the id it was answered (every target alike).
 #
 # Instruction counts do not depend on what else the machine is doing, so this is the figure
 # optimisations are compared by (docs/performance.md). Each count covers the whole process
@@ -21,6 +25,7 @@
 #
 #   bench/instructions.sh                         # every target, GET and POST, 20 s each
 #   INSTR_TARGETS="keyrelay" INSTR_MODES=get bench/instructions.sh
+#   INSTR_MODES="get post poll" bench/instructions.sh   # the res.php poll too
 #   INSTR_DURATION=10 KEYRELAY_BIN=/path/to/keyrelay bench/instructions.sh
 #   INSTR_KEEP=/tmp/cg bench/instructions.sh     # keep the callgrind files for annotation
 #
@@ -33,7 +38,8 @@ REPO=$(dirname "$BENCH_DIR")
 DURATION=${INSTR_DURATION:-20}
 TARGETS=${INSTR_TARGETS:-nginx passthrough keyrelay keyrelay-durable}
 MODES=${INSTR_MODES:-get post}
-QUERY="key=callercallercallercallercaller99&method=userrecaptcha&googlekey=6Le-wvkSAAAAAPBMRTvw0Q4Muexq9bi0DJwx_mJ-&pageurl=https%3A%2F%2Fexample.com%2Flogin&json=1"
+CALLER=callercallercallercallercaller99
+QUERY="key=$CALLER&method=userrecaptcha&googlekey=6Le-wvkSAAAAAPBMRTvw0Q4Muexq9bi0DJwx_mJ-&pageurl=https%3A%2F%2Fexample.com%2Flogin&json=1"
 
 log() { printf '[instructions %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -108,8 +114,10 @@ wait_answer() { # URL PID WHAT: valgrind starts slowly, so allow 60 s
 nginx_conf "$TMP/stub.conf" "  server {
     listen 127.0.0.1:$STUB;
     default_type text/plain;
-    # A new numeric task id per request, as in bench/run.sh, so every submit pins a new task.
+    # A new numeric task id per request, as in bench/run.sh, so every submit pins a new
+    # task; every res.php request (polls, keyrelay's balance and threads reads) not ready.
     location / { return 200 \"OK|\${connection}00000000\${connection_requests}\"; }
+    location = /res.php { return 200 \"CAPCHA_NOT_READY\"; }
   }"
 nginx -p "$TMP" -e "$TMP/nginx-error.log" -c "$TMP/stub.conf" >"$TMP/stub.log" 2>&1 &
 PIDS+=($!)
@@ -152,8 +160,41 @@ for target in $TARGETS; do
   esac
 done
 for mode in $MODES; do
-  [[ $mode == get || $mode == post ]] || die "unknown mode $mode (get, post)"
+  [[ $mode == get || $mode == post || $mode == poll ]] ||
+    die "unknown mode $mode (get, post, poll)"
 done
+
+# poll_url TARGET: sets POLL_URL to a res.php poll of a task the proxy knows: one submit
+# through it, the id of its "OK|<id>", and one poll of that id, which must be answered
+# CAPCHA_NOT_READY; through keyrelay relayed with the task's pin: with X-Keyrelay-Key (not
+# keyrelay's own CAPCHA_NOT_READY) and no probe counted in keyrelay_probes_total.
+POLL_URL=""
+probes_total() {
+  curl -sf --max-time 5 "http://127.0.0.1:$PROXY/metrics" |
+    awk '$1 ~ /^keyrelay_probes_total([{]|$)/ { n += $2 } END { printf "%d\n", n }' ||
+    die "no /metrics from keyrelay"
+}
+poll_url() {
+  local body url probes="" after
+  body=$(curl -sf --max-time 5 "http://127.0.0.1:$PROXY/in.php?$QUERY") ||
+    die "$1 poll: the submit before it failed"
+  [[ $body =~ ^OK\|[0-9]+$ ]] ||
+    die "$1 poll: unexpected answer to the submit: ${body:0:80}"
+  url="http://127.0.0.1:$PROXY/res.php?key=$CALLER&action=get&id=${body#OK|}&json=1"
+  [[ $1 != keyrelay* ]] || probes=$(probes_total)
+  body=$(curl -sf --max-time 5 -D "$TMP/poll.headers" "$url") ||
+    die "$1 poll: the poll failed: $url"
+  [[ $body == CAPCHA_NOT_READY ]] ||
+    die "$1 poll: answered '${body:0:80}', not CAPCHA_NOT_READY: $url"
+  if [[ $1 == keyrelay* ]]; then
+    grep -qi '^x-keyrelay-key: bench-' "$TMP/poll.headers" ||
+      die "$1 poll: answered by keyrelay itself, not relayed: $url"
+    after=$(probes_total)
+    [[ $after == "$probes" ]] ||
+      die "$1 poll: the task had no pin (keyrelay probed for it): $url"
+  fi
+  POLL_URL=$url
+}
 
 # measure TARGET MODE: one run under callgrind; appends a row to the table.
 measure() {
@@ -171,9 +212,14 @@ measure() {
   pid=$!
   PIDS+=("$pid")
   wait_answer "http://127.0.0.1:$PROXY/in.php?$QUERY" "$pid" "$target"
-  # get sends the URL as given; wrk.lua's post mode sends its POST /in.php instead.
-  requests=$(wrk -t1 -c4 -d"${DURATION}s" -s "$BENCH_DIR/wrk.lua" \
-    "http://127.0.0.1:$PROXY/in.php?$QUERY" -- "$mode" |
+  # get sends the URL as given (for poll, a res.php URL); wrk.lua's post mode sends its
+  # POST /in.php instead.
+  local url="http://127.0.0.1:$PROXY/in.php?$QUERY" wrk_mode=$mode
+  if [[ $mode == poll ]]; then
+    poll_url "$target"
+    url=$POLL_URL wrk_mode=get
+  fi
+  requests=$(wrk -t1 -c4 -d"${DURATION}s" -s "$BENCH_DIR/wrk.lua" "$url" -- "$wrk_mode" |
     sed -n 's/^BENCH requests=\([0-9]*\) .*/\1/p')
   # SIGTERM: keyrelay drains and exits, nginx exits, the pass-through dies; callgrind writes
   # its counts in every case. (Not SIGINT: a non-interactive shell starts background jobs

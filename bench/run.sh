@@ -5,13 +5,19 @@
 #   BENCH_DURATION=5 BENCH_ROUNDS=3 bench/run.sh  # a quicker pass
 #
 # Five targets, all answering GET/POST /in.php with "OK|<id>", a new numeric task id per
-# request, as the service gives (so that each submit pins a new task, not the same one again):
+# request, as the service gives (so that each submit pins a new task, not the same one
+# again), and GET /res.php with "CAPCHA_NOT_READY", the usual answer to a poll:
 #   A  nginx stub (`return 200`): the physical limit, no proxy at all;
 #   B  nginx proxy_pass to A (upstream keepalive): the yardstick;
 #   C  keyrelay (3 keys) with A as its upstream, the shipped defaults (durable pin journal);
 #   M  the same keyrelay with pins in memory (`[pins] durable = false`): C - M is the journal;
 #   D  benches/passthrough.rs: hyper's server and client relaying to A unchanged, with none
 #      of keyrelay's work: the floor under C on this stack.
+# Three requests (modes): get, a GET /in.php?...&json=1 submit; post, a POST /in.php
+# urlencoded submit (bench/wrk.lua's body); poll, a GET
+# /res.php?key=...&action=get&id=<id>&json=1. keyrelay relays a poll only for a task pinned
+# to one of its keys, so before each poll run the script submits once through that same
+# target and polls the id it was answered.
 # Each measurement runs A B C M D, A B C M D, ... for BENCH_ROUNDS rounds (the fixed-rate
 # runs for BENCH_OPEN_ROUNDS); the table shows medians and the spread across rounds.
 # See bench/README.md for what is measured and docs/performance.md for how to read it.
@@ -19,19 +25,21 @@
 # Knobs (environment):
 #   BENCH_DURATION=10       seconds per closed-loop run (wrk)
 #   BENCH_ROUNDS=3          interleaved closed-loop rounds (A B C M D each), medians reported
-#   BENCH_CONNECTIONS="16 64"  closed-loop connection counts
+#   BENCH_CONNECTIONS="16 64"  closed-loop connection counts (get and post)
+#   BENCH_POLL_CONNECTIONS=16  closed-loop connection counts for poll ("" for none); the
+#                           fixed-rate runs poll in every round
 #   BENCH_RATE=2000         open-loop request rate (req/s)
 #   BENCH_OHA_CONNECTIONS=16  oha connections for the open loop
-#   BENCH_OPEN_ROUNDS=5     rounds of the fixed-rate runs (GET and POST), medians reported
+#   BENCH_OPEN_ROUNDS=5     rounds of the fixed-rate runs (get, post, poll each), medians
 #   BENCH_OPEN_DURATION=20  seconds per fixed-rate run
-#   BENCH_WARMUP=2          seconds of warm-up load per target before round 1
+#   BENCH_WARMUP=2          seconds of warm-up load per target (get, then post) before round 1
 #   BENCH_SKIP_PINS=0       1 skips the 1M-pin memory step
 #   BENCH_PINS=1000000      pins to reach in the memory step
 #   BENCH_PINS_TIMEOUT=300  seconds the memory step may take at most
 #   BENCH_STARTUP_RUNS=5    keyrelay starts timed for the startup figure
 #   BENCH_SERVER_CPU=0      core for the servers (stub nginx, proxy under test)
 #   BENCH_CLIENT_CPU=1      core for the load generator
-#   BENCH_MAX_RUNTIME=2700  seconds after which the whole run is stopped (build excluded)
+#   BENCH_MAX_RUNTIME=3600  seconds after which the whole run is stopped (build excluded)
 #   BENCH_RESULTS=bench/results/latest.md  where the table is written
 #   BENCH_OHA_VERSION=1.16.0  oha version installed when oha is missing
 #   KEYRELAY_BIN=path       use this binary instead of `cargo build --release`
@@ -51,6 +59,7 @@ REPO=$(dirname "$BENCH_DIR")
 DURATION=${BENCH_DURATION:-10}
 ROUNDS=${BENCH_ROUNDS:-3}
 CONNECTIONS=${BENCH_CONNECTIONS:-16 64}
+POLL_CONNECTIONS=${BENCH_POLL_CONNECTIONS-16}
 RATE=${BENCH_RATE:-2000}
 OHA_CONNECTIONS=${BENCH_OHA_CONNECTIONS:-16}
 OPEN_ROUNDS=${BENCH_OPEN_ROUNDS:-5}
@@ -62,7 +71,7 @@ PINS_TIMEOUT=${BENCH_PINS_TIMEOUT:-300}
 STARTUP_RUNS=${BENCH_STARTUP_RUNS:-5}
 SERVER_CPU=${BENCH_SERVER_CPU:-0}
 CLIENT_CPU=${BENCH_CLIENT_CPU:-1}
-MAX_RUNTIME=${BENCH_MAX_RUNTIME:-2700}
+MAX_RUNTIME=${BENCH_MAX_RUNTIME:-3600}
 RESULTS=${BENCH_RESULTS:-$BENCH_DIR/results/latest.md}
 OHA_VERSION=${BENCH_OHA_VERSION:-1.16.0}
 
@@ -76,6 +85,9 @@ GET_QUERY="key=$CLIENT_KEY&method=userrecaptcha&googlekey=6Le-wvkSAAAAAPBMRTvw0Q
 # which neither holds: a new id per request, up to 18 digits, so a numeric id to keyrelay.
 STUB_ANSWER='OK|${connection}00000000${connection_requests}'
 STUB_ANSWER_RE='^OK\|[1-9][0-9]*00000000[1-9][0-9]*$'
+# The stub's answer to every /res.php request: a poll of a task not solved yet. keyrelay's
+# own getbalance and threadsinfo reads get it too, which leaves balances and threads unknown.
+STUB_POLL_ANSWER=CAPCHA_NOT_READY
 TARGETS=(A B C M D)
 
 check_knobs() {
@@ -90,6 +102,9 @@ check_knobs() {
       "and BENCH_STARTUP_RUNS must be > 0"
   [[ $CONNECTIONS =~ ^[0-9]+( [0-9]+)*$ ]] ||
     die "BENCH_CONNECTIONS must be numbers separated by spaces, got '$CONNECTIONS'"
+  [[ -z $POLL_CONNECTIONS || $POLL_CONNECTIONS =~ ^[0-9]+( [0-9]+)*$ ]] ||
+    die "BENCH_POLL_CONNECTIONS must be numbers separated by spaces (or empty)," \
+      "got '$POLL_CONNECTIONS'"
   [[ $SKIP_PINS == [01] ]] || die "BENCH_SKIP_PINS must be 0 or 1, got '$SKIP_PINS'"
 }
 
@@ -346,6 +361,43 @@ expect_stub_post() {
   [[ $body =~ $STUB_ANSWER_RE ]] || die "$2: unexpected answer to the POST ${body:0:80}"
 }
 
+# poll_url TARGET: sets POLL_URL to a res.php poll of a task TARGET knows. keyrelay relays a
+# poll only for a task pinned to one of its keys (an unknown id is answered locally or
+# probed, another path), so this submits once through TARGET, as expect_stub_answer does,
+# and polls the id of its "OK|<id>"; one poll through TARGET must give the stub's answer.
+# Through keyrelay (C, M) that poll must also have gone out on the task's pin: keyrelay's
+# own CAPCHA_NOT_READY carries no X-Keyrelay-Key, and a probe counts in
+# keyrelay_probes_total. A fresh task for every poll run: the other runs' submits, hundreds
+# of thousands each, would evict an older pin (max_pins).
+POLL_URL=""
+poll_url() {
+  local t=$1 body url headers=$TMP/poll.headers probes="" after
+  body=$(curl -sf --max-time 2 "${URL[$t]}/in.php?$GET_QUERY") ||
+    die "target $t: the submit before the poll failed: ${URL[$t]}/in.php?$GET_QUERY"
+  [[ $body =~ $STUB_ANSWER_RE ]] ||
+    die "target $t: unexpected answer to the submit before the poll: ${body:0:80}"
+  url="${URL[$t]}/res.php?key=$CLIENT_KEY&action=get&id=${body#OK|}&json=1"
+  [[ $t != [CM] ]] || probes=$(probes_total "$t")
+  body=$(curl -sf --max-time 2 -D "$headers" "$url") || die "target $t: poll failed: $url"
+  [[ $body == "$STUB_POLL_ANSWER" ]] ||
+    die "target $t: the poll answered '${body:0:80}', not $STUB_POLL_ANSWER: $url"
+  if [[ $t == [CM] ]]; then
+    grep -qi '^x-keyrelay-key: bench-' "$headers" ||
+      die "target $t: the poll was answered by keyrelay itself, not relayed: $url"
+    after=$(probes_total "$t")
+    [[ $after == "$probes" ]] ||
+      die "target $t: the poll's task had no pin (keyrelay probed for it): $url"
+  fi
+  POLL_URL=$url
+}
+
+# probes_total TARGET: keyrelay's keyrelay_probes_total, all results summed.
+probes_total() {
+  curl -sf --max-time 2 "${URL[$1]}/metrics" |
+    awk '$1 ~ /^keyrelay_probes_total([{]|$)/ { n += $2 } END { printf "%d\n", n }' ||
+    die "target $1: no /metrics"
+}
+
 # The POST submit of bench/wrk.lua, so that wrk and oha send the same bytes: its string
 # literals, joined.
 POST_TYPE=application/x-www-form-urlencoded
@@ -445,6 +497,7 @@ start_targets() {
     listen 127.0.0.1:$PORT_A;
     default_type text/plain;
     location / { return 200 \"$STUB_ANSWER\"; }
+    location = /res.php { return 200 \"$STUB_POLL_ANSWER\"; }
   }"
   start_nginx stub "$PORT_A"
   PG[A]=$LAST_PID URL[A]=http://127.0.0.1:$PORT_A
@@ -486,6 +539,7 @@ start_targets() {
   for t in "${TARGETS[@]}"; do
     expect_stub_answer "${URL[$t]}/in.php?$GET_QUERY" "target $t"
     expect_stub_post "${URL[$t]}/in.php" "target $t"
+    poll_url "$t"
   done
   log "targets up: A stub :$PORT_A  B nginx :$PORT_B  C keyrelay :$PORT_C" \
     " M keyrelay (pins in memory) :$PORT_M  D passthrough :$PORT_D" \
@@ -509,15 +563,21 @@ save_run() {
     "${m[errors]}" "${m[steal_pct]}" "${m[other_pct]}" >&2
 }
 
-# run_wrk ROUND TARGET MODE CONNECTIONS SECONDS: one wrk run; ROUND 0 is warm-up, not kept.
+# run_wrk ROUND TARGET MODE(get|post|poll) CONNECTIONS SECONDS: one wrk run; ROUND 0 is
+# warm-up, not kept.
 run_wrk() {
   local round=$1 t=$2 mode=$3 conns=$4 secs=$5 out=$TMP/wrk.out
-  local cpu0 cpu1 m0 m1
+  local cpu0 cpu1 m0 m1 url="${URL[$t]}/in.php?$GET_QUERY" wrk_mode=$3
+  # wrk.lua's get sends the URL as given: for poll, a res.php URL.
+  if [[ $mode == poll ]]; then
+    poll_url "$t"
+    url=$POLL_URL wrk_mode=get
+  fi
   cpu0=$(server_cpu "$t")
   m0=$(machine_now)
   run_fg "$out" timeout $((secs + 30)) taskset -c "$CLIENT_CPU" \
     wrk -t1 -c"$conns" -d"${secs}s" --timeout 5s -s "$BENCH_DIR/wrk.lua" \
-    "${URL[$t]}/in.php?$GET_QUERY" -- "$mode" || die "wrk failed: $(tail -3 "$out")"
+    "$url" -- "$wrk_mode" || die "wrk failed: $(tail -3 "$out")"
   m1=$(machine_now)
   cpu1=$(server_cpu "$t")
   ((round > 0)) || return 0
@@ -536,13 +596,18 @@ run_wrk() {
 
 # --- open loop: oha ---------------------------------------------------------------------
 
-run_oha() { # ROUND TARGET MODE(get|post) SECONDS
+run_oha() { # ROUND TARGET MODE(get|post|poll) SECONDS
   local round=$1 t=$2 mode=$3 secs=$4 out=$TMP/oha.json cpu0 cpu1 m0 m1 request
-  if [[ $mode == post ]]; then
-    request=(-m POST -H "Content-Type: $POST_TYPE" -d "$POST_BODY" "${URL[$t]}/in.php")
-  else
-    request=("${URL[$t]}/in.php?$GET_QUERY")
-  fi
+  case $mode in
+    post)
+      request=(-m POST -H "Content-Type: $POST_TYPE" -d "$POST_BODY" "${URL[$t]}/in.php")
+      ;;
+    poll)
+      poll_url "$t"
+      request=("$POLL_URL")
+      ;;
+    *) request=("${URL[$t]}/in.php?$GET_QUERY") ;;
+  esac
   cpu0=$(server_cpu "$t")
   m0=$(machine_now)
   # -w waits for requests in flight at the deadline instead of counting them as errors.
@@ -575,16 +640,19 @@ EOF
 }
 
 run_rounds() {
-  local t mode c r
+  local t mode c r conns
   log "warm-up: ${WARMUP}s per target"
+  # No poll warm-up: each round's poll runs come after its get and post runs.
   for t in "${TARGETS[@]}"; do
     run_wrk 0 "$t" get 64 "$WARMUP"
     run_wrk 0 "$t" post 64 "$WARMUP"
   done
   for r in $(seq "$ROUNDS"); do
     log "closed loop, round $r/$ROUNDS"
-    for mode in get post; do
-      for c in $CONNECTIONS; do
+    for mode in get post poll; do
+      conns=$CONNECTIONS
+      [[ $mode != poll ]] || conns=$POLL_CONNECTIONS
+      for c in $conns; do
         for t in "${TARGETS[@]}"; do run_wrk "$r" "$t" "$mode" "$c" "$DURATION"; done
       done
     done
@@ -594,7 +662,7 @@ run_rounds() {
   # run of one target rather than a whole column.
   for r in $(seq "$OPEN_ROUNDS"); do
     log "fixed rate, round $r/$OPEN_ROUNDS"
-    for mode in get post; do
+    for mode in get post poll; do
       for t in "${TARGETS[@]}"; do run_oha "$r" "$t" "$mode" "$OPEN_DURATION"; done
     done
   done
@@ -602,9 +670,10 @@ run_rounds() {
 }
 
 # --- memory per pin ---------------------------------------------------------------------
-# The stub answers one task id forever, so pins need an upstream that issues fresh ids:
-# keyrelay's own simulator, with keys that never run out of balance or threads (each
-# accepted task holds a simulated thread until polled, and none is polled here).
+# Pins need an upstream that issues a fresh id per submit. The stub does too, but this step
+# keeps keyrelay's own simulator, so that its figures stay comparable with earlier runs; its
+# keys never run out of balance or threads (each accepted task holds a simulated thread
+# until polled, and none is polled here).
 
 pinned_now() {
   curl -sf --max-time 2 "http://127.0.0.1:$PORT_PINS/metrics" |
@@ -716,11 +785,13 @@ main() {
   [[ $SKIP_PINS == 1 ]] && knobs+=" BENCH_SKIP_PINS=1"
   [[ $PINS == 1000000 ]] || knobs+=" BENCH_PINS=$PINS"
   [[ $CONNECTIONS == "16 64" ]] || knobs+=" BENCH_CONNECTIONS=\"$CONNECTIONS\""
+  [[ $POLL_CONNECTIONS == 16 ]] || knobs+=" BENCH_POLL_CONNECTIONS=\"$POLL_CONNECTIONS\""
   [[ $RATE == 2000 ]] || knobs+=" BENCH_RATE=$RATE"
   python3 "$BENCH_DIR/report.py" "$RAW" \
     --command "$knobs bench/run.sh" \
     --seconds $((SECONDS - t0)) \
-    --rate "$RATE" --connections "$CONNECTIONS" --rounds "$ROUNDS" --duration "$DURATION" \
+    --rate "$RATE" --connections "$CONNECTIONS" --poll-connections "$POLL_CONNECTIONS" \
+    --rounds "$ROUNDS" --duration "$DURATION" \
     --open-rounds "$OPEN_ROUNDS" --open-duration "$OPEN_DURATION" \
     --server-cpu "$SERVER_CPU" --client-cpu "$CLIENT_CPU" \
     --versions "$(versions)" >"$RESULTS"

@@ -11,14 +11,20 @@ bench/run.sh records them:  0  C  startup  healthz_ms  12.3
 import argparse
 import http.client
 import os
+import re
 import statistics
 import subprocess
 import sys
 import time
 
 
+# The stub's answer to a submit: a new numeric task id per request (see bench/run.sh).
+SUBMIT_ANSWER = re.compile(r"OK\|[0-9]+")
+
+
 def poll(port, path, want_body=None, deadline=10.0):
-    """Seconds (perf_counter) at which GET path first answered 200, or None on timeout."""
+    """Seconds (perf_counter) at which GET path first answered 200 (with a body matching
+    the regex want_body, if given), or None on timeout."""
     end = time.perf_counter() + deadline
     while time.perf_counter() < end:
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
@@ -26,7 +32,7 @@ def poll(port, path, want_body=None, deadline=10.0):
             conn.request("GET", path)
             resp = conn.getresponse()
             body = resp.read().decode(errors="replace")
-            if resp.status == 200 and (want_body is None or body == want_body):
+            if resp.status == 200 and (want_body is None or want_body.fullmatch(body)):
                 return time.perf_counter()
         except OSError:
             pass  # not listening yet
@@ -48,7 +54,7 @@ def one_start(args, cpu):
     )
     try:
         healthz = poll(args.port, "/healthz")
-        inphp = poll(args.port, "/in.php?" + args.query, want_body="OK|123456789")
+        inphp = poll(args.port, "/in.php?" + args.query, want_body=SUBMIT_ANSWER)
     finally:
         proc.terminate()
         try:

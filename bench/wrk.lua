@@ -1,6 +1,7 @@
 -- wrk script for bench/run.sh.
 --
---   wrk ... -s bench/wrk.lua URL -- get    GET the URL as given (query-string submit)
+--   wrk ... -s bench/wrk.lua URL -- get    GET the URL as given (query-string submit, or
+--                                           the res.php URL of run.sh's poll mode)
 --   wrk ... -s bench/wrk.lua URL -- post   POST /in.php with a 219-byte urlencoded body
 --
 -- It adds no per-request Lua (no request()/response() hooks), so wrk stays as fast as
