@@ -1,8 +1,10 @@
-//! Secret API keys and the names that stand in for them in logs, metrics and answers.
+//! Secret API keys and caller tokens, and the names that stand in for them in logs, metrics
+//! and answers.
 //!
 //! An [`ApiKey`] never prints its value: `Debug` and `Display` show only a short
 //! fingerprint. The one way to read the secret is [`ApiKey::expose`], which is called
-//! where a request is rewritten for the upstream and nowhere else.
+//! where a request is rewritten for the upstream and nowhere else. A [`CallerToken`], the
+//! secret a caller presents to keyrelay in place of an API key, redacts itself the same way.
 
 use std::fmt;
 
@@ -63,9 +65,56 @@ impl fmt::Display for ApiKey {
     }
 }
 
+/// A secret that callers (`[[access.tokens]]`) or operators (`[admin] token`) present to
+/// keyrelay. Redacts itself like an [`ApiKey`]; read it only to compare it.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct CallerToken(ApiKey);
+
+impl CallerToken {
+    /// Wraps a token value, trimmed as keys are.
+    pub fn new(value: impl AsRef<str>) -> CallerToken {
+        CallerToken(ApiKey::new(value))
+    }
+
+    /// The secret itself, for comparing with what a caller sent.
+    pub fn expose(&self) -> &str {
+        self.0.expose()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl fmt::Debug for CallerToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "CallerToken({})", self.0.fingerprint())
+    }
+}
+
+impl fmt::Display for CallerToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0.fingerprint())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tokens_redact_themselves_like_keys() {
+        let token = CallerToken::new(format!("{SECRET}\n"));
+        for shown in [
+            format!("{token:?}"),
+            format!("{token}"),
+            format!("{:?}", [&token]),
+        ] {
+            assert!(!shown.contains("0123456789abcdef"), "{shown}");
+        }
+        assert_eq!(format!("{token:?}"), "CallerToken(…f3a9)");
+        assert_eq!(token.expose(), SECRET);
+    }
 
     const SECRET: &str = "0123456789abcdef0123456789abf3a9";
 

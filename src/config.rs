@@ -6,11 +6,13 @@
 //! the path of the field it concerns. Key values never appear in an error: toml's own
 //! parse errors are shown against a copy of the document with secrets masked (`redact`).
 
+mod access;
 mod keys;
 mod problems;
 mod raw;
 mod redact;
 mod summary;
+mod tls;
 mod upstream;
 mod validate;
 
@@ -23,7 +25,9 @@ use std::time::Duration;
 
 use crate::ApiKey;
 
+pub use access::{Access, Admin, TokenConfig};
 pub use redact::ParseError;
+pub use tls::{Ca, Forward, PemFiles, Tls, Tunnel, KNOWN_API_HOSTS};
 pub use upstream::{BadTarget, Upstream};
 
 /// Loopback, so that a fresh install is not an open relay spending the pool's keys.
@@ -144,6 +148,16 @@ pub struct Config {
     pub timeouts: Timeouts,
     /// What keyrelay tells callers and operators about itself.
     pub observability: Observability,
+    /// `[tls]`: a TLS listener beside `listen`, if configured.
+    pub tls: Option<Tls>,
+    /// `[forward]`: the forward-proxy mode of the plain listener.
+    pub forward: Forward,
+    /// `[ca]`: the local certificate authority that issues keyrelay's certificates.
+    pub ca: Ca,
+    /// `[access]`: caller tokens.
+    pub access: Access,
+    /// `[admin]`: the operator API.
+    pub admin: Admin,
     /// Where durable state (the pin journal) lives. `load` defaults it to the config file's
     /// directory; a config built in code has none, and keeps pins in memory only.
     pub data_dir: Option<PathBuf>,
@@ -370,6 +384,14 @@ impl Config {
         })?;
         let mut config = Config::from_toml_str(&text, &|name| std::env::var(name).ok())?;
         config.data_dir = Some(data_dir_for(path, config.data_dir.take()));
+        // Certificate files are named relative to the file, as data_dir is.
+        let files = (config.tls.as_mut().and_then(|tls| tls.files.as_mut()))
+            .into_iter()
+            .chain(config.ca.files.as_mut());
+        for files in files {
+            files.cert = data_dir_for(path, Some(std::mem::take(&mut files.cert)));
+            files.key = data_dir_for(path, Some(std::mem::take(&mut files.key)));
+        }
         Ok(config)
     }
 
@@ -388,6 +410,11 @@ impl Config {
             limits: Limits::default(),
             timeouts: Timeouts::default(),
             observability: Observability::default(),
+            tls: None,
+            forward: Forward::default(),
+            ca: Ca::default(),
+            access: Access::default(),
+            admin: Admin::default(),
             data_dir: None,
         }
     }
@@ -399,8 +426,9 @@ impl Config {
     }
 }
 
-/// Where the durable state of the config file at `path` lives. A relative `data_dir`, or
-/// none, is taken relative to the file, which is where an operator looks for it. The result
+/// Where the durable state of the config file at `path` lives (and, with a path given,
+/// where a file it names is). A relative `data_dir`, or none, is taken relative to the
+/// file, which is where an operator looks for it. The result
 /// is absolute: a bare `proxy.toml` has the parent `""`, which no system call accepts as a
 /// directory, and an absolute path also says plainly in logs where the journal is.
 fn data_dir_for(path: &Path, configured: Option<PathBuf>) -> PathBuf {

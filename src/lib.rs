@@ -60,6 +60,6 @@ pub mod status;
 pub mod task_table;
 pub mod upstream;
 
-pub use api_key::ApiKey;
+pub use api_key::{ApiKey, CallerToken};
 pub use app::App;
 pub use config::Config;

@@ -257,7 +257,18 @@ fn resolve_key(
     template: &str,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Option<ApiKey> {
-    let field = format!("{path}.key");
+    let (value, vars) = substitute(p, &format!("{path}.key"), template, env)?;
+    checked_key(p, path, ApiKey::new(value), &vars)
+}
+
+/// Substitutes every `${VAR}` in the secret `template` of `field`: the value and the
+/// variables it used, or `None` after recording why not. No message quotes the template.
+pub(super) fn substitute<'t>(
+    p: &mut Problems,
+    field: &str,
+    template: &'t str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Option<(String, Vec<&'t str>)> {
     let mut value = String::with_capacity(template.len());
     let mut vars = Vec::new();
     let mut failed = false;
@@ -266,14 +277,14 @@ fn resolve_key(
         value.push_str(&rest[..start]);
         let after = &rest[start + 2..];
         let Some(end) = after.find('}') else {
-            p.add(&field, "\"${\" without a closing \"}\"");
+            p.add(field, "\"${\" without a closing \"}\"");
             return None;
         };
         let var = &after[..end];
         // An invalid name is not echoed: it may be a piece of the key itself.
         if !is_env_name(var) {
             p.add(
-                &field,
+                field,
                 "\"${...}\" must hold an environment variable name (A-Z, a-z, 0-9 and '_')",
             );
             failed = true;
@@ -281,7 +292,7 @@ fn resolve_key(
             value.push_str(&substitute);
         } else {
             p.add(
-                &field,
+                field,
                 format!("environment variable {} is not set", variable(var)),
             );
             failed = true;
@@ -290,10 +301,7 @@ fn resolve_key(
         rest = &after[end + 1..];
     }
     value.push_str(rest);
-    if failed {
-        return None;
-    }
-    checked_key(p, path, ApiKey::new(value), &vars)
+    (!failed).then_some((value, vars))
 }
 
 /// Refuses keys that cannot be what the user meant: empty, or with whitespace inside (an
@@ -428,7 +436,7 @@ fn names(p: &mut Problems, entries: &[Entry]) -> Vec<String> {
     names
 }
 
-fn name_problem(name: &str) -> Option<String> {
+pub(super) fn name_problem(name: &str) -> Option<String> {
     if name.is_empty() {
         return Some("must not be empty".to_owned());
     }

@@ -31,6 +31,15 @@ pub(super) struct RawConfig {
     pub timeouts: RawTimeouts,
     #[serde(default)]
     pub observability: RawObservability,
+    pub tls: Option<RawTls>,
+    #[serde(default)]
+    pub forward: RawForward,
+    #[serde(default)]
+    pub ca: RawCa,
+    #[serde(default)]
+    pub access: RawAccess,
+    #[serde(default)]
+    pub admin: RawAdmin,
 }
 
 /// One `[[keys]]` entry. All fields are raw values so that the only error serde can raise
@@ -112,4 +121,57 @@ pub(super) struct RawTimeouts {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawObservability {
     pub key_headers: Option<bool>,
+}
+
+/// `[tls]`: a TLS listener beside the plain one.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTls {
+    pub listen: Option<String>,
+    pub cert: Option<String>,
+    pub key: Option<String>,
+    pub names: Option<Vec<String>>,
+}
+
+/// `[forward]`: the forward-proxy mode of the plain listener.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawForward {
+    pub intercept: Option<Vec<String>>,
+    pub tunnel: Option<String>,
+}
+
+/// `[ca]`: the local certificate authority.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawCa {
+    pub cert: Option<String>,
+    pub key: Option<String>,
+}
+
+/// `[access]`. Tokens are kept raw for the reason `keys` is: serde would quote a secret.
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawAccess {
+    pub open: Option<bool>,
+    pub tokens: Option<Value>,
+}
+
+/// One `[[access.tokens]]` entry, every field raw as in [`RawKey`].
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawToken {
+    pub name: Option<Value>,
+    pub token: Option<Value>,
+    pub keys: Option<Value>,
+    pub tiers: Option<Value>,
+    pub max_threads: Option<Value>,
+}
+
+/// `[admin]`. The token is raw for the same reason.
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawAdmin {
+    pub listen: Option<String>,
+    pub token: Option<Value>,
 }

@@ -39,6 +39,15 @@ const PLAIN_FIELDS: &[&str] = &[
     "request",
     "solve",
     "refresh",
+    "tls",
+    "cert",
+    "forward",
+    "tunnel",
+    "ca",
+    "access",
+    "open",
+    "max_threads",
+    "admin",
 ];
 
 /// What stands in for each masked byte.

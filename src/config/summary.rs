@@ -61,6 +61,38 @@ pub(super) fn render(config: &Config) -> String {
         format_duration(c.stale_after),
         format_duration(c.slow_start)
     );
+    if let Some(tls) = &config.tls {
+        let cert = match &tls.files {
+            Some(files) => format!("certificate {}", files.cert.display()),
+            None => "certificate from the local CA".to_owned(),
+        };
+        let _ = writeln!(out, "tls: listen {}, {cert}", tls.listen);
+    }
+    let tokens: Vec<&str> = config
+        .access
+        .tokens
+        .iter()
+        .map(|t| t.name.as_str())
+        .collect();
+    let _ = writeln!(
+        out,
+        "access: {}{}; admin: {}, {}",
+        if tokens.is_empty() {
+            "no tokens".to_owned()
+        } else {
+            format!("tokens {}", tokens.join(", "))
+        },
+        if config.access.open { ", open" } else { "" },
+        config.admin.listen.map_or_else(
+            || "on the proxy listeners".to_owned(),
+            |a| format!("listen {a}")
+        ),
+        if config.admin.token.is_some() {
+            "token set"
+        } else {
+            "no token"
+        }
+    );
     let count = config.keys.len();
     let _ = writeln!(out, "{count} key{}:", if count == 1 { "" } else { "s" });
 

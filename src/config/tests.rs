@@ -109,7 +109,7 @@ fn a_single_key_gets_every_default() {
 fn every_setting_is_read() {
     let text = format!(
         r#"
-listen = "0.0.0.0:9090"
+listen = "127.0.0.1:9090"
 upstream = "http://127.0.0.1:9000/prefix/"
 refresh_interval = "1h 30m"
 
@@ -149,7 +149,7 @@ refresh = "4s"
 "#
     );
     let config = parse(&text);
-    assert_eq!(config.listen, "0.0.0.0:9090".parse().expect("literal"));
+    assert_eq!(config.listen, "127.0.0.1:9090".parse().expect("literal"));
     assert_eq!(config.upstream.as_str(), "http://127.0.0.1:9000/prefix");
     assert_eq!(config.refresh_interval, Duration::from_secs(5400));
     let [a, b] = &config.keys[..] else {
@@ -805,7 +805,7 @@ fn debug_and_summary_show_no_key() {
          pins: ttl 2h, max_pins 1000000; limits: max_body 16777216 bytes; key_headers true\n\
          timeouts: connect 10s, request 1m, solve 3m, refresh 15s\n\
          strategy weighted; capacity: queue_timeout 5s, max_queued 1000, stale_after 5m, slow_start 30s\n\
-         3 keys:\n\
+         access: no tokens; admin: on the proxy listeners, no token\n3 keys:\n\
          \x20 name      tier  weight  threads  fingerprint\n\
          \x20 a         0     1       5        …cd01\n\
          \x20 keyBBBBB  1     2.5     -        …cd02\n\
@@ -1132,3 +1132,5 @@ proptest::proptest! {
         }
     }
 }
+
+mod exposure;

@@ -127,6 +127,14 @@ impl Upstream {
         Uri::from_parts(parts).map_err(|_| BadTarget)
     }
 
+    /// The upstream's host name or IP address, lowercase, without port or brackets.
+    pub fn host(&self) -> &str {
+        self.authority
+            .host()
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+    }
+
     /// The normalised base without trailing `/`.
     pub fn as_str(&self) -> &str {
         &self.base

@@ -48,6 +48,12 @@ pub(super) fn validate(
         key_headers: raw.observability.key_headers.unwrap_or(DEFAULT_KEY_HEADERS),
     };
     let keys = super::keys::pool(p, raw.keys, raw.keys_env, &upstream, env);
+    let tls = super::tls::tls(p, raw.tls, listen);
+    let forward = super::tls::forward(p, raw.forward);
+    let ca = super::tls::ca(p, raw.ca);
+    let access = super::access::access(p, raw.access, &keys, env);
+    let admin = super::access::admin(p, raw.admin, env);
+    super::access::exposure(p, listen, tls.as_ref(), &access, &admin);
     problems.check()?;
     Ok(Config {
         listen,
@@ -61,6 +67,11 @@ pub(super) fn validate(
         limits,
         timeouts,
         observability,
+        tls,
+        forward,
+        ca,
+        access,
+        admin,
         data_dir: raw.data_dir.filter(|d| !d.is_empty()).map(PathBuf::from),
     })
 }
