@@ -19,12 +19,15 @@ use crate::metrics::{Metrics, Release};
 use crate::pins::{JournalPins, MemoryPins, PinStore, ProbeState};
 use crate::pool::{KeyEntry, KeyPool, Selection};
 use crate::registry::{KeyRegistry, RegistryFull};
+use crate::tokens::{TokenCounters, TokenTable};
 use crate::upstream::UpstreamClient;
 
 /// The configuration and the pool built from it, replaced as a whole.
 pub struct Snapshot {
     pub config: Config,
     pub pool: KeyPool,
+    /// `[[access.tokens]]` resolved against `pool`; empty: no token is asked for.
+    pub tokens: TokenTable,
 }
 
 /// Something worth telling an observer (the demo, tests) as it happens.
@@ -77,6 +80,8 @@ struct Inner {
     /// What the owner probe keeps between requests: ids found to be nobody's, and the
     /// budget its upstream requests draw from.
     probe: ProbeState,
+    /// Threads held per caller token, by name; outlives snapshots as `capacity` does.
+    token_counters: TokenCounters,
     /// Held while an attempt's health decision is made and applied (a few instructions,
     /// never across an await), so the ejection cap counts every cooldown in flight.
     ejection_lock: Mutex<()>,
@@ -140,8 +145,14 @@ impl App {
             config.failover.retry_budget as f32,
         );
         let (events, _) = broadcast::channel(EVENT_BUFFER);
+        let token_counters = TokenCounters::default();
+        let tokens = token_table(&config, &pool, &token_counters);
         Ok(App(Arc::new(Inner {
-            snapshot: ArcSwap::from_pointee(Snapshot { config, pool }),
+            snapshot: ArcSwap::from_pointee(Snapshot {
+                config,
+                pool,
+                tokens,
+            }),
             pins,
             registry,
             health,
@@ -153,6 +164,7 @@ impl App {
             started: Instant::now(),
             paused_until: Mutex::new(None),
             probe: ProbeState::default(),
+            token_counters,
             ejection_lock: Mutex::new(()),
             requests: TaskTracker::new(),
             retry_budget,
@@ -310,6 +322,17 @@ impl App {
         )
     }
 
+    /// The snapshot of `config` and its `pool` (from [`App::build_pool`]), with the token
+    /// table resolved against that pool.
+    pub fn snapshot_of(&self, config: Config, pool: KeyPool) -> Snapshot {
+        let tokens = token_table(&config, &pool, &self.0.token_counters);
+        Snapshot {
+            config,
+            pool,
+            tokens,
+        }
+    }
+
     /// Makes `snapshot` the one every new request loads, in one atomic store. Requests in
     /// flight finish on the snapshot they loaded.
     pub fn install(&self, snapshot: Snapshot) {
@@ -388,6 +411,12 @@ fn open_pins(config: &Config, registry: &Arc<KeyRegistry>) -> Result<Arc<dyn Pin
             }
         })?;
     Ok(Arc::new(pins))
+}
+
+fn token_table(config: &Config, pool: &KeyPool, counters: &TokenCounters) -> TokenTable {
+    // The pool's keys are the config's, in config order (`KeyRegistry::admit`).
+    let keys = pool.keys().iter().map(|k| k.id).zip(&config.keys);
+    TokenTable::new(&config.access.tokens, keys, counters)
 }
 
 fn build_pool(

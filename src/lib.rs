@@ -33,6 +33,8 @@
 //!   diff-and-apply of a new config.
 //! - [`metrics`]: Prometheus metrics from an owned registry; [`status`]: `/status`,
 //!   `/healthz` and `/readyz`.
+//! - [`tokens`]: the caller token table built with each snapshot, and the threads each
+//!   token holds.
 //! - [`task_table`]: the compact per-task maps and queues behind pins and the ledger.
 //! - [`app`]: the shared handle tying these together, the bottom of the request path.
 //! - [`sim`]: the built-in CaptchaAI simulator used by tests, benchmarks and [`demo`].
@@ -58,6 +60,7 @@ pub mod server;
 pub mod sim;
 pub mod status;
 pub mod task_table;
+pub mod tokens;
 pub mod upstream;
 
 pub use api_key::{ApiKey, CallerToken};
