@@ -135,6 +135,7 @@ impl App {
         let client = UpstreamClient::new(config.timeouts.connect)?;
         let metrics = Metrics::new()?;
         metrics.admit_keys(config.keys.iter().map(|k| k.name.as_str()));
+        metrics.admit_tokens(config.access.tokens.iter().map(|t| t.name.as_str()));
         let registry = Arc::new(KeyRegistry::new());
         let capacity = Arc::new(Capacity::new(Box::new(MemoryLoad::new())));
         let pool = build_pool(&config, &registry, health.clone(), capacity.clone())?;
@@ -339,6 +340,9 @@ impl App {
         self.0
             .metrics
             .admit_keys(snapshot.config.keys.iter().map(|k| k.name.as_str()));
+        self.0
+            .metrics
+            .admit_tokens(snapshot.tokens.tokens().iter().map(|t| &*t.name));
         self.0.snapshot.store(Arc::new(snapshot));
         // New keys, capacities or tiers may give queued submits somewhere to go.
         self.0.capacity.nudge();
@@ -347,6 +351,11 @@ impl App {
     /// The `/metrics` text.
     pub fn render_metrics(&self) -> String {
         let snapshot = self.snapshot();
+        for token in snapshot.tokens.tokens() {
+            self.0
+                .metrics
+                .set_token_threads(&token.name, token.threads.in_use());
+        }
         self.0.metrics.render(
             &snapshot.pool,
             &*self.0.pins,

@@ -9,6 +9,7 @@
 //! as the real service answers its own errors: clients treat any other status as a network
 //! failure and crash or retry blindly.
 
+mod access;
 mod account;
 mod body;
 mod hangup;
@@ -39,9 +40,10 @@ use crate::app::{App, Snapshot};
 use crate::captcha::{self, Endpoint, Outcome, ParsedRequest, Reply, ResCommand};
 use crate::failover;
 use crate::health::{StateKind, TRANSIENT_REASON};
-use crate::metrics::RequestOutcome;
+use crate::metrics::{Denied, RequestOutcome, TokenSubmit};
 use crate::pool::KeyEntry;
 use crate::status;
+use crate::tokens::Token;
 use crate::upstream::{self, Outgoing, UpstreamAnswer, UpstreamError};
 
 /// Every response keyrelay sends is fully buffered: answers are small.
@@ -232,21 +234,36 @@ async fn api(
                 let json = json_hint(query, content_type, &[]);
                 (Local::Unreadable(e).into(), json)
             }
-            Ok(parsed) => {
-                let ctx = Ctx {
-                    json: parsed.wants_json(),
-                    app: app.clone(),
-                    snapshot,
-                    endpoint,
-                    method: parts.method.clone(),
-                    headers: parts.headers,
-                };
-                let handled = match endpoint {
-                    Endpoint::In | Endpoint::Solve => submit::submit(&ctx, &parsed).await,
-                    Endpoint::Res => dispatch_res(&ctx, &parsed).await,
-                };
-                (handled, ctx.json)
-            }
+            Ok(parsed) => match access::check(&snapshot.tokens, &parsed, &parts.headers) {
+                Err(denied) => {
+                    app.metrics().count_denied(denied);
+                    let local = match denied {
+                        Denied::Missing => Local::NoToken,
+                        Denied::Wrong => Local::WrongToken,
+                    };
+                    (local.into(), parsed.wants_json())
+                }
+                Ok(token) => {
+                    let ctx = Ctx {
+                        json: parsed.wants_json(),
+                        app: app.clone(),
+                        snapshot,
+                        endpoint,
+                        method: parts.method.clone(),
+                        headers: parts.headers,
+                        token,
+                    };
+                    let handled = match endpoint {
+                        Endpoint::In | Endpoint::Solve => submit::submit(&ctx, &parsed).await,
+                        Endpoint::Res => dispatch_res(&ctx, &parsed).await,
+                    };
+                    if let (Some(token), Endpoint::In | Endpoint::Solve) = (&ctx.token, endpoint) {
+                        let outcome = TokenSubmit::of(handled.outcome());
+                        app.metrics().count_token_submit(&token.name, outcome);
+                    }
+                    (handled, ctx.json)
+                }
+            },
         },
     };
     let outcome = handled.outcome();
@@ -283,6 +300,9 @@ pub(crate) struct Ctx {
     pub headers: HeaderMap,
     /// Format of answers keyrelay makes itself.
     pub json: bool,
+    /// The caller's token, when tokens are configured: which keys may serve it, which tasks
+    /// are its own.
+    pub token: Option<Arc<Token>>,
 }
 
 /// One exchange with the upstream, classified.

@@ -409,6 +409,11 @@ fn closed_series(keys: &[&str]) -> Vec<String> {
             .iter()
             .map(|c| one("keyrelay_local_answers_total", "code", c.label())),
     );
+    series.extend(
+        keyrelay::metrics::Denied::ALL
+            .iter()
+            .map(|d| one("keyrelay_access_denied_total", "reason", d.label())),
+    );
     for key in keys {
         series.extend(SubmitOutcome::ALL.iter().map(|o| {
             format!(

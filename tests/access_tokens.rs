@@ -1,0 +1,222 @@
+//! Caller access tokens end to end (issue 13 §3): with `[[access.tokens]]` configured, a
+//! request is served only with a token as its `key` (or as its `Proxy-Authorization: Basic`
+//! credential); any other gets `ERROR_WRONG_USER_KEY` in its format, never reaches the
+//! upstream, and is counted by reason. A token itself never reaches the upstream, in any
+//! spelling or encoding of `key`.
+
+mod common;
+
+use bytes::Bytes;
+use common::*;
+use http_body_util::{BodyExt, Full};
+use hyper::{Method, Request};
+use keyrelay::config::TokenConfig;
+use keyrelay::CallerToken;
+
+const TOKEN_ONE: &str = "tok1tok1tok1tok1tok1tok1tok1tok1";
+const TOKEN_TWO: &str = "tok2-a-token-of-another-length";
+
+fn token(name: &str, value: &str) -> TokenConfig {
+    TokenConfig {
+        name: name.into(),
+        token: CallerToken::new(value),
+        keys: None,
+        tiers: None,
+        max_threads: None,
+    }
+}
+
+async fn with_tokens() -> Harness {
+    let sim = sim_with(&[KEY_A, KEY_B]).await;
+    let mut config = config_for(&sim, &[("a", KEY_A, 1.0), ("b", KEY_B, 1.0)]);
+    config.access.tokens = vec![token("one", TOKEN_ONE), token("two", TOKEN_TWO)];
+    Harness::start(sim, config).await
+}
+
+/// Sends a request with extra headers.
+async fn send_with(
+    h: &Harness,
+    method: Method,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Answer {
+    let mut request = Request::builder().method(method).uri(h.url(path));
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let request = request
+        .body(Full::new(Bytes::from(body.to_owned())))
+        .unwrap();
+    let response = h.client.request(request).await.expect("proxy answers");
+    let (parts, body) = response.into_parts();
+    Answer {
+        status: parts.status,
+        headers: parts.headers,
+        body: body.collect().await.unwrap().to_bytes(),
+    }
+}
+
+/// (method, path and query, headers, body).
+type Case = (Method, String, Vec<(&'static str, String)>, String);
+
+const TASK: &str = "method=userrecaptcha&googlekey=site&pageurl=https://x.test";
+
+fn denied(metrics: &str, reason: &str) -> f64 {
+    metric(
+        metrics,
+        &format!("keyrelay_access_denied_total{{reason=\"{reason}\"}}"),
+    )
+    .unwrap_or_else(|| panic!("no series for {reason}"))
+}
+
+#[tokio::test]
+async fn a_missing_or_wrong_token_is_refused_in_the_callers_format_and_never_forwarded() {
+    let h = with_tokens().await;
+    let start = h.metrics().await;
+    assert_eq!(denied(&start, "missing"), 0.0, "zero-started");
+    assert_eq!(denied(&start, "wrong"), 0.0, "zero-started");
+    h.sim.clear_received();
+
+    for (path, json) in [
+        (format!("/in.php?{TASK}"), false),
+        (format!("/in.php?{TASK}&json=1"), true),
+        ("/res.php?action=getbalance".to_owned(), false),
+        ("/res.php?action=get&id=1&json=1".to_owned(), true),
+        (format!("/in.php?key=&{TASK}"), false),
+    ] {
+        let answer = h.get(&path).await;
+        assert_eq!(answer.status, 200, "{path}");
+        if json {
+            let body = answer.json();
+            assert_eq!(body["status"], 0, "{path}");
+            assert_eq!(body["request"], "ERROR_WRONG_USER_KEY", "{path}");
+        } else {
+            assert_eq!(answer.text(), "ERROR_WRONG_USER_KEY", "{path}");
+        }
+    }
+    for path in [
+        format!("/in.php?key={CALLER_KEY}&{TASK}"),
+        // A pool key is no token either.
+        format!("/in.php?key={KEY_A}&{TASK}"),
+        format!("/res.php?key={}&action=getbalance", &TOKEN_ONE[1..]),
+        format!("/solve.php?key={TOKEN_ONE}x&{TASK}"),
+    ] {
+        assert_eq!(h.get(&path).await.text(), "ERROR_WRONG_USER_KEY", "{path}");
+    }
+    // A token in the query does not save a wrong one in the body: the body's `key` wins.
+    let answer = h
+        .post(
+            &format!("/in.php?key={TOKEN_ONE}"),
+            "application/x-www-form-urlencoded",
+            format!("key=nope&{TASK}"),
+        )
+        .await;
+    assert_eq!(answer.text(), "ERROR_WRONG_USER_KEY");
+
+    assert!(
+        h.sim.received().is_empty(),
+        "denied requests reached the upstream: {:?}",
+        h.sim.received()
+    );
+    let end = h.metrics().await;
+    assert_eq!(denied(&end, "missing"), 5.0);
+    assert_eq!(denied(&end, "wrong"), 5.0);
+    assert_eq!(
+        metric(
+            &end,
+            "keyrelay_local_answers_total{code=\"ERROR_WRONG_USER_KEY\"}"
+        ),
+        Some(10.0)
+    );
+    assert!(!end.contains(TOKEN_ONE) && !end.contains(TOKEN_TWO));
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn a_token_is_served_with_a_pool_key_and_never_reaches_the_upstream() {
+    let h = with_tokens().await;
+    h.sim.clear_received();
+    let boundary = "----tokenboundary";
+    let multipart = |name: &str| {
+        format!(
+            "--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"\r\n\r\n{TOKEN_TWO}\r\n\
+             --{boundary}\r\nContent-Disposition: form-data; name=\"method\"\r\n\r\nuserrecaptcha\r\n\
+             --{boundary}\r\nContent-Disposition: form-data; name=\"googlekey\"\r\n\r\nsite\r\n\
+             --{boundary}\r\nContent-Disposition: form-data; name=\"pageurl\"\r\n\r\nhttps://x.test\r\n\
+             --{boundary}--\r\n"
+        )
+    };
+    let multipart_type = format!("multipart/form-data; boundary={boundary}");
+    let cases: Vec<Case> = vec![
+        (Method::GET, format!("/in.php?key={TOKEN_ONE}&{TASK}"), vec![], String::new()),
+        (Method::GET, format!("/in.php?k%65y={TOKEN_ONE}&{TASK}"), vec![], String::new()),
+        (Method::GET, format!("/in.php?key[]={TOKEN_TWO}&{TASK}"), vec![], String::new()),
+        (Method::GET, format!("/in.php?KEY={TOKEN_ONE}&key={TOKEN_TWO}&{TASK}"), vec![], String::new()),
+        (
+            Method::POST,
+            "/in.php".into(),
+            vec![("content-type", "application/x-www-form-urlencoded".into())],
+            format!("key={TOKEN_ONE}&+key={TOKEN_ONE}&{TASK}"),
+        ),
+        (
+            Method::POST,
+            "/in.php".into(),
+            vec![("content-type", multipart_type.clone())],
+            multipart("key"),
+        ),
+        (
+            Method::POST,
+            "/in.php".into(),
+            vec![("content-type", "application/json".into())],
+            format!("{{\"key\":\"{TOKEN_TWO}\",\"method\":\"userrecaptcha\",\"googlekey\":\"site\",\"pageurl\":\"https://x.test\"}}"),
+        ),
+        // Forward-proxy style: the script's real key stays, the token is the proxy password.
+        (
+            Method::GET,
+            format!("/in.php?key={CALLER_KEY}&{TASK}"),
+            // "user:tok1tok1..."
+            vec![("proxy-authorization", "Basic dXNlcjp0b2sxdG9rMXRvazF0b2sxdG9rMXRvazF0b2sxdG9rMQ==".into())],
+            String::new(),
+        ),
+    ];
+    for (method, path, headers, body) in &cases {
+        let headers: Vec<(&str, &str)> = headers.iter().map(|(n, v)| (*n, v.as_str())).collect();
+        let answer = send_with(&h, method.clone(), path, &headers, body).await;
+        assert!(
+            answer.text().starts_with("OK|"),
+            "{method} {path} {body:?}: {}",
+            answer.text()
+        );
+    }
+    let received = h.sim.received();
+    let submits: Vec<_> = received.iter().filter(|r| r.path == "/in.php").collect();
+    assert_eq!(submits.len(), cases.len());
+    for r in &received {
+        for secret in [TOKEN_ONE, TOKEN_TWO, CALLER_KEY, "dG9rMXRvazF0b2sx"] {
+            assert!(
+                !r.query.contains(secret)
+                    && !String::from_utf8_lossy(&r.body).contains(secret)
+                    && !r.params.iter().any(|(_, v)| v.contains(secret)),
+                "{secret} reached the upstream: {r:?}"
+            );
+        }
+        assert!(
+            r.key.as_deref() == Some(KEY_A) || r.key.as_deref() == Some(KEY_B),
+            "a pool key: {r:?}"
+        );
+    }
+    let metrics = h.metrics().await;
+    assert_eq!(denied(&metrics, "missing") + denied(&metrics, "wrong"), 0.0);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn without_tokens_any_key_is_served_as_before() {
+    let h = Harness::three_keys().await;
+    let answer = h.get(&format!("/in.php?{TASK}")).await;
+    assert!(answer.text().starts_with("OK|"), "{}", answer.text());
+    let metrics = h.metrics().await;
+    assert_eq!(denied(&metrics, "missing"), 0.0);
+    h.stop().await;
+}
