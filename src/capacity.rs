@@ -28,8 +28,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::captcha::TaskId;
+use crate::fast_map::FastMap;
 use crate::key_id::KeyId;
 use crate::task_table::Entry;
+use crate::tokens::TokenHold;
 
 /// One key's threads in use, as keyrelay counts them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -105,6 +107,9 @@ pub trait LoadStore: Send + Sync + 'static {
 pub struct Capacity {
     store: Box<dyn LoadStore>,
     queue: queue::Queue,
+    /// The caller token's thread each open task holds (when tokens are configured), given
+    /// back with the key's thread at the task's final answer or stale timeout.
+    token_tasks: FastMap<TaskId, (TokenHold, Instant)>,
 }
 
 impl Capacity {
@@ -112,7 +117,15 @@ impl Capacity {
         Capacity {
             store,
             queue: queue::Queue::default(),
+            token_tasks: FastMap::default(),
         }
+    }
+
+    /// The task `task` holds one of its caller token's threads (`hold`) until it ends, as
+    /// it holds its key's. A task that `reconcile` ends keeps it until its final answer is
+    /// polled or it goes stale: the store does not say which tasks a read ended.
+    pub fn keep_token(&self, task: TaskId, hold: TokenHold, now: Instant) {
+        self.token_tasks.insert(task, (hold, now));
     }
 
     /// Takes a thread of `key` if fewer than `limit` are in use.
@@ -132,6 +145,8 @@ impl Capacity {
 
     /// Ends a task at its final answer; its key the first time only.
     pub fn finish(&self, task: &TaskId) -> Option<KeyId> {
+        // Dropped, the hold gives the token's thread back and wakes its waiters.
+        self.token_tasks.remove(task);
         let key = self.store.finish(task)?;
         self.queue.freed();
         Some(key)
@@ -139,6 +154,9 @@ impl Capacity {
 
     /// Ends tasks open since before `cutoff`; one key per task ended.
     pub fn release_stale(&self, cutoff: Instant) -> Vec<KeyId> {
+        if !self.token_tasks.is_empty() {
+            self.token_tasks.retain(|_, (_, opened)| *opened > cutoff);
+        }
         let released = self.store.release_stale(cutoff);
         if !released.is_empty() {
             self.queue.freed();

@@ -64,6 +64,26 @@ impl Token {
         self.max_threads
             .is_some_and(|cap| self.threads.in_use() >= cap)
     }
+
+    /// Takes one thread of the allowance, waiting until `deadline` for one to be given back
+    /// while all are held; `None` if none came. Waiters of one token wait on that token's
+    /// own signal, not in the pool's queue, so a token at its cap never holds up another
+    /// token's submits that have keys to go to.
+    pub async fn hold_until(&self, deadline: tokio::time::Instant) -> Option<TokenHold> {
+        loop {
+            let freed = self.threads.freed.notified();
+            let mut freed = std::pin::pin!(freed);
+            // Registered before the look, so a thread given back in between is not missed.
+            freed.as_mut().enable();
+            if let Some(hold) = self.try_hold() {
+                return Some(hold);
+            }
+            tokio::select! {
+                () = freed => {}
+                () = tokio::time::sleep_until(deadline) => return self.try_hold(),
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for Token {
@@ -129,16 +149,20 @@ impl TokenTable {
 
 /// The threads one token's tasks hold at once, across keys and snapshots.
 #[derive(Debug, Default)]
-pub struct TokenThreads(AtomicU32);
+pub struct TokenThreads {
+    in_use: AtomicU32,
+    /// Signalled whenever a thread is given back, for submits waiting at the cap.
+    freed: tokio::sync::Notify,
+}
 
 impl TokenThreads {
     pub fn in_use(&self) -> u32 {
-        self.0.load(Ordering::Relaxed)
+        self.in_use.load(Ordering::Relaxed)
     }
 
     fn try_take(&self, cap: Option<u32>) -> bool {
         let limit = cap.unwrap_or(u32::MAX);
-        self.0
+        self.in_use
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
                 (n < limit).then_some(n + 1)
             })
@@ -153,7 +177,8 @@ pub struct TokenHold(Arc<TokenThreads>);
 
 impl Drop for TokenHold {
     fn drop(&mut self) {
-        self.0 .0.fetch_sub(1, Ordering::AcqRel);
+        self.0.in_use.fetch_sub(1, Ordering::AcqRel);
+        self.0.freed.notify_one();
     }
 }
 
@@ -267,6 +292,32 @@ mod tests {
         assert!(t2.try_hold().is_none());
         drop(first);
         assert!(t2.try_hold().is_some());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_submit_at_the_cap_waits_for_a_thread_or_its_deadline() {
+        let keys = [key("a", 0)];
+        let mut capped = token("capped", "t1");
+        capped.max_threads = Some(1);
+        let table = TokenTable::new(&[capped], ids(&keys), &TokenCounters::default());
+        let t = table.lookup("t1").unwrap().clone();
+        let held = t.try_hold().unwrap();
+        let start = tokio::time::Instant::now();
+        let deadline = start + std::time::Duration::from_secs(5);
+        assert!(t.hold_until(deadline).await.is_none(), "none came");
+        assert_eq!(start.elapsed(), std::time::Duration::from_secs(5));
+        let waiter = {
+            let t = t.clone();
+            tokio::spawn(async move {
+                t.hold_until(deadline + std::time::Duration::from_secs(5))
+                    .await
+                    .is_some()
+            })
+        };
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        drop(held);
+        assert!(waiter.await.unwrap(), "woken by the thread given back");
+        assert_eq!(start.elapsed(), std::time::Duration::from_secs(6));
     }
 
     #[test]

@@ -220,3 +220,188 @@ async fn without_tokens_any_key_is_served_as_before() {
     assert_eq!(denied(&metrics, "missing"), 0.0);
     h.stop().await;
 }
+
+// === keys and threads per token ===
+
+fn limited(name: &str, value: &str, keys: &[&str], max_threads: Option<u32>) -> TokenConfig {
+    TokenConfig {
+        keys: Some(keys.iter().map(|k| (*k).to_owned()).collect()),
+        max_threads,
+        ..token(name, value)
+    }
+}
+
+fn key_header(answer: &Answer) -> String {
+    answer
+        .headers
+        .get("x-keyrelay-key")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// Polls `id` with `token` until its final answer.
+async fn poll_to_the_end(h: &Harness, token: &str, id: &str) -> String {
+    for _ in 0..100 {
+        let answer = h
+            .get(&format!("/res.php?key={token}&action=get&id={id}"))
+            .await;
+        if answer.text() != "CAPCHA_NOT_READY" {
+            return answer.text();
+        }
+    }
+    panic!("task {id} never finished");
+}
+
+fn task_id(answer: &Answer) -> String {
+    answer
+        .text()
+        .strip_prefix("OK|")
+        .unwrap_or_else(|| panic!("not accepted: {}", answer.text()))
+        .to_owned()
+}
+
+#[tokio::test]
+async fn a_tokens_submits_go_only_to_its_keys_and_none_left_is_the_no_key_answer() {
+    let sim = sim_with(&[KEY_A, KEY_B]).await;
+    let mut config = config_for(&sim, &[("a", KEY_A, 1.0), ("b", KEY_B, 1.0)]);
+    config.access.tokens = vec![
+        limited("one", TOKEN_ONE, &["b"], None),
+        token("two", TOKEN_TWO),
+    ];
+    let h = Harness::start(sim, config).await;
+    // b has 5 threads.
+    for _ in 0..5 {
+        let answer = h.get(&format!("/in.php?key={TOKEN_ONE}&{TASK}")).await;
+        task_id(&answer);
+        assert_eq!(key_header(&answer), "b");
+    }
+    // b leaves rotation: token one has no key left, and nothing goes upstream for it.
+    let b = h.app.snapshot().pool.keys()[1].clone();
+    assert_eq!(b.name, "b");
+    h.app.record_health(
+        &b,
+        keyrelay::health::HealthEvent::Bench {
+            reason: "ERROR_KEY_DOES_NOT_EXIST",
+        },
+    );
+    h.sim.clear_received();
+    let answer = h
+        .get(&format!("/in.php?key={TOKEN_ONE}&{TASK}&json=1"))
+        .await;
+    assert_eq!(
+        answer.json()["request"],
+        "ERROR_ZERO_BALANCE",
+        "{}",
+        answer.text()
+    );
+    assert!(h.sim.received().is_empty(), "{:?}", h.sim.received());
+    // Token two may use any key: a serves it.
+    let answer = h.get(&format!("/in.php?key={TOKEN_TWO}&{TASK}")).await;
+    task_id(&answer);
+    assert_eq!(key_header(&answer), "a");
+    let metrics = h.metrics().await;
+    let series = |token: &str, outcome: &str| {
+        metric(
+            &metrics,
+            &format!("keyrelay_token_submits_total{{outcome=\"{outcome}\",token=\"{token}\"}}"),
+        )
+    };
+    assert_eq!(series("one", "ok"), Some(5.0));
+    assert_eq!(series("one", "no_key"), Some(1.0));
+    assert_eq!(series("two", "ok"), Some(1.0));
+    assert_eq!(series("two", "full"), Some(0.0), "zero-started");
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn max_threads_caps_a_tokens_tasks_across_keys_until_they_end() {
+    let sim = sim_with(&[KEY_A, KEY_B]).await;
+    let mut config = config_for(&sim, &[("a", KEY_A, 1.0), ("b", KEY_B, 1.0)]);
+    config.access.tokens = vec![
+        TokenConfig {
+            max_threads: Some(2),
+            ..token("capped", TOKEN_ONE)
+        },
+        token("free", TOKEN_TWO),
+    ];
+    // Queue off: a submit over the cap is refused at once, as by a full pool.
+    config.capacity.queue_timeout = std::time::Duration::ZERO;
+    let h = Harness::start(sim, config).await;
+    let submit = |token: &'static str| {
+        let path = format!("/in.php?key={token}&{TASK}");
+        let h = &h;
+        async move { h.get(&path).await }
+    };
+    let first = task_id(&submit(TOKEN_ONE).await);
+    let _second = task_id(&submit(TOKEN_ONE).await);
+    let threads = |metrics: &str, token: &str| {
+        metric(
+            metrics,
+            &format!("keyrelay_token_threads_in_use{{token=\"{token}\"}}"),
+        )
+    };
+    assert_eq!(threads(&h.metrics().await, "capped"), Some(2.0));
+    h.sim.clear_received();
+    assert_eq!(submit(TOKEN_ONE).await.text(), "ERROR_ZERO_BALANCE");
+    assert!(h.sim.received().is_empty(), "over the cap: not sent");
+    // Another token has the pool's threads to itself.
+    task_id(&submit(TOKEN_TWO).await);
+    // A task's final answer gives its thread back.
+    assert!(poll_to_the_end(&h, TOKEN_ONE, &first)
+        .await
+        .starts_with("OK|"));
+    let metrics = h.metrics().await;
+    assert_eq!(threads(&metrics, "capped"), Some(1.0));
+    assert_eq!(threads(&metrics, "free"), Some(1.0));
+    task_id(&submit(TOKEN_ONE).await);
+    let metrics = h.metrics().await;
+    assert_eq!(
+        metric(
+            &metrics,
+            "keyrelay_token_submits_total{outcome=\"full\",token=\"capped\"}"
+        ),
+        Some(1.0)
+    );
+    assert!(!metrics.contains(TOKEN_ONE));
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn a_submit_over_the_cap_waits_in_the_queue_when_it_is_on() {
+    let sim = sim_with(&[KEY_A]).await;
+    let mut config = config_for(&sim, &[("a", KEY_A, 1.0)]);
+    config.access.tokens = vec![TokenConfig {
+        max_threads: Some(1),
+        ..token("capped", TOKEN_ONE)
+    }];
+    config.capacity.queue_timeout = std::time::Duration::from_secs(60);
+    let h = std::sync::Arc::new(Harness::start(sim, config).await);
+    let first = task_id(&h.get(&format!("/in.php?key={TOKEN_ONE}&{TASK}")).await);
+    let waiting = tokio::spawn({
+        let h = h.clone();
+        async move { h.get(&format!("/in.php?key={TOKEN_ONE}&{TASK}")).await }
+    });
+    let sim = h.sim.clone();
+    eventually("the first task is polled", || {
+        sim.received()
+            .iter()
+            .filter(|r| r.path == "/in.php")
+            .count()
+            == 1
+    })
+    .await;
+    assert!(poll_to_the_end(&h, TOKEN_ONE, &first)
+        .await
+        .starts_with("OK|"));
+    let answer = waiting.await.unwrap();
+    task_id(&answer);
+    assert_eq!(
+        h.sim
+            .received()
+            .iter()
+            .filter(|r| r.path == "/in.php")
+            .count(),
+        2
+    );
+}
