@@ -81,7 +81,7 @@ struct Inner {
     /// budget its upstream requests draw from.
     probe: ProbeState,
     /// Threads held per caller token, by name; outlives snapshots as `capacity` does.
-    token_counters: TokenCounters,
+    token_counters: Arc<TokenCounters>,
     /// Held while an attempt's health decision is made and applied (a few instructions,
     /// never across an await), so the ejection cap counts every cooldown in flight.
     ejection_lock: Mutex<()>,
@@ -139,14 +139,14 @@ impl App {
         let registry = Arc::new(KeyRegistry::new());
         let capacity = Arc::new(Capacity::new(Box::new(MemoryLoad::new())));
         let pool = build_pool(&config, &registry, health.clone(), capacity.clone())?;
-        let pins = open_pins(&config, &registry)?;
+        let token_counters = Arc::new(TokenCounters::default());
+        let pins = open_pins(&config, &registry, &token_counters)?;
         let retry_budget = TpsBudget::new(
             RETRY_BUDGET_WINDOW,
             config.failover.retry_budget_min,
             config.failover.retry_budget as f32,
         );
         let (events, _) = broadcast::channel(EVENT_BUFFER);
-        let token_counters = TokenCounters::default();
         let tokens = token_table(&config, &pool, &token_counters);
         Ok(App(Arc::new(Inner {
             snapshot: ArcSwap::from_pointee(Snapshot {
@@ -394,7 +394,11 @@ impl App {
 
 /// The pin store: a journal in `data_dir` when pins are durable and there is a directory
 /// (a config loaded from a file), else memory only (configs built in code: tests, demo).
-fn open_pins(config: &Config, registry: &Arc<KeyRegistry>) -> Result<Arc<dyn PinStore>, AppError> {
+fn open_pins(
+    config: &Config,
+    registry: &Arc<KeyRegistry>,
+    tokens: &Arc<TokenCounters>,
+) -> Result<Arc<dyn PinStore>, AppError> {
     let (ttl, max_pins) = (config.pins.ttl, config.pins.max_pins);
     let dir = match &config.data_dir {
         Some(dir) if config.pins.durable => dir,
@@ -413,12 +417,11 @@ fn open_pins(config: &Config, registry: &Arc<KeyRegistry>) -> Result<Arc<dyn Pin
     let names = registry.clone();
     let key_name = Arc::new(move |id| names.get(id).map(|key| Arc::from(key.name.as_str())));
     let (pins, _recovery) =
-        JournalPins::open(dir, ttl, max_pins, &configured, key_name).map_err(|source| {
-            AppError::Pins {
+        JournalPins::open_for_tokens(dir, ttl, max_pins, &configured, key_name, tokens.clone())
+            .map_err(|source| AppError::Pins {
                 dir: dir.clone(),
                 source,
-            }
-        })?;
+            })?;
     Ok(Arc::new(pins))
 }
 

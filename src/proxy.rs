@@ -494,6 +494,11 @@ impl Ctx {
         Some(Local::IpBanPause { until }.into())
     }
 
+    /// Whether `key` may serve this caller: any key without a token, else its token's.
+    pub fn may_use(&self, key: &KeyEntry) -> bool {
+        self.token.as_ref().is_none_or(|t| t.may_use(key.id))
+    }
+
     pub fn policy(&self) -> &crate::config::Failover {
         &self.snapshot.config.failover
     }

@@ -25,10 +25,22 @@ pub struct TokenTable {
     tokens: Vec<Arc<Token>>,
 }
 
+/// A caller token's number, stable for the life of the process (one per name, as
+/// [`TokenCounters`] hands them out): what a pin stores in two bytes. [`TokenId::NONE`] is a
+/// pin of no token (made without tokens, or read from an older journal).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TokenId(pub u16);
+
+impl TokenId {
+    pub const NONE: TokenId = TokenId(0);
+}
+
 /// One caller token as a request uses it: never its value.
 pub struct Token {
     /// The label in logs, metrics and pins.
     pub name: Arc<str>,
+    /// What its pins store.
+    pub id: TokenId,
     /// The keys that may serve this token's tasks, sorted; `None`: every key.
     keys: Option<Box<[KeyId]>>,
     /// Threads this token's tasks may hold at once across keys; `None`: no cap.
@@ -117,11 +129,13 @@ impl TokenTable {
                 ids.sort_unstable();
                 ids.into_boxed_slice()
             });
+            let (id, threads) = counters.get(&config.name);
             let token = Arc::new(Token {
                 name: Arc::from(config.name.as_str()),
+                id,
                 keys,
                 max_threads: config.max_threads,
-                threads: counters.get(&config.name),
+                threads,
             });
             table
                 .by_value
@@ -182,16 +196,44 @@ impl Drop for TokenHold {
     }
 }
 
-/// Each token name's thread counter, kept for the life of the process.
+/// Each token name's id and thread counter, kept for the life of the process.
 #[derive(Debug, Default)]
-pub struct TokenCounters(Mutex<HashMap<String, Arc<TokenThreads>>>);
+pub struct TokenCounters(Mutex<Counters>);
+
+#[derive(Debug, Default)]
+struct Counters {
+    by_name: HashMap<Arc<str>, (TokenId, Arc<TokenThreads>)>,
+    /// Names by id, from `TokenId(1)`.
+    names: Vec<Arc<str>>,
+}
 
 impl TokenCounters {
-    /// The counter of the token named `name`, made on first use. Taken only when a table is
-    /// built (start and reloads), never per request.
-    pub fn get(&self, name: &str) -> Arc<TokenThreads> {
+    /// The id and counter of the token named `name`, made on first use. Taken only when a
+    /// table is built (start and reloads) or a journal read, never per request. Past 65,535
+    /// names (no config has that many), further names share the last id.
+    pub fn get(&self, name: &str) -> (TokenId, Arc<TokenThreads>) {
         let mut counters = self.0.lock().expect("token counters lock poisoned");
-        counters.entry(name.to_owned()).or_default().clone()
+        if let Some(known) = counters.by_name.get(name) {
+            return known.clone();
+        }
+        let id = TokenId(u16::try_from(counters.names.len() + 1).unwrap_or(u16::MAX));
+        let name: Arc<str> = Arc::from(name);
+        let entry = (id, Arc::new(TokenThreads::default()));
+        counters.names.push(name.clone());
+        counters.by_name.insert(name, entry.clone());
+        entry
+    }
+
+    /// The id of the token named `name`, made on first use.
+    pub fn id_of(&self, name: &str) -> TokenId {
+        self.get(name).0
+    }
+
+    /// The name of the token with this id; `None` for [`TokenId::NONE`].
+    pub fn name(&self, id: TokenId) -> Option<Arc<str>> {
+        let counters = self.0.lock().expect("token counters lock poisoned");
+        let index = usize::from(id.0).checked_sub(1)?;
+        counters.names.get(index).cloned()
     }
 }
 

@@ -405,3 +405,124 @@ async fn a_submit_over_the_cap_waits_in_the_queue_when_it_is_on() {
         2
     );
 }
+
+// === task ownership ===
+
+#[tokio::test]
+async fn a_task_is_pollable_and_reportable_only_with_the_token_that_created_it() {
+    let h = with_tokens().await;
+    let mine = task_id(&h.get(&format!("/in.php?key={TOKEN_ONE}&{TASK}")).await);
+    let theirs = task_id(&h.get(&format!("/in.php?key={TOKEN_TWO}&{TASK}")).await);
+    h.sim.clear_received();
+    for action in ["get", "get2", "reportbad", "reportgood"] {
+        let answer = h
+            .get(&format!(
+                "/res.php?key={TOKEN_TWO}&action={action}&id={mine}"
+            ))
+            .await;
+        assert_eq!(answer.text(), "ERROR_WRONG_CAPTCHA_ID", "{action}");
+        let json = h
+            .get(&format!(
+                "/res.php?key={TOKEN_TWO}&action={action}&id={mine}&json=1"
+            ))
+            .await
+            .json();
+        assert_eq!(json["request"], "ERROR_WRONG_CAPTCHA_ID", "{action}");
+    }
+    assert!(
+        h.sim.received().is_empty(),
+        "another token's task was neither polled nor probed: {:?}",
+        h.sim.received()
+    );
+    // `ids=` answers only the caller's own tasks, slot by slot.
+    let answer = h
+        .get(&format!(
+            "/res.php?key={TOKEN_ONE}&action=get&ids={mine},{theirs}"
+        ))
+        .await;
+    let items: Vec<String> = answer.text().split('|').map(str::to_owned).collect();
+    assert_eq!(items.len(), 2, "{}", answer.text());
+    assert_ne!(items[0], "ERROR_WRONG_CAPTCHA_ID", "{}", answer.text());
+    assert_eq!(items[1], "ERROR_WRONG_CAPTCHA_ID", "{}", answer.text());
+    assert!(
+        h.sim
+            .received()
+            .iter()
+            .all(|r| !r.query.contains(&theirs)
+                && !String::from_utf8_lossy(&r.body).contains(&theirs))
+    );
+    // The owner polls it to the end.
+    assert!(poll_to_the_end(&h, TOKEN_ONE, &mine)
+        .await
+        .starts_with("OK|"));
+    assert!(poll_to_the_end(&h, TOKEN_TWO, &theirs)
+        .await
+        .starts_with("OK|"));
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn an_unpinned_task_is_probed_only_on_the_tokens_keys() {
+    let sim = sim_with(&[KEY_A, KEY_B]).await;
+    let mut config = config_for(&sim, &[("a", KEY_A, 1.0), ("b", KEY_B, 1.0)]);
+    config.access.tokens = vec![
+        limited("only-b", TOKEN_ONE, &["b"], None),
+        token("any", TOKEN_TWO),
+    ];
+    let h = Harness::start(sim, config).await;
+    // A task keyrelay never saw, on key a.
+    let outside = h.submit_past_keyrelay(KEY_A).await;
+    h.sim.clear_received();
+    let answer = h
+        .get(&format!("/res.php?key={TOKEN_ONE}&action=get&id={outside}"))
+        .await;
+    assert_eq!(answer.text(), "ERROR_WRONG_CAPTCHA_ID");
+    let asked: Vec<Option<String>> = h.sim.received().iter().map(|r| r.key.clone()).collect();
+    assert_eq!(asked, [Some(KEY_B.to_owned())], "only b was asked");
+    // Not remembered as nobody's: the token that may use a finds it.
+    let answer = h
+        .get(&format!("/res.php?key={TOKEN_TWO}&action=get&id={outside}"))
+        .await;
+    assert_ne!(answer.text(), "ERROR_WRONG_CAPTCHA_ID");
+    assert_eq!(key_header(&answer), "a");
+    // Found through token two, it is token two's from now on.
+    let answer = h
+        .get(&format!("/res.php?key={TOKEN_ONE}&action=get&id={outside}"))
+        .await;
+    assert_eq!(answer.text(), "ERROR_WRONG_CAPTCHA_ID");
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn getbalance_and_threadsinfo_answer_for_the_tokens_keys() {
+    let sim = sim_with(&[KEY_A, KEY_B]).await;
+    sim.set_balance(KEY_B, 2.5);
+    let mut config = config_for(&sim, &[("a", KEY_A, 1.0), ("b", KEY_B, 1.0)]);
+    config.access.tokens = vec![
+        limited("only-b", TOKEN_ONE, &["b"], None),
+        token("any", TOKEN_TWO),
+    ];
+    let h = Harness::start(sim, config).await;
+    let balance = |token: &'static str| {
+        let h = &h;
+        async move {
+            h.get(&format!("/res.php?key={token}&action=getbalance"))
+                .await
+                .text()
+        }
+    };
+    assert_eq!(balance(TOKEN_ONE).await, "2.5");
+    assert_eq!(balance(TOKEN_TWO).await, "12.5");
+    let threads = |token: &'static str| {
+        let h = &h;
+        async move {
+            h.get(&format!("/res.php?key={token}&action=threadsinfo"))
+                .await
+                .json()["threads"]
+                .as_u64()
+        }
+    };
+    assert_eq!(threads(TOKEN_ONE).await, Some(5));
+    assert_eq!(threads(TOKEN_TWO).await, Some(10));
+    h.stop().await;
+}

@@ -15,7 +15,7 @@ use crate::captcha::{Endpoint, Outcome, ParsedRequest, Reply};
 use crate::failover::{self, Next};
 use crate::metrics::{RequestOutcome, WaitResult};
 use crate::pool::{Candidates, KeyEntry};
-use crate::tokens::TokenHold;
+use crate::tokens::{TokenHold, TokenId};
 
 /// `failover::meaning_rank` of a "busy, retry later" answer.
 const BUSY: u8 = 3;
@@ -261,7 +261,8 @@ fn answer(
     };
     if let Some(id) = &task_id {
         let now = Instant::now();
-        ctx.app.pins().pin(id.clone(), key.id, now);
+        let token = ctx.token.as_ref().map_or(TokenId::NONE, |t| t.id);
+        ctx.app.pins().pin_for(id.clone(), key.id, token, now);
         lease.keep_for(id.clone(), now);
         if let Some(hold) = token_hold {
             ctx.app.capacity().keep_token(id.clone(), hold, now);
