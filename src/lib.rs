@@ -27,7 +27,8 @@
 //!   reads does to a key and to the task.
 //! - [`upstream`]: the pooled rustls client and the account reads (`getbalance`,
 //!   `threadsinfo`) keyrelay makes itself.
-//! - [`proxy`]: one request end to end; [`server`]: accept loop and shutdown.
+//! - [`proxy`]: one request end to end; [`server`]: accept loop, connections, the
+//!   forward-proxy mode (`CONNECT`, absolute-form requests to other hosts) and shutdown.
 //! - [`refresh`]: background balance and thread reads, and re-probing benched keys;
 //!   [`reload`]: live reload of `proxy.toml` on SIGHUP or when the file changes, and the
 //!   diff-and-apply of a new config.
