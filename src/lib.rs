@@ -29,7 +29,8 @@
 //!   `threadsinfo`) keyrelay makes itself.
 //! - [`tls`]: the local CA and the leaves it issues, the `[tls]` listener's certificate
 //!   and its reload, and the reasons a handshake fails.
-//! - [`proxy`]: one request end to end; [`server`]: accept loop and shutdown.
+//! - [`proxy`]: one request end to end; [`server`]: accept loop, connections, the
+//!   forward-proxy mode (`CONNECT`, absolute-form requests to other hosts) and shutdown.
 //! - [`refresh`]: background balance and thread reads, and re-probing benched keys;
 //!   [`reload`]: live reload of `proxy.toml` on SIGHUP or when the file changes, and the
 //!   diff-and-apply of a new config.

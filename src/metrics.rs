@@ -123,6 +123,26 @@ label_set! {
 }
 
 label_set! {
+    /// What became of a forward-proxy request that was not the pool's (a `CONNECT` or an
+    /// absolute-form request to a host that is not intercepted): the `outcome` of
+    /// `keyrelay_forward_requests_total`.
+    ForwardOutcome {
+        /// Tunnelled byte for byte.
+        Tunnelled => "tunnelled",
+        /// An absolute-form request relayed to its host.
+        Relayed => "relayed",
+        /// Refused: `[forward] tunnel = "none"`, or an API host keyrelay cannot intercept.
+        Refused => "refused",
+        /// No valid token in `Proxy-Authorization` while tokens are configured.
+        Unauthorized => "unauthorized",
+        /// The host could not be reached.
+        Unreachable => "unreachable",
+        /// A `CONNECT` without host or port, or a URL that cannot be relayed.
+        BadTarget => "bad_target",
+    }
+}
+
+label_set! {
     /// Why a task gave its thread back: the `reason` of `keyrelay_thread_releases_total`.
     Release {
         /// Its final answer was polled.
@@ -213,6 +233,9 @@ pub struct Metrics {
     config_reloads: IntCounterVec,
     /// Connections closed at once because `limits.max_connections` were open.
     pub connections_rejected: IntCounter,
+    /// Forward-proxy requests that were not the pool's, by [`ForwardOutcome`]; counted
+    /// through `count_forward`.
+    forward_requests: IntCounterVec,
     /// Retries not made because the retry budget was spent.
     pub retries_denied: IntCounter,
     /// Unknown task ids by what became of them ([`ProbeResult`]); counted through `count_probe`.
@@ -454,6 +477,14 @@ impl Metrics {
                     "Connections closed at once because limits.max_connections were open."
                 )?
             ),
+            forward_requests: register!(
+                r,
+                counter(
+                    "keyrelay_forward_requests_total",
+                    "Forward-proxy requests for hosts that are not intercepted (CONNECT tunnels, absolute-form requests), by outcome.",
+                    &["outcome"],
+                )?
+            ),
             retries_denied: register!(
                 r,
                 IntCounter::new(
@@ -513,6 +544,9 @@ impl Metrics {
         for code in LocalCode::ALL {
             self.local_answers.with_label_values(&[code.label()]);
         }
+        for outcome in ForwardOutcome::ALL {
+            self.forward_requests.with_label_values(&[outcome.label()]);
+        }
         self
     }
 
@@ -543,6 +577,13 @@ impl Metrics {
     /// Counts one answer keyrelay made itself.
     pub fn count_local(&self, code: LocalCode) {
         self.local_answers.with_label_values(&[code.label()]).inc();
+    }
+
+    /// Counts one forward-proxy request that was not the pool's.
+    pub fn count_forward(&self, outcome: ForwardOutcome) {
+        self.forward_requests
+            .with_label_values(&[outcome.label()])
+            .inc();
     }
 
     /// Counts one probe for an unknown task id.

@@ -367,7 +367,7 @@ fn closed_series(keys: &[&str]) -> Vec<String> {
     use keyrelay::capacity::Refusal;
     use keyrelay::health::StateKind;
     use keyrelay::metrics::{
-        LocalCode, ProbeResult, Release, ReloadResult, SubmitOutcome, WaitResult,
+        ForwardOutcome, LocalCode, ProbeResult, Release, ReloadResult, SubmitOutcome, WaitResult,
     };
     let mut series: Vec<String> = vec![
         "keyrelay_connections_rejected_total".to_owned(),
@@ -408,6 +408,11 @@ fn closed_series(keys: &[&str]) -> Vec<String> {
         LocalCode::ALL
             .iter()
             .map(|c| one("keyrelay_local_answers_total", "code", c.label())),
+    );
+    series.extend(
+        ForwardOutcome::ALL
+            .iter()
+            .map(|o| one("keyrelay_forward_requests_total", "outcome", o.label())),
     );
     for key in keys {
         series.extend(SubmitOutcome::ALL.iter().map(|o| {
