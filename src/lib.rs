@@ -27,6 +27,8 @@
 //!   reads does to a key and to the task.
 //! - [`upstream`]: the pooled rustls client and the account reads (`getbalance`,
 //!   `threadsinfo`) keyrelay makes itself.
+//! - [`tls`]: the local CA and the leaves it issues, the `[tls]` listener's certificate
+//!   and its reload, and the reasons a handshake fails.
 //! - [`proxy`]: one request end to end; [`server`]: accept loop, connections, the
 //!   forward-proxy mode (`CONNECT`, absolute-form requests to other hosts) and shutdown.
 //! - [`refresh`]: background balance and thread reads, and re-probing benched keys;
@@ -59,6 +61,7 @@ pub mod server;
 pub mod sim;
 pub mod status;
 pub mod task_table;
+pub mod tls;
 pub mod upstream;
 
 pub use api_key::{ApiKey, CallerToken};

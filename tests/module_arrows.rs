@@ -211,8 +211,8 @@ const LAYERS: &[&[&str]] = &[
     &["captcha", "config", "health"],
     // The policy, pure; and the simulator, which speaks only the protocol.
     &["failover", "sim"],
-    // Compact task tables; the upstream client and its account reads.
-    &["task_table", "upstream"],
+    // Compact task tables; the upstream client and its account reads; certificates.
+    &["task_table", "upstream", "tls"],
     &["pins"],
     &["capacity"],
     &["pool"],
