@@ -10,8 +10,9 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use clap::{Parser, Subcommand, ValueEnum};
 use keyrelay::config::ConfigError;
+use keyrelay::server::TlsListener;
 use keyrelay::sim::{SimKey, Simulator, DEFAULT_KEYS};
-use keyrelay::tls::LocalCa;
+use keyrelay::tls::{ListenerCert, LocalCa};
 use keyrelay::{App, Config};
 use tokio::net::TcpListener;
 use tracing_subscriber::EnvFilter;
@@ -218,20 +219,48 @@ async fn serve(source: &ConfigPath, threads: usize) -> anyhow::Result<()> {
     let listen = config.listen;
     let upstream = config.upstream.as_str().to_owned();
     let keys = config.keys.len();
+    let tls = config.tls.clone();
     let app = App::new(config)?;
+    // Made (or checked) at start, so that a broken CA file stops keyrelay here rather
+    // than failing the first intercepted CONNECT, and a new CA exists to be trusted.
+    let ca = app.ca()?;
     let listener = TcpListener::bind(listen)
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
     // The bound address, not the configured one: with port 0 only this says where to connect.
     let addr = listener.local_addr()?;
+    let tls = match tls {
+        Some(tls) => {
+            let cert = ListenerCert::new(&tls, ca)?;
+            let listener = TcpListener::bind(tls.listen)
+                .await
+                .with_context(|| format!("cannot listen on {} (tls.listen)", tls.listen))?;
+            Some((listener, cert))
+        }
+        None => None,
+    };
     // Signal handlers go in before the "listening" line, so every signal sent once anyone
     // can know we run is handled rather than killing the process.
     let watcher = keyrelay::reload::watch(app.clone(), path.to_owned());
     let shutdown = keyrelay::server::shutdown_signal();
     tracing::info!(%addr, %upstream, keys, threads, "keyrelay listening");
     let watcher = tokio::spawn(watcher);
-    keyrelay::server::run(listener, app, shutdown).await?;
+    let tls = match tls {
+        Some((listener, cert)) => {
+            let tls_addr = listener.local_addr()?;
+            tracing::info!(%tls_addr, certificate = ?cert, "keyrelay TLS listening");
+            let cert_watcher = tokio::spawn(cert.clone().watch());
+            let config = keyrelay::tls::listener_config(cert);
+            Some((TlsListener { listener, config }, cert_watcher))
+        }
+        None => None,
+    };
+    let (tls, cert_watcher) = tls.unzip();
+    keyrelay::server::run_with(listener, tls, app, shutdown).await?;
     watcher.abort();
+    if let Some(cert_watcher) = cert_watcher {
+        cert_watcher.abort();
+    }
     Ok(())
 }
 

@@ -143,6 +143,34 @@ label_set! {
 }
 
 label_set! {
+    /// Why a TLS handshake failed: the `reason` of `keyrelay_tls_handshake_failures_total`,
+    /// as `tls::classify_handshake_error` sorts them.
+    TlsFailure {
+        /// Not finished within `limits.header_timeout`.
+        Timeout => "timeout",
+        /// The first bytes were not TLS: plain HTTP to the TLS port, or garbage.
+        NotTls => "not_tls",
+        /// A TLS peer that failed the protocol: an alert (say, it does not trust the
+        /// certificate), no shared version, cipher or ALPN protocol.
+        Protocol => "protocol",
+        /// The connection broke or closed mid-handshake.
+        Io => "io",
+    }
+}
+
+impl From<crate::tls::HandshakeFailure> for TlsFailure {
+    fn from(reason: crate::tls::HandshakeFailure) -> TlsFailure {
+        use crate::tls::HandshakeFailure as H;
+        match reason {
+            H::Timeout => TlsFailure::Timeout,
+            H::NotTls => TlsFailure::NotTls,
+            H::Protocol => TlsFailure::Protocol,
+            H::Io => TlsFailure::Io,
+        }
+    }
+}
+
+label_set! {
     /// Why a task gave its thread back: the `reason` of `keyrelay_thread_releases_total`.
     Release {
         /// Its final answer was polled.
@@ -236,6 +264,8 @@ pub struct Metrics {
     /// Forward-proxy requests that were not the pool's, by [`ForwardOutcome`]; counted
     /// through `count_forward`.
     forward_requests: IntCounterVec,
+    /// Failed TLS handshakes, by [`TlsFailure`]; counted through `count_tls_failure`.
+    tls_handshake_failures: IntCounterVec,
     /// Retries not made because the retry budget was spent.
     pub retries_denied: IntCounter,
     /// Unknown task ids by what became of them ([`ProbeResult`]); counted through `count_probe`.
@@ -485,6 +515,14 @@ impl Metrics {
                     &["outcome"],
                 )?
             ),
+            tls_handshake_failures: register!(
+                r,
+                counter(
+                    "keyrelay_tls_handshake_failures_total",
+                    "TLS handshakes that failed (on the [tls] listener and in intercepted CONNECT tunnels), by reason.",
+                    &["reason"],
+                )?
+            ),
             retries_denied: register!(
                 r,
                 IntCounter::new(
@@ -547,6 +585,10 @@ impl Metrics {
         for outcome in ForwardOutcome::ALL {
             self.forward_requests.with_label_values(&[outcome.label()]);
         }
+        for reason in TlsFailure::ALL {
+            self.tls_handshake_failures
+                .with_label_values(&[reason.label()]);
+        }
         self
     }
 
@@ -583,6 +625,13 @@ impl Metrics {
     pub fn count_forward(&self, outcome: ForwardOutcome) {
         self.forward_requests
             .with_label_values(&[outcome.label()])
+            .inc();
+    }
+
+    /// Counts one failed TLS handshake.
+    pub fn count_tls_failure(&self, reason: TlsFailure) {
+        self.tls_handshake_failures
+            .with_label_values(&[reason.label()])
             .inc();
     }
 
@@ -694,5 +743,19 @@ impl Metrics {
     /// Counter value of one submit series, for the status page.
     pub fn submits(&self, key: &str, outcome: &str) -> u64 {
         self.key_submits.with_label_values(&[key, outcome]).get()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tls_failure_labels_are_the_classifications() {
+        use crate::tls::HandshakeFailure as H;
+        for reason in [H::Timeout, H::NotTls, H::Protocol, H::Io] {
+            assert_eq!(TlsFailure::from(reason).label(), reason.label());
+        }
+        assert_eq!(TlsFailure::ALL.len(), 4);
     }
 }

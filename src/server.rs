@@ -4,6 +4,7 @@ mod connection;
 mod forward;
 mod header_timer;
 mod intercept;
+mod tls_accept;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -23,6 +24,7 @@ use crate::proxy::{self, Caller, Hangup};
 use crate::refresh;
 use connection::{Connections, ServerBody};
 use header_timer::HeaderTimer;
+pub use tls_accept::TlsListener;
 
 /// How often recorded pins are forced to disk: the power-loss window.
 const PIN_SYNC_INTERVAL: Duration = Duration::from_secs(1);
@@ -50,6 +52,20 @@ pub async fn run(
     app: App,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
+    run_with(listener, None, app, shutdown).await
+}
+
+/// [`run`], with the `[tls]` listener beside the plain one when `tls` is given: the same
+/// service, limits, connection cap and drain.
+///
+/// # Errors
+/// As for [`run`].
+pub async fn run_with(
+    listener: TcpListener,
+    tls: Option<TlsListener>,
+    app: App,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
     let limits = app.snapshot().config.limits.clone();
     let header_timer = HeaderTimer::new();
     let mut background = JoinSet::new();
@@ -64,6 +80,14 @@ pub async fn run(
     );
 
     let conns = Connections::new(app.clone(), header_timer);
+    if let Some(tls) = tls {
+        // Tracked, so the drain waits for it; it stops accepting when the drain starts.
+        conns.track(tls_accept::accept_loop(
+            tls,
+            conns.clone(),
+            ACCEPT_ERROR_PAUSE,
+        ));
+    }
     tokio::pin!(shutdown);
     loop {
         tokio::select! {

@@ -19,7 +19,7 @@ use rustls::crypto::CryptoProvider;
 use rustls::server::ResolvesServerCert;
 use rustls::ServerConfig;
 
-pub use ca::{LeafPolicy, LocalCa};
+pub use ca::{Issued, LeafPolicy, LocalCa};
 pub use handshake::{classify_handshake_error, HandshakeFailure};
 pub use listener::{listener_config, ListenerCert};
 
