@@ -752,8 +752,12 @@ measure_startup() {
 }
 
 versions() {
+  local tree
+  tree=$(git -C "$REPO" describe --always --dirty 2>/dev/null || echo unknown)
+  # A binary given with KEYRELAY_BIN was not built from this tree: say so, not the tree's hash.
+  [[ -n ${KEYRELAY_BIN:-} ]] && tree="$KEYRELAY_BIN (KEYRELAY_BIN; the script at $tree)"
   printf 'keyrelay %s, nginx %s, wrk %s, oha %s' \
-    "$(git -C "$REPO" describe --always --dirty 2>/dev/null || echo unknown)" \
+    "$tree" \
     "$("$NGINX" -v 2>&1 | sed 's|.*/||')" \
     "$(wrk -v 2>&1 | awk 'NR == 1 { print $2 }')" \
     "$("$OHA" --version | awk '{ print $2 }')"

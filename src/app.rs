@@ -1,7 +1,7 @@
 //! `App`: the cheap-to-clone handle to everything a request needs: the current pool
 //! snapshot, the pins, health, metrics, the upstream client and the event feed.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
@@ -19,6 +19,7 @@ use crate::metrics::{Metrics, Release};
 use crate::pins::{JournalPins, MemoryPins, PinStore, ProbeState};
 use crate::pool::{KeyEntry, KeyPool, Selection};
 use crate::registry::{KeyRegistry, RegistryFull};
+use crate::tls::{LocalCa, TlsError};
 use crate::tokens::{TokenCounters, TokenTable};
 use crate::upstream::UpstreamClient;
 
@@ -94,6 +95,10 @@ struct Inner {
     /// Set only for reproducible runs (the demo): every request's randomness then derives
     /// from one seeded generator, so a sequential workload picks the same keys every time.
     seeded: Option<Mutex<SmallRng>>,
+    /// The local CA, made or loaded on first use ([`App::ca`]) from the `[ca]` and
+    /// `data_dir` of that moment: tests and setups that never need a certificate never
+    /// write one.
+    ca: Mutex<Option<Arc<LocalCa>>>,
 }
 
 /// Why an [`App`] could not be built.
@@ -169,7 +174,31 @@ impl App {
             ejection_lock: Mutex::new(()),
             requests: TaskTracker::new(),
             retry_budget,
+            ca: Mutex::new(None),
         })))
+    }
+
+    /// The local CA that issues the `[tls]` listener's certificate and the forward proxy's
+    /// leaves: loaded or generated on the first call (`keyrelay` makes it at start), the
+    /// same one after. `[ca]` changes take effect at the next start.
+    ///
+    /// # Errors
+    /// The CA's files are unreadable, invalid or half a pair ([`TlsError`] names the file);
+    /// the next call tries again.
+    pub fn ca(&self) -> Result<Arc<LocalCa>, TlsError> {
+        // Held while the files are read or written, once per process, so that two first
+        // callers cannot both generate a CA.
+        let mut ca = self.0.ca.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(ca) = &*ca {
+            return Ok(ca.clone());
+        }
+        let config = &self.snapshot().config;
+        let made = Arc::new(LocalCa::load_or_create(
+            &config.ca,
+            config.data_dir.as_deref(),
+        )?);
+        *ca = Some(made.clone());
+        Ok(made)
     }
 
     /// The current configuration and pool, owned, so it can be held across awaits.

@@ -27,7 +27,10 @@
 //!   reads does to a key and to the task.
 //! - [`upstream`]: the pooled rustls client and the account reads (`getbalance`,
 //!   `threadsinfo`) keyrelay makes itself.
-//! - [`proxy`]: one request end to end; [`server`]: accept loop and shutdown.
+//! - [`tls`]: the local CA and the leaves it issues, the `[tls]` listener's certificate
+//!   and its reload, and the reasons a handshake fails.
+//! - [`proxy`]: one request end to end; [`server`]: accept loop, connections, the
+//!   forward-proxy mode (`CONNECT`, absolute-form requests to other hosts) and shutdown.
 //! - [`refresh`]: background balance and thread reads, and re-probing benched keys;
 //!   [`reload`]: live reload of `proxy.toml` on SIGHUP or when the file changes, and the
 //!   diff-and-apply of a new config.
@@ -60,6 +63,7 @@ pub mod server;
 pub mod sim;
 pub mod status;
 pub mod task_table;
+pub mod tls;
 pub mod tokens;
 pub mod upstream;
 

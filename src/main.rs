@@ -10,7 +10,9 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use clap::{Parser, Subcommand, ValueEnum};
 use keyrelay::config::ConfigError;
+use keyrelay::server::TlsListener;
 use keyrelay::sim::{SimKey, Simulator, DEFAULT_KEYS};
+use keyrelay::tls::{ListenerCert, LocalCa};
 use keyrelay::{App, Config};
 use tokio::net::TcpListener;
 use tracing_subscriber::EnvFilter;
@@ -59,6 +61,13 @@ enum Command {
     },
     /// Show keyrelay at work on the built-in simulator: no keys or config needed.
     Demo,
+    /// Say where keyrelay's local CA certificate is and how to make clients trust it;
+    /// the CA is generated first if there is none yet.
+    Ca {
+        /// Write the CA certificate alone, in PEM, to stdout.
+        #[arg(long)]
+        pem: bool,
+    },
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -150,7 +159,58 @@ async fn dispatch(cli: Cli, threads: usize) -> anyhow::Result<()> {
             polls_to_ready,
         }) => simulate(listen, keys, polls_to_ready).await,
         Some(Command::Demo) => keyrelay::demo::run().await.map_err(|e| anyhow::anyhow!(e)),
+        Some(Command::Ca { pem }) => ca(&config, pem),
     }
+}
+
+/// `keyrelay ca`: the CA certificate's path and, for each client family, how to trust
+/// it; with `--pem`, the certificate alone. Creating the CA here lets a user trust it
+/// before keyrelay first starts.
+fn ca(source: &ConfigPath, pem: bool) -> anyhow::Result<()> {
+    let config = load_config(source)?;
+    let ca = LocalCa::load_or_create(&config.ca, config.data_dir.as_deref())?;
+    if pem {
+        print!("{}", ca.cert_pem());
+        return Ok(());
+    }
+    let cert = ca.cert_path().map_or_else(
+        || "(in memory)".to_owned(),
+        |path| path.display().to_string(),
+    );
+    let state = if ca.was_created() {
+        "generated just now"
+    } else {
+        "existing"
+    };
+    println!("keyrelay's local CA certificate ({state}):\n  {cert}\n");
+    println!("Trust it in the clients that talk to keyrelay over TLS:");
+    for (who, how) in [
+        ("Python requests", format!("export REQUESTS_CA_BUNDLE={cert}")),
+        ("httpx, Go, OpenSSL, curl", format!("export SSL_CERT_FILE={cert}")),
+        ("Node.js", format!("export NODE_EXTRA_CA_CERTS={cert}")),
+        (
+            "the system store (Debian, Ubuntu)",
+            format!(
+                "sudo cp {cert} /usr/local/share/ca-certificates/keyrelay-ca.crt \\\n      && sudo update-ca-certificates"
+            ),
+        ),
+    ] {
+        println!("  {who}:\n    {how}");
+    }
+    println!(
+        "\nREQUESTS_CA_BUNDLE and SSL_CERT_FILE replace the default roots: for a script that \
+         also reaches\nother HTTPS sites, point them at a bundle holding both, for example\n    \
+         cat \"$(python3 -m certifi)\" {cert} > keyrelay-bundle.pem\n\
+         `keyrelay ca --pem` writes the certificate alone to stdout."
+    );
+    if let Some(key) = ca.key_path() {
+        println!(
+            "\nKeep the CA's private key secret: {}\nAnyone who has it can impersonate any \
+             HTTPS site to every client that trusts this CA.",
+            key.display()
+        );
+    }
+    Ok(())
 }
 
 async fn serve(source: &ConfigPath, threads: usize) -> anyhow::Result<()> {
@@ -159,20 +219,48 @@ async fn serve(source: &ConfigPath, threads: usize) -> anyhow::Result<()> {
     let listen = config.listen;
     let upstream = config.upstream.as_str().to_owned();
     let keys = config.keys.len();
+    let tls = config.tls.clone();
     let app = App::new(config)?;
+    // Made (or checked) at start, so that a broken CA file stops keyrelay here rather
+    // than failing the first intercepted CONNECT, and a new CA exists to be trusted.
+    let ca = app.ca()?;
     let listener = TcpListener::bind(listen)
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
     // The bound address, not the configured one: with port 0 only this says where to connect.
     let addr = listener.local_addr()?;
+    let tls = match tls {
+        Some(tls) => {
+            let cert = ListenerCert::new(&tls, ca)?;
+            let listener = TcpListener::bind(tls.listen)
+                .await
+                .with_context(|| format!("cannot listen on {} (tls.listen)", tls.listen))?;
+            Some((listener, cert))
+        }
+        None => None,
+    };
     // Signal handlers go in before the "listening" line, so every signal sent once anyone
     // can know we run is handled rather than killing the process.
     let watcher = keyrelay::reload::watch(app.clone(), path.to_owned());
     let shutdown = keyrelay::server::shutdown_signal();
     tracing::info!(%addr, %upstream, keys, threads, "keyrelay listening");
     let watcher = tokio::spawn(watcher);
-    keyrelay::server::run(listener, app, shutdown).await?;
+    let tls = match tls {
+        Some((listener, cert)) => {
+            let tls_addr = listener.local_addr()?;
+            tracing::info!(%tls_addr, certificate = ?cert, "keyrelay TLS listening");
+            let cert_watcher = tokio::spawn(cert.clone().watch());
+            let config = keyrelay::tls::listener_config(cert);
+            Some((TlsListener { listener, config }, cert_watcher))
+        }
+        None => None,
+    };
+    let (tls, cert_watcher) = tls.unzip();
+    keyrelay::server::run_with(listener, tls, app, shutdown).await?;
     watcher.abort();
+    if let Some(cert_watcher) = cert_watcher {
+        cert_watcher.abort();
+    }
     Ok(())
 }
 

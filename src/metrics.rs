@@ -127,6 +127,54 @@ label_set! {
 }
 
 label_set! {
+    /// What became of a forward-proxy request that was not the pool's (a `CONNECT` or an
+    /// absolute-form request to a host that is not intercepted): the `outcome` of
+    /// `keyrelay_forward_requests_total`.
+    ForwardOutcome {
+        /// Tunnelled byte for byte.
+        Tunnelled => "tunnelled",
+        /// An absolute-form request relayed to its host.
+        Relayed => "relayed",
+        /// Refused: `[forward] tunnel = "none"`, or an API host keyrelay cannot intercept.
+        Refused => "refused",
+        /// No valid token in `Proxy-Authorization` while tokens are configured.
+        Unauthorized => "unauthorized",
+        /// The host could not be reached.
+        Unreachable => "unreachable",
+        /// A `CONNECT` without host or port, or a URL that cannot be relayed.
+        BadTarget => "bad_target",
+    }
+}
+
+label_set! {
+    /// Why a TLS handshake failed: the `reason` of `keyrelay_tls_handshake_failures_total`,
+    /// as `tls::classify_handshake_error` sorts them.
+    TlsFailure {
+        /// Not finished within `limits.header_timeout`.
+        Timeout => "timeout",
+        /// The first bytes were not TLS: plain HTTP to the TLS port, or garbage.
+        NotTls => "not_tls",
+        /// A TLS peer that failed the protocol: an alert (say, it does not trust the
+        /// certificate), no shared version, cipher or ALPN protocol.
+        Protocol => "protocol",
+        /// The connection broke or closed mid-handshake.
+        Io => "io",
+    }
+}
+
+impl From<crate::tls::HandshakeFailure> for TlsFailure {
+    fn from(reason: crate::tls::HandshakeFailure) -> TlsFailure {
+        use crate::tls::HandshakeFailure as H;
+        match reason {
+            H::Timeout => TlsFailure::Timeout,
+            H::NotTls => TlsFailure::NotTls,
+            H::Protocol => TlsFailure::Protocol,
+            H::Io => TlsFailure::Io,
+        }
+    }
+}
+
+label_set! {
     /// Why a task gave its thread back: the `reason` of `keyrelay_thread_releases_total`.
     Release {
         /// Its final answer was polled.
@@ -257,6 +305,11 @@ pub struct Metrics {
     config_reloads: IntCounterVec,
     /// Connections closed at once because `limits.max_connections` were open.
     pub connections_rejected: IntCounter,
+    /// Forward-proxy requests that were not the pool's, by [`ForwardOutcome`]; counted
+    /// through `count_forward`.
+    forward_requests: IntCounterVec,
+    /// Failed TLS handshakes, by [`TlsFailure`]; counted through `count_tls_failure`.
+    tls_handshake_failures: IntCounterVec,
     /// Retries not made because the retry budget was spent.
     pub retries_denied: IntCounter,
     /// Unknown task ids by what became of them ([`ProbeResult`]); counted through `count_probe`.
@@ -504,6 +557,22 @@ impl Metrics {
                     "Connections closed at once because limits.max_connections were open."
                 )?
             ),
+            forward_requests: register!(
+                r,
+                counter(
+                    "keyrelay_forward_requests_total",
+                    "Forward-proxy requests for hosts that are not intercepted (CONNECT tunnels, absolute-form requests), by outcome.",
+                    &["outcome"],
+                )?
+            ),
+            tls_handshake_failures: register!(
+                r,
+                counter(
+                    "keyrelay_tls_handshake_failures_total",
+                    "TLS handshakes that failed (on the [tls] listener and in intercepted CONNECT tunnels), by reason.",
+                    &["reason"],
+                )?
+            ),
             retries_denied: register!(
                 r,
                 IntCounter::new(
@@ -592,6 +661,13 @@ impl Metrics {
         for reason in Denied::ALL {
             self.access_denied.with_label_values(&[reason.label()]);
         }
+        for outcome in ForwardOutcome::ALL {
+            self.forward_requests.with_label_values(&[outcome.label()]);
+        }
+        for reason in TlsFailure::ALL {
+            self.tls_handshake_failures
+                .with_label_values(&[reason.label()]);
+        }
         self
     }
 
@@ -622,6 +698,20 @@ impl Metrics {
     /// Counts one answer keyrelay made itself.
     pub fn count_local(&self, code: LocalCode) {
         self.local_answers.with_label_values(&[code.label()]).inc();
+    }
+
+    /// Counts one forward-proxy request that was not the pool's.
+    pub fn count_forward(&self, outcome: ForwardOutcome) {
+        self.forward_requests
+            .with_label_values(&[outcome.label()])
+            .inc();
+    }
+
+    /// Counts one failed TLS handshake.
+    pub fn count_tls_failure(&self, reason: TlsFailure) {
+        self.tls_handshake_failures
+            .with_label_values(&[reason.label()])
+            .inc();
     }
 
     /// Starts the per-token series of the tokens named `tokens` at 0; tokens seen before
@@ -765,5 +855,19 @@ impl Metrics {
     /// Counter value of one submit series, for the status page.
     pub fn submits(&self, key: &str, outcome: &str) -> u64 {
         self.key_submits.with_label_values(&[key, outcome]).get()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tls_failure_labels_are_the_classifications() {
+        use crate::tls::HandshakeFailure as H;
+        for reason in [H::Timeout, H::NotTls, H::Protocol, H::Io] {
+            assert_eq!(TlsFailure::from(reason).label(), reason.label());
+        }
+        assert_eq!(TlsFailure::ALL.len(), 4);
     }
 }

@@ -49,12 +49,21 @@ use crate::upstream::{self, Outgoing, UpstreamAnswer, UpstreamError};
 /// Every response keyrelay sends is fully buffered: answers are small.
 pub type Body = Full<Bytes>;
 
-/// Serves one request. Never fails: every problem becomes a well-formed answer. `hangup`
-/// is the connection's (handed over directly, not in the request's extensions, which would
-/// cost two allocations per request).
+/// Who sent a request: the connection it came on. Handed over directly, not in the
+/// request's extensions, which would cost two allocations per request.
+#[derive(Clone, Debug)]
+pub struct Caller {
+    /// Whether the caller has closed its side of the connection.
+    pub hangup: Hangup,
+    /// The address the connection came from (for a request inside an intercepted
+    /// `CONNECT`, the tunnel's).
+    pub peer: std::net::SocketAddr,
+}
+
+/// Serves one request. Never fails: every problem becomes a well-formed answer.
 pub async fn handle(
     app: App,
-    hangup: Hangup,
+    caller: Caller,
     req: Request<Incoming>,
 ) -> Result<Response<Body>, Infallible> {
     let path = req.uri().path();
@@ -81,7 +90,7 @@ pub async fn handle(
             .insert("allow", HeaderValue::from_static("GET, POST"));
         return Ok(response);
     }
-    Ok(serve_to_the_end(app, endpoint, hangup, req).await)
+    Ok(serve_to_the_end(app, endpoint, caller.hangup, req).await)
 }
 
 /// Serves an API request to its end even if its caller leaves ([`to_the_end`]), and turns

@@ -1,25 +1,30 @@
 //! The accept loop, the background tasks, and graceful shutdown.
 
+mod connection;
+mod forward;
 mod header_timer;
+mod intercept;
+mod tls_accept;
 
+use std::convert::Infallible;
 use std::future::Future;
 use std::time::Duration;
 
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
-use hyper_util::server::graceful::GracefulShutdown;
-use std::sync::Arc;
+use futures_util::future::{Either, FutureExt};
+use hyper::body::Incoming;
+use hyper::service::{service_fn, Service};
+use hyper::{Method, Request, Response};
 
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::app::App;
-use crate::proxy::Hangup;
-use crate::{proxy, refresh};
+use crate::proxy::{self, Caller, Hangup};
+use crate::refresh;
+use connection::{Connections, ServerBody};
 use header_timer::HeaderTimer;
+pub use tls_accept::TlsListener;
 
 /// How often recorded pins are forced to disk: the power-loss window.
 const PIN_SYNC_INTERVAL: Duration = Duration::from_secs(1);
@@ -47,7 +52,20 @@ pub async fn run(
     app: App,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
-    // Limits are read at start: the listener is the one thing a reload cannot rebuild.
+    run_with(listener, None, app, shutdown).await
+}
+
+/// [`run`], with the `[tls]` listener beside the plain one when `tls` is given: the same
+/// service, limits, connection cap and drain.
+///
+/// # Errors
+/// As for [`run`].
+pub async fn run_with(
+    listener: TcpListener,
+    tls: Option<TlsListener>,
+    app: App,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
     let limits = app.snapshot().config.limits.clone();
     let header_timer = HeaderTimer::new();
     let mut background = JoinSet::new();
@@ -61,8 +79,15 @@ pub async fn run(
             .run(header_timer::resolution(limits.header_timeout)),
     );
 
-    let graceful = GracefulShutdown::new();
-    let connections = Arc::new(Semaphore::new(limits.max_connections));
+    let conns = Connections::new(app.clone(), header_timer);
+    if let Some(tls) = tls {
+        // Tracked, so the drain waits for it; it stops accepting when the drain starts.
+        conns.track(tls_accept::accept_loop(
+            tls,
+            conns.clone(),
+            ACCEPT_ERROR_PAUSE,
+        ));
+    }
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -75,16 +100,12 @@ pub async fn run(
                         continue;
                     }
                 };
-                let Ok(permit) = connections.clone().try_acquire_owned() else {
-                    // Over the cap: close at once, so the client fails fast and retries
-                    // instead of waiting in the backlog; everyone already in is unaffected.
-                    app.metrics().connections_rejected.inc();
+                let Some(permit) = conns.admit() else {
                     tracing::debug!(%peer, "connection cap reached; connection closed");
                     drop(stream);
                     continue;
                 };
                 let _ = stream.set_nodelay(true);
-                let app = app.clone();
                 let (stream, hangup) = match Hangup::watch(stream) {
                     Ok(watched) => watched,
                     Err(e) => {
@@ -92,28 +113,8 @@ pub async fn run(
                         continue;
                     }
                 };
-                let service =
-                    service_fn(move |req| proxy::handle(app.clone(), hangup.clone(), req));
-                let conn = http1::Builder::new()
-                    // The header-read timeout is armed for every request head, keep-alive
-                    // waits included: a coarse timer keeps that cheap (header_timer.rs).
-                    .timer(header_timer.clone())
-                    .header_read_timeout(limits.header_timeout)
-                    .max_header_size(limits.max_header)
-                    // A client may shut its write side once the request is sent (`nc -N`,
-                    // some HTTP/1.0 tools) and still read the answer.
-                    .half_close(true)
-                    // Head and body in one buffer and one write: an answer is a few hundred
-                    // bytes, cheaper copied than queued for writev.
-                    .writev(false)
-                    .serve_connection(TokioIo::new(stream), service);
-                let conn = graceful.watch(conn);
-                tokio::spawn(async move {
-                    if let Err(e) = conn.await {
-                        tracing::debug!(%peer, error = %e, "connection ended with an error");
-                    }
-                    drop(permit);
-                });
+                let service = service(&conns, Caller { hangup, peer });
+                conns.spawn(stream, service, peer, Some(permit));
             }
             () = &mut shutdown => break,
         }
@@ -127,7 +128,7 @@ pub async fn run(
     let requests = app.requests();
     requests.close();
     let drained = async {
-        graceful.shutdown().await;
+        conns.drain().await;
         requests.wait().await;
     };
     tokio::select! {
@@ -143,6 +144,44 @@ pub async fn run(
     background.shutdown().await;
     flush_pins(&app).await;
     Ok(())
+}
+
+/// The service of one connection: routes each request. Origin-form requests
+/// (`GET /in.php`), the usual case, and absolute-form ones to an intercepted host are the
+/// pool's; `CONNECT` and absolute-form requests to other hosts are forward-proxy work.
+fn service(
+    conns: &Connections,
+    caller: Caller,
+) -> impl Service<
+    Request<Incoming>,
+    Response = Response<ServerBody>,
+    Error = Infallible,
+    Future = impl Send + 'static,
+> + Send
+       + 'static {
+    let conns = conns.clone();
+    let app = conns.app().clone();
+    service_fn(move |req: Request<Incoming>| {
+        let foreign = req.uri().host().is_some_and(|host| !conns.intercepts(host));
+        if req.method() == Method::CONNECT {
+            Either::Left(Either::Left(forward::connect(
+                conns.clone(),
+                caller.clone(),
+                req,
+            )))
+        } else if foreign {
+            Either::Left(Either::Right(forward::relay(
+                conns.clone(),
+                caller.clone(),
+                req,
+            )))
+        } else {
+            Either::Right(
+                proxy::handle(app.clone(), caller.clone(), req)
+                    .map(|served| served.map(|response| response.map(ServerBody::Left))),
+            )
+        }
+    })
 }
 
 /// Drops expired pins (and the probe's expired misses) now and then. A durable store may compact its journal while

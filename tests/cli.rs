@@ -1,7 +1,7 @@
 //! The command line as users meet it: help, version, `check` on the shipped and broken
-//! configs, `demo` end to end, and the README's first run (`simulate` beside
-//! `--config proxy.toml`, and a bare `keyrelay`) through the real binary from a directory of
-//! its own. The README's commands are read from README.md itself, so that a command edited
+//! configs, `demo` end to end, `ca` (the local CA and how to trust it), and the README's
+//! first run (`simulate` beside `--config proxy.toml`, and a bare `keyrelay`) through the
+//! real binary from a directory of its own. The README's commands are read from README.md itself, so that a command edited
 //! there is a test that no longer finds it.
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -33,7 +33,7 @@ fn help_lists_the_commands() {
     let out = keyrelay(&["--help"]);
     assert!(out.status.success());
     let text = stdout(&out);
-    for word in ["check", "simulate", "demo", "--config"] {
+    for word in ["check", "simulate", "demo", "ca", "--config"] {
         assert!(text.contains(word), "{word} missing from help:\n{text}");
     }
 }
@@ -528,4 +528,82 @@ fn a_rejected_reload_logs_no_value_typed_into_the_wrong_field() {
         );
         assert!(!proxy.seen.contains("0123456789abcdef"), "{}", proxy.seen);
     }
+}
+
+/// A valid config in `dir` (`proxy.toml`), whose data dir is `dir` itself.
+fn write_ca_config(dir: &Path) -> String {
+    write_shipped_config(dir, "127.0.0.1:9");
+    dir.join("proxy.toml").to_str().unwrap().to_owned()
+}
+
+#[test]
+fn ca_creates_the_ca_once_and_says_how_to_trust_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_ca_config(dir.path());
+    let out = keyrelay(&["ca", "--config", &config]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let cert = dir.path().join("ca.pem");
+    let key = dir.path().join("ca.key");
+    assert!(text.contains("generated just now"), "{text}");
+    for expected in [
+        format!("REQUESTS_CA_BUNDLE={}", cert.display()),
+        format!("SSL_CERT_FILE={}", cert.display()),
+        format!("NODE_EXTRA_CA_CERTS={}", cert.display()),
+        "update-ca-certificates".to_owned(),
+        format!("Keep the CA's private key secret: {}", key.display()),
+    ] {
+        assert!(text.contains(&expected), "{expected} missing:\n{text}");
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = std::fs::metadata(&key).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+    }
+    let (cert_before, key_before) = (std::fs::read(&cert).unwrap(), std::fs::read(&key).unwrap());
+    assert!(!text.contains(&String::from_utf8_lossy(&key_before).into_owned()));
+
+    // Run again: the same CA, found rather than made.
+    let again = keyrelay(&["ca", "--config", &config]);
+    assert!(again.status.success(), "{}", stderr(&again));
+    assert!(stdout(&again).contains("(existing)"), "{}", stdout(&again));
+    assert_eq!(std::fs::read(&cert).unwrap(), cert_before);
+    assert_eq!(std::fs::read(&key).unwrap(), key_before);
+}
+
+#[test]
+fn ca_pem_writes_the_certificate_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_ca_config(dir.path());
+    let out = keyrelay(&["ca", "--config", &config, "--pem"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert_eq!(
+        text,
+        std::fs::read_to_string(dir.path().join("ca.pem")).unwrap()
+    );
+    assert!(text.starts_with("-----BEGIN CERTIFICATE-----\n"), "{text}");
+    assert!(
+        text.trim_end().ends_with("-----END CERTIFICATE-----"),
+        "{text}"
+    );
+    assert!(!text.contains("PRIVATE KEY"), "{text}");
+}
+
+#[test]
+fn ca_refuses_half_a_pair_naming_the_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_ca_config(dir.path());
+    assert!(keyrelay(&["ca", "--config", &config]).status.success());
+    std::fs::remove_file(dir.path().join("ca.key")).unwrap();
+    let out = keyrelay(&["ca", "--config", &config, "--pem"]);
+    assert!(!out.status.success());
+    assert!(stdout(&out).is_empty(), "{}", stdout(&out));
+    let text = stderr(&out);
+    assert!(
+        text.contains(&dir.path().join("ca.key").display().to_string()),
+        "{text}"
+    );
+    assert!(!dir.path().join("ca.key").exists(), "a new key was made");
 }

@@ -213,8 +213,8 @@ const LAYERS: &[&[&str]] = &[
     &["failover", "sim"],
     // The caller token table: config resolved to key ids.
     &["tokens"],
-    // Compact task tables; the upstream client and its account reads.
-    &["task_table", "upstream"],
+    // Compact task tables; the upstream client and its account reads; certificates.
+    &["task_table", "upstream", "tls"],
     &["pins"],
     &["capacity"],
     &["pool"],

@@ -367,7 +367,7 @@ fn closed_series(keys: &[&str]) -> Vec<String> {
     use keyrelay::capacity::Refusal;
     use keyrelay::health::StateKind;
     use keyrelay::metrics::{
-        LocalCode, ProbeResult, Release, ReloadResult, SubmitOutcome, WaitResult,
+        ForwardOutcome, LocalCode, ProbeResult, Release, ReloadResult, SubmitOutcome, WaitResult,
     };
     let mut series: Vec<String> = vec![
         "keyrelay_connections_rejected_total".to_owned(),
@@ -413,6 +413,11 @@ fn closed_series(keys: &[&str]) -> Vec<String> {
         keyrelay::metrics::Denied::ALL
             .iter()
             .map(|d| one("keyrelay_access_denied_total", "reason", d.label())),
+    );
+    series.extend(
+        ForwardOutcome::ALL
+            .iter()
+            .map(|o| one("keyrelay_forward_requests_total", "outcome", o.label())),
     );
     for key in keys {
         series.extend(SubmitOutcome::ALL.iter().map(|o| {

@@ -179,8 +179,11 @@ async fn leading_zeros_in_an_ids_list_poll_the_real_tasks() {
     let a = h.submit().await;
     let owner = h.sim.task_owner(a).unwrap();
     let mut b = h.submit().await;
+    // Every submit pins its task, including those that landed on another key.
+    let mut submitted = 2;
     while h.sim.task_owner(b).as_deref() != Some(owner.as_str()) {
         b = h.submit().await;
+        submitted += 1;
     }
     h.sim.clear_received();
     let list = format!("0{a},00{b}");
@@ -192,11 +195,13 @@ async fn leading_zeros_in_an_ids_list_poll_the_real_tasks() {
         assert_eq!(r.key.as_deref(), Some(owner.as_str()));
         assert_eq!(param(&r, "ids"), Some(format!("{a},{b}")));
     }
-    assert_eq!(h.app.pins().len(), 2);
+    assert_eq!(h.app.pins().len(), submitted);
     let snapshot = h.app.snapshot();
-    for key in snapshot.pool.keys() {
-        assert_eq!(snapshot.pool.load(key).in_use(), 0, "{}", key.name);
-    }
+    let in_use: u32 = (snapshot.pool.keys().iter())
+        .map(|key| snapshot.pool.load(key).in_use())
+        .sum();
+    // a and b were polled to their end; the other submits' tasks still hold a thread.
+    assert_eq!(in_use as usize, submitted - 2);
     h.stop().await;
 }
 

@@ -1,0 +1,204 @@
+//! Serving one accepted connection, whatever stream carries it (TCP, a TLS stream, a TLS
+//! stream inside a `CONNECT` tunnel) with the service the server routes requests by: the
+//! connection cap, hyper's HTTP/1 settings, upgrades for `CONNECT`, and the drain at
+//! shutdown. Also the state the routing reads (the intercepted hosts, the relay client).
+
+use std::sync::Arc;
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::Service;
+use hyper::{Request, Response};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::header_timer::HeaderTimer;
+use crate::app::App;
+use crate::config::Limits;
+use crate::proxy;
+
+/// What the server answers with: keyrelay's own buffered answers, or (for a request relayed
+/// to another host as a forward proxy) that host's answer, streamed.
+pub(crate) type ServerBody = http_body_util::Either<proxy::Body, Incoming>;
+
+/// A client for relaying absolute-form requests to other hosts, bodies streamed.
+pub(super) type RelayClient = Client<HttpConnector, Incoming>;
+
+/// Every connection the server serves, on any of its listeners. Cheap to clone: the forward
+/// proxy serves the requests inside an intercepted tunnel through it too.
+#[derive(Clone)]
+pub(crate) struct Connections(Arc<Inner>);
+
+struct Inner {
+    app: App,
+    /// Read at start: the listener is the one thing a reload cannot rebuild.
+    limits: Limits,
+    header_timer: HeaderTimer,
+    /// `[forward]`'s intercepted hosts, read at start like the limits.
+    intercepted: Vec<String>,
+    relay: RelayClient,
+    permits: Arc<Semaphore>,
+    /// Cancelled at shutdown: every connection then finishes its request in flight and
+    /// closes.
+    shutdown: CancellationToken,
+    open: TaskTracker,
+}
+
+impl Connections {
+    pub(super) fn new(app: App, header_timer: HeaderTimer) -> Connections {
+        let config = app.snapshot().config.clone();
+        let limits = config.limits.clone();
+        let permits = Arc::new(Semaphore::new(limits.max_connections));
+        Connections(Arc::new(Inner {
+            intercepted: config.forward.intercepted(config.upstream.host()),
+            relay: relay_client(config.timeouts.connect),
+            app,
+            limits,
+            header_timer,
+            permits,
+            shutdown: CancellationToken::new(),
+            open: TaskTracker::new(),
+        }))
+    }
+
+    pub(crate) fn app(&self) -> &App {
+        &self.0.app
+    }
+
+    pub(super) fn relay_client(&self) -> &RelayClient {
+        &self.0.relay
+    }
+
+    /// Whether a request for `host` (from a request target or a `CONNECT`, any case) is
+    /// the pool's: an intercepted API host.
+    pub(super) fn intercepts(&self, host: &str) -> bool {
+        is_intercepted(&self.0.intercepted, host)
+    }
+
+    /// A place for one more connection, or `None` over `limits.max_connections` (counted):
+    /// the caller closes it at once, so the client fails fast and retries instead of
+    /// waiting in the backlog, and everyone already in is unaffected.
+    pub(super) fn admit(&self) -> Option<OwnedSemaphorePermit> {
+        let permit = Arc::clone(&self.0.permits).try_acquire_owned().ok();
+        if permit.is_none() {
+            self.0.app.metrics().connections_rejected.inc();
+        }
+        permit
+    }
+
+    /// Serves HTTP/1.1 on `io` with `service` on a task of its own until the client closes
+    /// it or the drain ends it. `permit` is the connection's place under the cap, held
+    /// until it closes; a connection inside a tunnel holds none, as the tunnel's own
+    /// connection holds one.
+    pub(super) fn spawn<I, S>(
+        &self,
+        io: I,
+        service: S,
+        peer: std::net::SocketAddr,
+        permit: Option<OwnedSemaphorePermit>,
+    ) where
+        I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+        S: Service<Request<Incoming>, Response = Response<ServerBody>, Error = Infallible>
+            + Send
+            + 'static,
+        S::Future: Send + 'static,
+    {
+        let limits = &self.0.limits;
+        let conn = http1::Builder::new()
+            // The header-read timeout is armed for every request head, keep-alive
+            // waits included: a coarse timer keeps that cheap (header_timer.rs).
+            .timer(self.0.header_timer.clone())
+            .header_read_timeout(limits.header_timeout)
+            .max_header_size(limits.max_header)
+            // A client may shut its write side once the request is sent (`nc -N`,
+            // some HTTP/1.0 tools) and still read the answer.
+            .half_close(true)
+            // Head and body in one buffer and one write: an answer is a few hundred
+            // bytes, cheaper copied than queued for writev.
+            .writev(false)
+            .serve_connection(TokioIo::new(io), service)
+            // A CONNECT's stream is handed to the forward proxy once its 200 is sent.
+            .with_upgrades();
+        let shutdown = self.0.shutdown.clone();
+        self.0.open.spawn(async move {
+            tokio::pin!(conn);
+            let result = tokio::select! {
+                result = conn.as_mut() => result,
+                () = shutdown.cancelled() => {
+                    // Finish the request in flight, then close; an idle connection closes
+                    // at once.
+                    conn.as_mut().graceful_shutdown();
+                    conn.await
+                }
+            };
+            if let Err(e) = result {
+                tracing::debug!(%peer, error = %e, "connection ended with an error");
+            }
+            drop(permit);
+        });
+    }
+
+    /// Tells every connection to finish its request in flight and close, and waits until
+    /// all have (tunnels included, which close at once).
+    pub(super) async fn drain(&self) {
+        self.0.shutdown.cancel();
+        self.0.open.close();
+        self.0.open.wait().await;
+    }
+
+    /// Resolves when the drain starts: for tunnels, which carry no HTTP to finish.
+    pub(crate) fn shutting_down(&self) -> tokio_util::sync::WaitForCancellationFuture<'_> {
+        self.0.shutdown.cancelled()
+    }
+
+    /// Runs `work` as part of the server's connections, so that the drain waits for it.
+    pub(crate) fn track<F>(&self, work: F)
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        self.0.open.spawn(work);
+    }
+}
+
+fn relay_client(connect_timeout: Duration) -> RelayClient {
+    let mut http = HttpConnector::new();
+    http.set_connect_timeout(Some(connect_timeout));
+    http.set_nodelay(true);
+    Client::builder(TokioExecutor::new()).build(http)
+}
+
+/// Whether `host` is on the `intercepted` list: compared without case and without a final
+/// dot, which names the same host.
+fn is_intercepted(intercepted: &[String], host: &str) -> bool {
+    let host = host.trim_end_matches('.');
+    intercepted.iter().any(|h| h.eq_ignore_ascii_case(host))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_are_intercepted_by_name_without_case_or_a_final_dot() {
+        let list = vec!["ocr.captchaai.com".to_owned(), "127.0.0.1".to_owned()];
+        for host in [
+            "ocr.captchaai.com",
+            "OCR.CaptchaAI.com",
+            "ocr.captchaai.com.",
+            "127.0.0.1",
+        ] {
+            assert!(is_intercepted(&list, host), "{host}");
+        }
+        for host in ["captchaai.com", "example.com", "127.0.0.2", ""] {
+            assert!(!is_intercepted(&list, host), "{host}");
+        }
+    }
+}

@@ -1,0 +1,80 @@
+//! The `[tls]` listener's accept loop: each connection's handshake runs on a task of its
+//! own under the header timeout, so a slow or garbage handshake holds up nobody else; a
+//! finished one is served exactly as a plain connection is. A failed one is counted by
+//! reason and closed.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+
+use super::connection::Connections;
+use crate::proxy::{Caller, Hangup};
+use crate::tls::{classify_handshake_error, HandshakeFailure};
+
+/// A bound TLS listener and the server config its handshakes use.
+pub struct TlsListener {
+    pub listener: TcpListener,
+    pub config: Arc<rustls::ServerConfig>,
+}
+
+/// Accepts on `tls.listener` until the drain starts.
+pub(super) async fn accept_loop(tls: TlsListener, conns: Connections, pause: Duration) {
+    let acceptor = TlsAcceptor::from(tls.config);
+    // Read once, as the connections' own limits are: the listener is fixed at start.
+    let handshake_timeout = conns.app().snapshot().config.limits.header_timeout;
+    loop {
+        let accepted = tokio::select! {
+            accepted = tls.listener.accept() => accepted,
+            () = conns.shutting_down() => break,
+        };
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                tracing::warn!(error = %e, "TLS accept failed");
+                tokio::time::sleep(pause).await;
+                continue;
+            }
+        };
+        let Some(permit) = conns.admit() else {
+            tracing::debug!(%peer, "connection cap reached; TLS connection closed");
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let (stream, hangup) = match Hangup::watch(stream) {
+            Ok(watched) => watched,
+            Err(e) => {
+                tracing::warn!(%peer, error = %e, "cannot set up the connection; closed");
+                continue;
+            }
+        };
+        let acceptor = acceptor.clone();
+        let served = conns.clone();
+        conns.track(async move {
+            let handshake = tokio::time::timeout(handshake_timeout, acceptor.accept(stream));
+            let result = tokio::select! {
+                result = handshake => result,
+                // A handshake in progress is not a request in flight: the drain closes it.
+                () = served.shutting_down() => return,
+            };
+            let failure = match result {
+                Ok(Ok(stream)) => {
+                    let service = super::service(&served, Caller { hangup, peer });
+                    served.spawn(stream, service, peer, Some(permit));
+                    return;
+                }
+                Ok(Err(e)) => {
+                    let reason = classify_handshake_error(&e);
+                    tracing::debug!(%peer, reason = reason.label(), error = %e, "TLS handshake failed");
+                    reason
+                }
+                Err(_) => {
+                    tracing::debug!(%peer, timeout = ?handshake_timeout, "TLS handshake timed out");
+                    HandshakeFailure::Timeout
+                }
+            };
+            served.app().metrics().count_tls_failure(failure.into());
+        });
+    }
+}

@@ -1,0 +1,90 @@
+//! What a failed TLS handshake is counted as: a closed set of reasons, the same for the
+//! `[tls]` listener and the forward proxy's interception of `CONNECT`.
+
+use std::io;
+
+/// Why a handshake failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HandshakeFailure {
+    /// It did not finish within the header timeout.
+    Timeout,
+    /// The first bytes were not a TLS record: plain HTTP to the TLS port, or garbage.
+    NotTls,
+    /// A TLS peer that failed the protocol: an alert, no shared version or cipher, a
+    /// malformed handshake message.
+    Protocol,
+    /// The connection broke or closed before the handshake ended.
+    Io,
+}
+
+impl HandshakeFailure {
+    pub fn label(self) -> &'static str {
+        match self {
+            HandshakeFailure::Timeout => "timeout",
+            HandshakeFailure::NotTls => "not_tls",
+            HandshakeFailure::Protocol => "protocol",
+            HandshakeFailure::Io => "io",
+        }
+    }
+}
+
+/// The reason of a failed `accept` (tokio-rustls wraps rustls' errors in an `io::Error`).
+pub fn classify_handshake_error(e: &io::Error) -> HandshakeFailure {
+    if e.kind() == io::ErrorKind::TimedOut {
+        return HandshakeFailure::Timeout;
+    }
+    let Some(tls) = e
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+    else {
+        return HandshakeFailure::Io;
+    };
+    match tls {
+        // A record header that is not TLS's: the peer does not speak TLS at all.
+        rustls::Error::InvalidMessage(
+            rustls::InvalidMessage::InvalidContentType
+            | rustls::InvalidMessage::UnknownProtocolVersion
+            | rustls::InvalidMessage::MessageTooLarge,
+        ) => HandshakeFailure::NotTls,
+        _ => HandshakeFailure::Protocol,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_are_sorted_by_what_the_peer_did() {
+        let wrap = |e: rustls::Error| io::Error::new(io::ErrorKind::InvalidData, e);
+        let not_tls = wrap(rustls::Error::InvalidMessage(
+            rustls::InvalidMessage::InvalidContentType,
+        ));
+        assert_eq!(classify_handshake_error(&not_tls), HandshakeFailure::NotTls);
+        let alert = wrap(rustls::Error::AlertReceived(
+            rustls::AlertDescription::UnknownCA,
+        ));
+        assert_eq!(classify_handshake_error(&alert), HandshakeFailure::Protocol);
+        let eof = io::Error::new(io::ErrorKind::UnexpectedEof, "tls handshake eof");
+        assert_eq!(classify_handshake_error(&eof), HandshakeFailure::Io);
+        let reset = io::Error::from(io::ErrorKind::ConnectionReset);
+        assert_eq!(classify_handshake_error(&reset), HandshakeFailure::Io);
+        let slow = io::Error::from(io::ErrorKind::TimedOut);
+        assert_eq!(classify_handshake_error(&slow), HandshakeFailure::Timeout);
+    }
+
+    #[test]
+    fn labels_are_distinct_and_snake_case() {
+        let all = [
+            HandshakeFailure::Timeout,
+            HandshakeFailure::NotTls,
+            HandshakeFailure::Protocol,
+            HandshakeFailure::Io,
+        ];
+        let labels: std::collections::BTreeSet<_> = all.iter().map(|r| r.label()).collect();
+        assert_eq!(labels.len(), all.len());
+        assert!(labels
+            .iter()
+            .all(|l| l.chars().all(|c| c.is_ascii_lowercase() || c == '_')));
+    }
+}

@@ -1,0 +1,361 @@
+//! The plain listener as an HTTP forward proxy: absolute-form requests to an intercepted
+//! API host are the pool's; `CONNECT` to any other host is tunnelled byte for byte (or
+//! refused with `tunnel = "none"`), absolute-form requests to one are relayed; with tokens,
+//! neither passes without one; and bad `CONNECT`s get a clear answer.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use base64::Engine as _;
+use common::*;
+use keyrelay::config::{TokenConfig, Tunnel};
+use keyrelay::CallerToken;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+const TOKEN: &str = "client-token-0123456789abcdef012";
+
+/// A proxy in front of the simulator (keys a, b) whose forward mode intercepts only the
+/// real service's host, so that other servers on 127.0.0.1 count as "other hosts".
+async fn proxy(edit: impl FnOnce(&mut keyrelay::Config)) -> Harness {
+    let sim = sim_with(&[KEY_A, KEY_B]).await;
+    let mut config = config_for(&sim, &[("a", KEY_A, 1.0), ("b", KEY_B, 1.0)]);
+    config.forward.intercept = Some(vec!["ocr.captchaai.com".to_owned()]);
+    edit(&mut config);
+    Harness::start(sim, config).await
+}
+
+/// Sends `head` on a new connection to `addr`; the connection and the answer's head
+/// (status line and headers) and whatever body bytes came with it.
+async fn exchange(addr: SocketAddr, head: &str) -> (TcpStream, String, Vec<u8>) {
+    let mut stream = TcpStream::connect(addr).await.expect("connect");
+    stream.write_all(head.as_bytes()).await.expect("write");
+    let (answer, rest) = read_head(&mut stream).await;
+    (stream, answer, rest)
+}
+
+async fn read_head(stream: &mut TcpStream) -> (String, Vec<u8>) {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+            return (head, buf[end + 4..].to_vec());
+        }
+        let n = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut chunk))
+            .await
+            .expect("an answer within 10 s")
+            .expect("read");
+        assert!(
+            n > 0,
+            "closed before a whole head: {:?}",
+            String::from_utf8_lossy(&buf)
+        );
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// Reads until the body holds `len` bytes.
+async fn read_body(stream: &mut TcpStream, mut body: Vec<u8>, len: usize) -> Vec<u8> {
+    let mut chunk = [0u8; 4096];
+    while body.len() < len {
+        let n = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut chunk))
+            .await
+            .expect("body within 10 s")
+            .expect("read");
+        assert!(n > 0, "closed early");
+        body.extend_from_slice(&chunk[..n]);
+    }
+    body
+}
+
+fn content_length(head: &str) -> usize {
+    head.lines()
+        .find_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            name.eq_ignore_ascii_case("content-length")
+                .then(|| value.trim().parse().ok())?
+        })
+        .unwrap_or(0)
+}
+
+/// A TCP server on 127.0.0.1:0 that echoes whatever it reads.
+async fn echo_server() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let (mut r, mut w) = stream.split();
+                let _ = tokio::io::copy(&mut r, &mut w).await;
+            });
+        }
+    });
+    addr
+}
+
+/// A one-answer HTTP server on 127.0.0.1:0: answers every request `hello`, and sends the
+/// head of each request it got on the channel.
+async fn http_server() -> (SocketAddr, tokio::sync::mpsc::UnboundedReceiver<String>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let (head, _) = read_head(&mut stream).await;
+                let _ = tx.send(head);
+                let _ = stream
+                    .write_all(
+                        b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\nx-origin: yes\r\n\r\nhello",
+                    )
+                    .await;
+            });
+        }
+    });
+    (addr, rx)
+}
+
+fn basic(user: &str, password: &str) -> String {
+    base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"))
+}
+
+#[tokio::test]
+async fn absolute_form_requests_to_an_api_host_are_served_by_the_pool() {
+    let h = proxy(|_| {}).await;
+    // The script names the real service; keyrelay serves it from the pool (the simulator)
+    // and never looks the name up.
+    let (mut stream, head, rest) = exchange(
+        h.addr,
+        &format!(
+            "GET http://ocr.captchaai.com/in.php?key={CALLER_KEY}&method=userrecaptcha&googlekey=g&pageurl=https://x.test&json=1 HTTP/1.1\r\nHost: ocr.captchaai.com\r\n\r\n"
+        ),
+    )
+    .await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(
+        head.to_ascii_lowercase().contains("x-keyrelay-key:"),
+        "{head}"
+    );
+    let body = read_body(&mut stream, rest, content_length(&head)).await;
+    let answer: serde_json::Value = serde_json::from_slice(&body).expect("json");
+    assert_eq!(answer["status"], 1, "{answer}");
+    let submits: Vec<_> = h
+        .sim
+        .received()
+        .into_iter()
+        .filter(|r| r.path == "/in.php")
+        .collect();
+    assert_eq!(submits.len(), 1);
+    assert!(
+        !submits[0].query.contains(CALLER_KEY),
+        "the caller's key went upstream"
+    );
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn connect_to_another_host_is_tunnelled_byte_for_byte() {
+    let h = proxy(|_| {}).await;
+    let echo = echo_server().await;
+    let (mut stream, head, rest) = exchange(
+        h.addr,
+        &format!("CONNECT {echo} HTTP/1.1\r\nHost: {echo}\r\n\r\n"),
+    )
+    .await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(rest.is_empty());
+    // Bytes that are no HTTP at all, both ways, unchanged.
+    let payload: Vec<u8> = (0..=255u8).cycle().take(70_000).collect();
+    stream.write_all(&payload).await.unwrap();
+    let echoed = read_body(&mut stream, Vec::new(), payload.len()).await;
+    assert_eq!(echoed, payload);
+    let metrics = h.metrics().await;
+    assert_eq!(
+        metric(
+            &metrics,
+            "keyrelay_forward_requests_total{outcome=\"tunnelled\"}"
+        ),
+        Some(1.0)
+    );
+    drop(stream);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn absolute_form_requests_to_another_host_are_relayed_without_proxy_headers() {
+    let h = proxy(|_| {}).await;
+    let (origin, mut heads) = http_server().await;
+    let (mut stream, head, rest) = exchange(
+        h.addr,
+        &format!(
+            "GET http://{origin}/page?q=1 HTTP/1.1\r\nHost: {origin}\r\nProxy-Connection: keep-alive\r\nX-Script: s\r\n\r\n"
+        ),
+    )
+    .await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(head.contains("x-origin: yes"), "{head}");
+    let body = read_body(&mut stream, rest, content_length(&head)).await;
+    assert_eq!(body, b"hello");
+    let seen = heads.recv().await.expect("the origin got the request");
+    assert!(seen.starts_with("GET /page?q=1 HTTP/1.1"), "{seen}");
+    assert!(seen.to_ascii_lowercase().contains("x-script: s"), "{seen}");
+    assert!(
+        !seen.to_ascii_lowercase().contains("proxy-connection"),
+        "{seen}"
+    );
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn tunnel_none_refuses_other_hosts_with_a_reason() {
+    let h = proxy(|config| config.forward.tunnel = Tunnel::None).await;
+    let echo = echo_server().await;
+    for request in [
+        format!("CONNECT {echo} HTTP/1.1\r\nHost: {echo}\r\n\r\n"),
+        format!("GET http://{echo}/ HTTP/1.1\r\nHost: {echo}\r\n\r\n"),
+    ] {
+        let (mut stream, head, rest) = exchange(h.addr, &request).await;
+        assert!(head.starts_with("HTTP/1.1 403"), "{head}");
+        let body = read_body(&mut stream, rest, content_length(&head)).await;
+        let body = String::from_utf8_lossy(&body);
+        assert!(body.contains("tunnel = \"none\""), "{body}");
+    }
+    let metrics = h.metrics().await;
+    assert_eq!(
+        metric(
+            &metrics,
+            "keyrelay_forward_requests_total{outcome=\"refused\"}"
+        ),
+        Some(2.0)
+    );
+    // The API host is still the pool's.
+    let (_, head, _) = exchange(
+        h.addr,
+        "GET http://ocr.captchaai.com/res.php?key=k&action=getbalance HTTP/1.1\r\nHost: ocr.captchaai.com\r\n\r\n",
+    )
+    .await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn bad_connect_targets_get_a_clear_answer_and_others_are_unaffected() {
+    let h = proxy(|_| {}).await;
+    let closed = {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        listener.local_addr().unwrap()
+    };
+    let cases = [
+        (
+            "CONNECT example.test HTTP/1.1\r\nHost: example.test\r\n\r\n".to_owned(),
+            "400",
+        ),
+        (
+            format!("CONNECT {closed} HTTP/1.1\r\nHost: {closed}\r\n\r\n"),
+            "502",
+        ),
+        (
+            "GET https://example.test/ HTTP/1.1\r\nHost: example.test\r\n\r\n".to_owned(),
+            "400",
+        ),
+    ];
+    for (request, status) in cases {
+        let (_, head, _) = exchange(h.addr, &request).await;
+        assert!(
+            head.starts_with(&format!("HTTP/1.1 {status}")),
+            "{request:?} -> {head}"
+        );
+    }
+    // A CONNECT line far over the header limit is refused by hyper, not a panic.
+    let huge = format!("CONNECT {}:443 HTTP/1.1\r\n\r\n", "a".repeat(100_000));
+    let mut stream = TcpStream::connect(h.addr).await.unwrap();
+    let _ = stream.write_all(huge.as_bytes()).await;
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut answer)).await;
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(
+        answer.is_empty() || answer.starts_with("HTTP/1.1 431"),
+        "{answer}"
+    );
+    // The pool still answers.
+    assert_eq!(h.get("/res.php?key=k&action=getbalance").await.status, 200);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn with_tokens_nothing_is_forwarded_without_one() {
+    let h = proxy(|config| {
+        config.access.tokens.push(TokenConfig {
+            name: "client".to_owned(),
+            token: CallerToken::new(TOKEN),
+            keys: None,
+            tiers: None,
+            max_threads: None,
+        });
+    })
+    .await;
+    let echo = echo_server().await;
+    for auth in [
+        String::new(),
+        format!("Proxy-Authorization: Basic {}\r\n", basic("u", "wrong")),
+    ] {
+        let (_, head, _) = exchange(
+            h.addr,
+            &format!("CONNECT {echo} HTTP/1.1\r\nHost: {echo}\r\n{auth}\r\n"),
+        )
+        .await;
+        assert!(head.starts_with("HTTP/1.1 407"), "{head}");
+        assert!(
+            head.to_ascii_lowercase()
+                .contains("proxy-authenticate: basic"),
+            "{head}"
+        );
+        assert!(!head.contains(TOKEN));
+    }
+    // The token as the password, or as the user with no password.
+    for (user, password) in [("anyone", TOKEN), (TOKEN, "")] {
+        let (mut stream, head, _) = exchange(
+            h.addr,
+            &format!(
+                "CONNECT {echo} HTTP/1.1\r\nHost: {echo}\r\nProxy-Authorization: Basic {}\r\n\r\n",
+                basic(user, password)
+            ),
+        )
+        .await;
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        stream.write_all(b"ping").await.unwrap();
+        assert_eq!(read_body(&mut stream, Vec::new(), 4).await, b"ping");
+    }
+    let metrics = h.metrics().await;
+    assert_eq!(
+        metric(
+            &metrics,
+            "keyrelay_forward_requests_total{outcome=\"unauthorized\"}"
+        ),
+        Some(2.0)
+    );
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn shutdown_closes_open_tunnels() {
+    let h = proxy(|_| {}).await;
+    let echo = echo_server().await;
+    let (mut stream, head, _) = exchange(
+        h.addr,
+        &format!("CONNECT {echo} HTTP/1.1\r\nHost: {echo}\r\n\r\n"),
+    )
+    .await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    // `stop` waits for the server to finish draining: it would hang on an open tunnel.
+    tokio::time::timeout(Duration::from_secs(20), h.stop())
+        .await
+        .expect("the drain closes the tunnel");
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut rest)).await;
+    assert!(matches!(read, Ok(Ok(0)) | Ok(Err(_))), "{read:?}");
+}
