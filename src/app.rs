@@ -20,7 +20,7 @@ use crate::pins::{JournalPins, MemoryPins, PinStore, ProbeState};
 use crate::pool::{KeyEntry, KeyPool, Selection};
 use crate::registry::{KeyRegistry, RegistryFull};
 use crate::tls::{LocalCa, TlsError};
-use crate::tokens::{TokenCounters, TokenTable};
+use crate::tokens::{Denials, TokenCounters, TokenTable};
 use crate::upstream::UpstreamClient;
 
 /// The configuration and the pool built from it, replaced as a whole.
@@ -83,6 +83,8 @@ struct Inner {
     probe: ProbeState,
     /// Threads held per caller token, by name; outlives snapshots as `capacity` does.
     token_counters: Arc<TokenCounters>,
+    /// Recent denied requests by address, to slow down token guessing.
+    denials: Denials,
     /// Held while an attempt's health decision is made and applied (a few instructions,
     /// never across an await), so the ejection cap counts every cooldown in flight.
     ejection_lock: Mutex<()>,
@@ -171,6 +173,7 @@ impl App {
             paused_until: Mutex::new(None),
             probe: ProbeState::default(),
             token_counters,
+            denials: Denials::default(),
             ejection_lock: Mutex::new(()),
             requests: TaskTracker::new(),
             retry_budget,
@@ -291,6 +294,11 @@ impl App {
 
     pub(crate) fn ejection_lock(&self) -> std::sync::MutexGuard<'_, ()> {
         self.0.ejection_lock.lock().expect("ejection lock poisoned")
+    }
+
+    /// Recent denied requests by address.
+    pub fn denials(&self) -> &Denials {
+        &self.0.denials
     }
 
     pub(crate) fn probe(&self) -> &ProbeState {

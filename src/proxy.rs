@@ -90,7 +90,7 @@ pub async fn handle(
             .insert("allow", HeaderValue::from_static("GET, POST"));
         return Ok(response);
     }
-    Ok(serve_to_the_end(app, endpoint, caller.hangup, req).await)
+    Ok(serve_to_the_end(app, endpoint, caller, req).await)
 }
 
 /// Serves an API request to its end even if its caller leaves ([`to_the_end`]), and turns
@@ -98,12 +98,12 @@ pub async fn handle(
 async fn serve_to_the_end(
     app: App,
     endpoint: Endpoint,
-    hangup: Hangup,
+    Caller { hangup, peer }: Caller,
     req: Request<Incoming>,
 ) -> Response<Body> {
     let requests = app.requests().clone();
     let work = async move {
-        match AssertUnwindSafe(api(app, endpoint, req))
+        match AssertUnwindSafe(api(app, endpoint, peer, req))
             .catch_unwind()
             .await
         {
@@ -211,6 +211,7 @@ impl From<Local> for Handled {
 async fn api(
     app: App,
     endpoint: Endpoint,
+    peer: std::net::SocketAddr,
     req: Request<Incoming>,
 ) -> (Response<Body>, RequestOutcome) {
     let started = Instant::now();
@@ -246,6 +247,12 @@ async fn api(
             Ok(parsed) => match access::check(&snapshot.tokens, &parsed, &parts.headers) {
                 Err(denied) => {
                     app.metrics().count_denied(denied);
+                    // Never forwarded, and slower the more this address was denied lately.
+                    let delay = app.denials().deny(peer.ip(), Instant::now());
+                    if !delay.is_zero() {
+                        tracing::debug!(%peer, delay_ms = delay.as_millis() as u64, "repeated denials; slowing the answer");
+                        tokio::time::sleep(delay).await;
+                    }
                     let local = match denied {
                         Denied::Missing => Local::NoToken,
                         Denied::Wrong => Local::WrongToken,

@@ -9,6 +9,12 @@
 //! The threads a token holds are counted in a [`TokenThreads`] that outlives snapshots (one
 //! per token name, in [`TokenCounters`]), as key thread counts do: a reload must neither
 //! forget a token's running tasks nor let it start a second allowance.
+//!
+//! [`Denials`] counts the wrong tokens each address presented lately, to slow it down.
+
+mod denials;
+
+pub use denials::Denials;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};

@@ -526,3 +526,35 @@ async fn getbalance_and_threadsinfo_answer_for_the_tokens_keys() {
     assert_eq!(threads(TOKEN_TWO).await, Some(10));
     h.stop().await;
 }
+
+// === slowing down guessers ===
+
+#[tokio::test]
+async fn repeated_denials_from_one_address_are_answered_more_and_more_slowly() {
+    let h = with_tokens().await;
+    let path = format!("/in.php?key=guess&{TASK}");
+    for _ in 0..5 {
+        assert_eq!(h.get(&path).await.text(), "ERROR_WRONG_USER_KEY");
+    }
+    assert_eq!(h.app.denials().len(), 1, "one address, 127.0.0.1");
+    // The 6th and 7th wait 100 ms and 200 ms before their answer.
+    let started = std::time::Instant::now();
+    assert_eq!(h.get(&path).await.text(), "ERROR_WRONG_USER_KEY");
+    assert_eq!(h.get(&path).await.text(), "ERROR_WRONG_USER_KEY");
+    assert!(
+        started.elapsed() >= std::time::Duration::from_millis(300),
+        "{:?}",
+        started.elapsed()
+    );
+    // A right token from the same address is served, and nothing went upstream before.
+    task_id(&h.get(&format!("/in.php?key={TOKEN_ONE}&{TASK}")).await);
+    assert_eq!(
+        h.sim
+            .received()
+            .iter()
+            .filter(|r| r.path == "/in.php")
+            .count(),
+        1
+    );
+    h.stop().await;
+}
