@@ -2,7 +2,8 @@
 //! `HTTPS_PROXY` pointing at keyrelay and its CA trusted, `2captcha-python` (default
 //! server `2captcha.com`, requests) and the official `captchaai` SDK (default base URL
 //! `https://ocr.captchaai.com`, httpx) each solve a multipart image task and a token task
-//! against the simulator, and no caller key reaches it.
+//! against the simulator, and no caller key reaches it; and `curl -x` reaches the pool for
+//! an https URL (an intercepted CONNECT) and an http one (absolute form).
 //!
 //! Needs a Python with both packages: `KEYRELAY_TEST_PYTHON`, else `python3`. `.ci/run`
 //! makes one (a venv with pinned versions); elsewhere the test skips when the packages are
@@ -145,4 +146,70 @@ async fn twocaptcha_python_with_its_default_server_solves_through_https_proxy() 
 #[tokio::test]
 async fn the_captchaai_sdk_with_its_default_base_url_solves_through_https_proxy() {
     solves_through_the_forward_proxy("captchaai_via_proxy.py").await;
+}
+
+/// `curl -x` with keyrelay as its proxy, for an https URL (CONNECT, intercepted) and an
+/// http one (absolute form): both answered from the pool. `.ci/run` installs curl.
+#[tokio::test]
+async fn curl_through_the_proxy_reaches_the_pool_for_http_and_https() {
+    let found = Command::new("curl")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI is set but curl is missing"
+        );
+        eprintln!("skipped: no curl");
+        return;
+    }
+    let h = Harness::three_keys().await;
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, h.app.ca().expect("the local CA").cert_pem()).unwrap();
+    let proxy = format!("http://{}", h.addr);
+    for url in [
+        format!("https://ocr.captchaai.com/res.php?key={CALLER_KEY}&action=getbalance"),
+        format!("http://ocr.captchaai.com/res.php?key={CALLER_KEY}&action=getbalance"),
+    ] {
+        let mut command = Command::new("curl");
+        command
+            .args([
+                "--silent",
+                "--show-error",
+                "--max-time",
+                "20",
+                "--noproxy",
+                "",
+            ])
+            .arg("-x")
+            .arg(&proxy)
+            .arg("--cacert")
+            .arg(&ca)
+            .arg(&url)
+            .env_remove("HTTPS_PROXY")
+            .env_remove("https_proxy")
+            .env_remove("HTTP_PROXY")
+            .env_remove("http_proxy");
+        let out = tokio::task::spawn_blocking(move || command.output())
+            .await
+            .unwrap()
+            .expect("curl runs");
+        let body = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{url}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // The pool's balance: the sum of the simulator's keys, as keyrelay answers it.
+        assert!(body.parse::<f64>().is_ok_and(|b| b > 0.0), "{url}: {body}");
+    }
+    for r in h.sim.received() {
+        assert!(
+            !r.query.contains(CALLER_KEY),
+            "the caller's key went upstream"
+        );
+    }
+    h.stop().await;
 }
