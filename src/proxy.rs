@@ -130,13 +130,24 @@ fn operator_endpoint(app: &App, path: &str, headers: &HeaderMap) -> Option<Respo
         // Readiness: a proxy with an empty pool can only refuse work.
         "/readyz" => {
             let snapshot = app.snapshot();
-            let active = snapshot.pool.active_count(Instant::now());
-            let configured = snapshot.pool.keys().len();
+            let pool = &snapshot.pool;
+            let active = pool.active_count(Instant::now());
+            let configured = pool.keys().len();
+            // Held keys are out of rotation too; say so, or "none in rotation" misleads.
+            let held = pool
+                .keys()
+                .iter()
+                .filter(|k| pool.admin_hold(k).is_some())
+                .count();
+            let held = match held {
+                0 => String::new(),
+                n => format!(" ({n} held by the operator)"),
+            };
             if active > 0 {
-                let text = format!("ready: {active} of {configured} keys in rotation\n");
+                let text = format!("ready: {active} of {configured} keys in rotation{held}\n");
                 plain(StatusCode::OK, TEXT, text)
             } else {
-                let text = format!("not ready: none of {configured} keys in rotation\n");
+                let text = format!("not ready: none of {configured} keys in rotation{held}\n");
                 plain(StatusCode::SERVICE_UNAVAILABLE, TEXT, text)
             }
         }
