@@ -160,18 +160,34 @@ async fn serve(source: &ConfigPath, threads: usize) -> anyhow::Result<()> {
     let upstream = config.upstream.as_str().to_owned();
     let keys = config.keys.len();
     let app = App::new(config)?;
+    let admin_listen = app.snapshot().config.admin.listen;
     let listener = TcpListener::bind(listen)
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
     // The bound address, not the configured one: with port 0 only this says where to connect.
     let addr = listener.local_addr()?;
+    let mut listeners = keyrelay::server::Listeners::new(listener);
+    if let Some(admin) = admin_listen {
+        let admin = TcpListener::bind(admin)
+            .await
+            .with_context(|| format!("cannot listen on admin.listen {admin}"))?;
+        listeners.admin = Some(admin);
+    }
+    let admin_addr = match &listeners.admin {
+        Some(admin) => Some(admin.local_addr()?),
+        None => None,
+    };
     // Signal handlers go in before the "listening" line, so every signal sent once anyone
     // can know we run is handled rather than killing the process.
     let watcher = keyrelay::reload::watch(app.clone(), path.to_owned());
     let shutdown = keyrelay::server::shutdown_signal();
     tracing::info!(%addr, %upstream, keys, threads, "keyrelay listening");
+    if let Some(admin) = admin_addr {
+        // Its own line, after the one above, and not as `addr`: scripts read that one.
+        tracing::info!(%admin, "admin API listening");
+    }
     let watcher = tokio::spawn(watcher);
-    keyrelay::server::run(listener, app, shutdown).await?;
+    keyrelay::server::run_with(listeners, app, shutdown).await?;
     watcher.abort();
     Ok(())
 }

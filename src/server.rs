@@ -50,6 +50,36 @@ pub async fn run(
     app: App,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
+    run_with(Listeners::new(listener), app, shutdown).await
+}
+
+/// The listeners [`run_with`] serves, all bound by the caller.
+pub struct Listeners {
+    /// The proxy's plain listener.
+    pub proxy: TcpListener,
+    /// `[admin] listen`, bound: the listener of `/admin/`, `/metrics`, `/status`, `/healthz`
+    /// and `/readyz`. The proxy's listeners answer 404 for those when the config sets
+    /// `admin.listen` (which is what this is bound from), not because this is given.
+    pub admin: Option<TcpListener>,
+}
+
+impl Listeners {
+    /// The proxy's listener alone.
+    pub fn new(proxy: TcpListener) -> Listeners {
+        Listeners { proxy, admin: None }
+    }
+}
+
+/// [`run`] with every listener keyrelay can serve.
+///
+/// # Errors
+/// As [`run`].
+pub async fn run_with(
+    listeners: Listeners,
+    app: App,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    let listener = listeners.proxy;
     let limits = app.snapshot().config.limits.clone();
     let header_timer = HeaderTimer::new();
     let mut background = JoinSet::new();
@@ -64,6 +94,9 @@ pub async fn run(
     );
 
     let conns = Connections::new(app.clone(), header_timer);
+    let admin = listeners
+        .admin
+        .map(|admin| tokio::spawn(accept_admin(admin, conns.clone())));
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -96,6 +129,10 @@ pub async fn run(
         }
     }
     drop(listener);
+    if let Some(admin) = admin {
+        // Dropping its loop drops the admin listener; its connections drain with the rest.
+        admin.abort();
+    }
     let drain = app.snapshot().config.timeouts.drain;
     let deadline = Instant::now() + drain;
     tracing::info!(timeout = ?drain, "shutting down: draining requests in flight");
@@ -158,6 +195,40 @@ fn service(
             )
         }
     })
+}
+
+/// Accepts connections on the admin listener until aborted: each is served the operator
+/// endpoints and the admin API only (`proxy::operator`), under the same connection cap.
+async fn accept_admin(listener: TcpListener, conns: Connections) {
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                tracing::warn!(error = %e, "admin accept failed");
+                tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
+                continue;
+            }
+        };
+        let Some(permit) = conns.admit() else {
+            tracing::debug!(%peer, "connection cap reached; admin connection closed");
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let (stream, hangup) = match Hangup::watch(stream) {
+            Ok(watched) => watched,
+            Err(e) => {
+                tracing::warn!(%peer, error = %e, "cannot set up the admin connection; closed");
+                continue;
+            }
+        };
+        let app = conns.app().clone();
+        let caller = Caller { hangup, peer };
+        let service = service_fn(move |req: Request<Incoming>| {
+            proxy::operator(app.clone(), caller.clone(), req)
+                .map(|served| served.map(|response| response.map(ServerBody::Left)))
+        });
+        conns.spawn(stream, service, peer, Some(permit));
+    }
 }
 
 /// Drops expired pins (and the probe's expired misses) now and then. A durable store may compact its journal while

@@ -1,0 +1,1 @@
+//! `keyrelay ctl`: the admin API client (step 3).
