@@ -59,6 +59,31 @@ enum Command {
     },
     /// Show keyrelay at work on the built-in simulator: no keys or config needed.
     Demo,
+    /// Call a running keyrelay's admin API: list keys, disable, enable or drain one, refresh.
+    ///
+    /// The address is --url, else the config's admin.listen, else its listen; the token is
+    /// the config's admin.token, else KEYRELAY_ADMIN_TOKEN.
+    Ctl {
+        /// The admin API's address, as http://HOST:PORT, instead of the config's.
+        #[arg(long, value_name = "URL")]
+        url: Option<String>,
+        #[command(subcommand)]
+        action: CtlAction,
+    },
+}
+
+#[derive(Subcommand)]
+enum CtlAction {
+    /// List every key with its state, hold, balance and threads.
+    Keys,
+    /// No new tasks and no background reads for the key; its tasks are still polled.
+    Disable { name: String },
+    /// Lift a disable or a drain.
+    Enable { name: String },
+    /// No new tasks for the key; its tasks are still polled, and it is still refreshed.
+    Drain { name: String },
+    /// Read balances and threads now: of the named key, or of every key.
+    Refresh { name: Option<String> },
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -72,6 +97,8 @@ fn main() -> ExitCode {
     let default_level = match cli.command {
         // The demo narrates on stdout; logs would only repeat it.
         Some(Command::Demo) => "off",
+        // A client: its output is the answer, and only trouble is worth a log line.
+        Some(Command::Ctl { .. }) => "warn",
         _ => "info",
     };
     init_logging(cli.log.as_deref(), default_level, cli.log_format);
@@ -150,7 +177,27 @@ async fn dispatch(cli: Cli, threads: usize) -> anyhow::Result<()> {
             polls_to_ready,
         }) => simulate(listen, keys, polls_to_ready).await,
         Some(Command::Demo) => keyrelay::demo::run().await.map_err(|e| anyhow::anyhow!(e)),
+        Some(Command::Ctl { url, action }) => ctl(&config, url.as_deref(), action).await,
     }
+}
+
+async fn ctl(source: &ConfigPath, url: Option<&str>, action: CtlAction) -> anyhow::Result<()> {
+    use keyrelay::ctl::{Action, Target};
+    let env = |name: &str| std::env::var(name).ok();
+    let target = match (url, source) {
+        (Some(url), ConfigPath::Given(path)) => Target::from_url(url, Some(path), &env)?,
+        (Some(url), ConfigPath::Default) => Target::from_url(url, None, &env)?,
+        (None, source) => Target::from_config(source.path(), &env)?,
+    };
+    let action = match action {
+        CtlAction::Keys => Action::Keys,
+        CtlAction::Disable { name } => Action::Disable(name),
+        CtlAction::Enable { name } => Action::Enable(name),
+        CtlAction::Drain { name } => Action::Drain(name),
+        CtlAction::Refresh { name } => Action::Refresh(name),
+    };
+    print!("{}", keyrelay::ctl::run(&target, &action).await?);
+    Ok(())
 }
 
 async fn serve(source: &ConfigPath, threads: usize) -> anyhow::Result<()> {
