@@ -594,3 +594,21 @@ async fn an_admin_listener_takes_the_operator_endpoints_off_the_proxy() {
     assert_eq!(h.app.admin_hold("a"), Some(AdminHold::Disabled));
     h.stop().await;
 }
+
+#[tokio::test]
+async fn a_reload_cannot_move_the_admin_listener() {
+    let h = Admin::start(None, true, |_| {}).await;
+    let mut config = h.app.snapshot().config.clone();
+    let running = config.admin.listen;
+    config.admin.listen = Some("127.0.0.1:1".parse().unwrap());
+    let applied = reload::apply(&h.app, config).unwrap();
+    assert_eq!(applied.needs_restart, vec!["admin.listen"]);
+    assert_eq!(
+        h.app.snapshot().config.admin.listen,
+        running,
+        "what runs is reported"
+    );
+    let on_admin = h.call(Method::GET, "/admin/keys", None).await;
+    assert_eq!(on_admin.status, StatusCode::OK);
+    h.stop().await;
+}
