@@ -58,17 +58,14 @@ impl TlsProxy {
         let plain = plain_listener.local_addr().unwrap();
         let tls_addr = tls_listener.local_addr().unwrap();
         let (stop, stopped) = oneshot::channel::<()>();
-        let server = tokio::spawn(keyrelay::server::run_with(
-            plain_listener,
-            Some(TlsListener {
-                listener: tls_listener,
-                config: listener_config(cert.clone()),
-            }),
-            app.clone(),
-            async {
-                let _ = stopped.await;
-            },
-        ));
+        let mut listeners = keyrelay::server::Listeners::new(plain_listener);
+        listeners.tls = Some(TlsListener {
+            listener: tls_listener,
+            config: listener_config(cert.clone()),
+        });
+        let server = tokio::spawn(keyrelay::server::run_with(listeners, app.clone(), async {
+            let _ = stopped.await;
+        }));
         TlsProxy {
             _sim: sim,
             app,
