@@ -113,28 +113,25 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_silent_peer_times_out_and_garbage_is_not_tls() {
         let (_client, server) = tokio::io::duplex(4096);
-        let (reason, e) = accept(config(), server, Duration::from_secs(10))
-            .await
-            .err()
-            .expect("no handshake from a silent peer");
+        let Err((reason, e)) = accept(config(), server, Duration::from_secs(10)).await else {
+            panic!("no handshake from a silent peer");
+        };
         assert_eq!(reason, HandshakeFailure::Timeout);
         assert_eq!(e.kind(), io::ErrorKind::TimedOut);
 
         use tokio::io::AsyncWriteExt as _;
         let (mut client, server) = tokio::io::duplex(4096);
         client.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
-        let (reason, _) = accept(config(), server, Duration::from_secs(10))
-            .await
-            .err()
-            .expect("no handshake from plain HTTP");
+        let Err((reason, _)) = accept(config(), server, Duration::from_secs(10)).await else {
+            panic!("no handshake from plain HTTP");
+        };
         assert_eq!(reason, HandshakeFailure::NotTls);
 
         let (client, server) = tokio::io::duplex(4096);
         drop(client);
-        let (reason, _) = accept(config(), server, Duration::from_secs(10))
-            .await
-            .err()
-            .expect("no handshake from a closed peer");
+        let Err((reason, _)) = accept(config(), server, Duration::from_secs(10)).await else {
+            panic!("no handshake from a closed peer");
+        };
         assert_eq!(reason, HandshakeFailure::Io);
     }
 
