@@ -123,15 +123,18 @@ label_set! {
 }
 
 label_set! {
-    /// What became of a forward-proxy request that was not the pool's (a `CONNECT` or an
-    /// absolute-form request to a host that is not intercepted): the `outcome` of
-    /// `keyrelay_forward_requests_total`.
+    /// What became of a forward-proxy request (a `CONNECT`, or an absolute-form request to
+    /// a host that is not intercepted): the `outcome` of `keyrelay_forward_requests_total`.
     ForwardOutcome {
+        /// A `CONNECT` to an intercepted API host: TLS terminated, the requests inside
+        /// served by the pool (and counted as direct ones).
+        Intercepted => "intercepted",
         /// Tunnelled byte for byte.
         Tunnelled => "tunnelled",
         /// An absolute-form request relayed to its host.
         Relayed => "relayed",
-        /// Refused: `[forward] tunnel = "none"`, or an API host keyrelay cannot intercept.
+        /// Refused: `[forward] tunnel = "none"`, or an API host for which the local CA could
+        /// not issue a certificate.
         Refused => "refused",
         /// No valid token in `Proxy-Authorization` while tokens are configured.
         Unauthorized => "unauthorized",
