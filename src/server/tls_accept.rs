@@ -19,8 +19,7 @@ pub struct TlsListener {
 
 /// Accepts on `tls.listener` until the drain starts.
 pub(super) async fn accept_loop(tls: TlsListener, conns: Connections, pause: Duration) {
-    // Read once, as the connections' own limits are: the listener is fixed at start.
-    let handshake_timeout = conns.app().snapshot().config.limits.header_timeout;
+    let handshake_timeout = conns.header_timeout();
     loop {
         let accepted = tokio::select! {
             accepted = tls.listener.accept() => accepted,
