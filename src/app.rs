@@ -17,7 +17,7 @@ use crate::config::Config;
 use crate::health::{HealthEvent, HealthStore, MemoryHealth, StateKind, Transition};
 use crate::metrics::{Metrics, Release};
 use crate::pins::{JournalPins, MemoryPins, PinStore, ProbeState};
-use crate::pool::{KeyEntry, KeyPool, Selection};
+use crate::pool::{AdminHold, AdminHolds, KeyEntry, KeyPool, Selection};
 use crate::registry::{KeyRegistry, RegistryFull};
 use crate::tls::{LocalCa, TlsError};
 use crate::tokens::{Denials, TokenCounters, TokenTable};
@@ -70,6 +70,9 @@ struct Inner {
     /// Threads in use per key and the queue for a full pool; outlives snapshots, so a
     /// reload neither forgets running tasks nor drops queued submits.
     capacity: Arc<Capacity>,
+    /// The operator's holds on keys, by name; outlive snapshots, so a hold lasts through
+    /// reloads until it is lifted. Shared with every pool, which reads them on each pick.
+    holds: Arc<AdminHolds>,
     metrics: Metrics,
     client: UpstreamClient,
     events: broadcast::Sender<Event>,
@@ -102,6 +105,11 @@ struct Inner {
     /// write one.
     ca: Mutex<Option<Arc<LocalCa>>>,
 }
+
+/// No key of the running config has the name an admin call gave.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("no configured key has that name")]
+pub struct NoSuchKey;
 
 /// Why an [`App`] could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -145,7 +153,14 @@ impl App {
         metrics.admit_tokens(config.access.tokens.iter().map(|t| t.name.as_str()));
         let registry = Arc::new(KeyRegistry::new());
         let capacity = Arc::new(Capacity::new(Box::new(MemoryLoad::new())));
-        let pool = build_pool(&config, &registry, health.clone(), capacity.clone())?;
+        let holds = Arc::new(AdminHolds::default());
+        let pool = build_pool(
+            &config,
+            &registry,
+            health.clone(),
+            capacity.clone(),
+            holds.clone(),
+        )?;
         let token_counters = Arc::new(TokenCounters::default());
         let pins = open_pins(&config, &registry, &token_counters)?;
         let retry_budget = TpsBudget::new(
@@ -165,6 +180,7 @@ impl App {
             registry,
             health,
             capacity,
+            holds,
             metrics,
             client,
             events,
@@ -357,6 +373,7 @@ impl App {
             &self.0.registry,
             self.0.health.clone(),
             self.0.capacity.clone(),
+            self.0.holds.clone(),
         )
     }
 
@@ -380,9 +397,49 @@ impl App {
         self.0
             .metrics
             .admit_tokens(snapshot.tokens.tokens().iter().map(|t| &*t.name));
+        let names: Vec<String> = snapshot
+            .pool
+            .keys()
+            .iter()
+            .map(|k| k.name.clone())
+            .collect();
         self.0.snapshot.store(Arc::new(snapshot));
+        // After the store, under the holds' lock: a hold set meanwhile saw either pool.
+        for name in self.0.holds.retain(|name| names.iter().any(|n| n == name)) {
+            tracing::info!(key = %name, "the key left the config; its admin hold is dropped");
+        }
         // New keys, capacities or tiers may give queued submits somewhere to go.
         self.0.capacity.nudge();
+    }
+
+    /// The operator's hold on the key named `name`, if any.
+    pub fn admin_hold(&self, name: &str) -> Option<AdminHold> {
+        self.0.holds.get(name)
+    }
+
+    /// Puts `hold` on the configured key named `name`, or lifts its hold (`None`); returns
+    /// the hold it replaced. Lasts through reloads until lifted, or until a reload removes
+    /// the key.
+    ///
+    /// # Errors
+    /// [`NoSuchKey`] when no key of the running config has that name.
+    pub fn set_admin_hold(
+        &self,
+        name: &str,
+        hold: Option<AdminHold>,
+    ) -> Result<Option<AdminHold>, NoSuchKey> {
+        let previous = self
+            .0
+            .holds
+            .set(name, hold, |name| {
+                self.snapshot().pool.keys().iter().any(|k| k.name == name)
+            })
+            .map_err(|()| NoSuchKey)?;
+        if hold.is_none() {
+            // A key back in rotation may take the submits waiting for a thread.
+            self.0.capacity.nudge();
+        }
+        Ok(previous)
     }
 
     /// The `/metrics` text.
@@ -473,12 +530,11 @@ fn build_pool(
     registry: &KeyRegistry,
     health: Arc<dyn HealthStore>,
     capacity: Arc<Capacity>,
+    holds: Arc<AdminHolds>,
 ) -> Result<KeyPool, RegistryFull> {
     let keys = registry.admit(&config.keys)?;
-    Ok(KeyPool::new(
-        keys,
-        health,
-        capacity,
-        Selection::from_config(config),
-    ))
+    Ok(
+        KeyPool::new(keys, health, capacity, Selection::from_config(config))
+            .with_admin_holds(holds),
+    )
 }

@@ -35,18 +35,21 @@
 //!   [`reload`]: live reload of `proxy.toml` on SIGHUP or when the file changes, and the
 //!   diff-and-apply of a new config.
 //! - [`metrics`]: Prometheus metrics from an owned registry; [`status`]: `/status`,
-//!   `/healthz` and `/readyz`.
+//!   `/healthz` and `/readyz`; [`admin`]: the admin API under `/admin/` (list keys, hold
+//!   them, refresh them now), served by `proxy`; [`ctl`]: `keyrelay ctl`, its client.
 //! - [`tokens`]: the caller token table built with each snapshot, and the threads each
 //!   token holds.
 //! - [`task_table`]: the compact per-task maps and queues behind pins and the ledger.
 //! - [`app`]: the shared handle tying these together, the bottom of the request path.
 //! - [`sim`]: the built-in CaptchaAI simulator used by tests, benchmarks and [`demo`].
 
+pub mod admin;
 pub mod api_key;
 pub mod app;
 pub mod capacity;
 pub mod captcha;
 pub mod config;
+pub mod ctl;
 pub mod demo;
 pub mod failover;
 pub mod fast_map;

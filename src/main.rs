@@ -68,6 +68,31 @@ enum Command {
         #[arg(long)]
         pem: bool,
     },
+    /// Call a running keyrelay's admin API: list keys, disable, enable or drain one, refresh.
+    ///
+    /// The address is --url, else the config's admin.listen, else its listen; the token is
+    /// the config's admin.token, else KEYRELAY_ADMIN_TOKEN.
+    Ctl {
+        /// The admin API's address, as http://HOST:PORT, instead of the config's.
+        #[arg(long, value_name = "URL")]
+        url: Option<String>,
+        #[command(subcommand)]
+        action: CtlAction,
+    },
+}
+
+#[derive(Subcommand)]
+enum CtlAction {
+    /// List every key with its state, hold, balance and threads.
+    Keys,
+    /// No new tasks and no background reads for the key; its tasks are still polled.
+    Disable { name: String },
+    /// Lift a disable or a drain.
+    Enable { name: String },
+    /// No new tasks for the key; its tasks are still polled, and it is still refreshed.
+    Drain { name: String },
+    /// Read balances and threads now: of the named key, or of every key.
+    Refresh { name: Option<String> },
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -81,6 +106,8 @@ fn main() -> ExitCode {
     let default_level = match cli.command {
         // The demo narrates on stdout; logs would only repeat it.
         Some(Command::Demo) => "off",
+        // A client: its output is the answer, and only trouble is worth a log line.
+        Some(Command::Ctl { .. }) => "warn",
         _ => "info",
     };
     init_logging(cli.log.as_deref(), default_level, cli.log_format);
@@ -160,6 +187,7 @@ async fn dispatch(cli: Cli, threads: usize) -> anyhow::Result<()> {
         }) => simulate(listen, keys, polls_to_ready).await,
         Some(Command::Demo) => keyrelay::demo::run().await.map_err(|e| anyhow::anyhow!(e)),
         Some(Command::Ca { pem }) => ca(&config, pem),
+        Some(Command::Ctl { url, action }) => ctl(&config, url.as_deref(), action).await,
     }
 }
 
@@ -213,6 +241,25 @@ fn ca(source: &ConfigPath, pem: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
+async fn ctl(source: &ConfigPath, url: Option<&str>, action: CtlAction) -> anyhow::Result<()> {
+    use keyrelay::ctl::{Action, Target};
+    let env = |name: &str| std::env::var(name).ok();
+    let target = match (url, source) {
+        (Some(url), ConfigPath::Given(path)) => Target::from_url(url, Some(path), &env)?,
+        (Some(url), ConfigPath::Default) => Target::from_url(url, None, &env)?,
+        (None, source) => Target::from_config(source.path(), &env)?,
+    };
+    let action = match action {
+        CtlAction::Keys => Action::Keys,
+        CtlAction::Disable { name } => Action::Disable(name),
+        CtlAction::Enable { name } => Action::Enable(name),
+        CtlAction::Drain { name } => Action::Drain(name),
+        CtlAction::Refresh { name } => Action::Refresh(name),
+    };
+    print!("{}", keyrelay::ctl::run(&target, &action).await?);
+    Ok(())
+}
+
 async fn serve(source: &ConfigPath, threads: usize) -> anyhow::Result<()> {
     let path = source.path();
     let config = load_config(source)?;
@@ -224,6 +271,7 @@ async fn serve(source: &ConfigPath, threads: usize) -> anyhow::Result<()> {
     // Made (or checked) at start, so that a broken CA file stops keyrelay here rather
     // than failing the first intercepted CONNECT, and a new CA exists to be trusted.
     let ca = app.ca()?;
+    let admin_listen = app.snapshot().config.admin.listen;
     let listener = TcpListener::bind(listen)
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
@@ -239,11 +287,26 @@ async fn serve(source: &ConfigPath, threads: usize) -> anyhow::Result<()> {
         }
         None => None,
     };
+    let mut listeners = keyrelay::server::Listeners::new(listener);
+    if let Some(admin) = admin_listen {
+        let admin = TcpListener::bind(admin)
+            .await
+            .with_context(|| format!("cannot listen on admin.listen {admin}"))?;
+        listeners.admin = Some(admin);
+    }
+    let admin_addr = match &listeners.admin {
+        Some(admin) => Some(admin.local_addr()?),
+        None => None,
+    };
     // Signal handlers go in before the "listening" line, so every signal sent once anyone
     // can know we run is handled rather than killing the process.
     let watcher = keyrelay::reload::watch(app.clone(), path.to_owned());
     let shutdown = keyrelay::server::shutdown_signal();
     tracing::info!(%addr, %upstream, keys, threads, "keyrelay listening");
+    if let Some(admin) = admin_addr {
+        // Its own line, after the one above, and not as `addr`: scripts read that one.
+        tracing::info!(%admin, "admin API listening");
+    }
     let watcher = tokio::spawn(watcher);
     let tls = match tls {
         Some((listener, cert)) => {
@@ -256,7 +319,8 @@ async fn serve(source: &ConfigPath, threads: usize) -> anyhow::Result<()> {
         None => None,
     };
     let (tls, cert_watcher) = tls.unzip();
-    keyrelay::server::run_with(listener, tls, app, shutdown).await?;
+    listeners.tls = tls;
+    keyrelay::server::run_with(listeners, app, shutdown).await?;
     watcher.abort();
     if let Some(cert_watcher) = cert_watcher {
         cert_watcher.abort();

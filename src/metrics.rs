@@ -12,7 +12,7 @@ use crate::captcha::Outcome;
 use crate::failover::CheckResult;
 use crate::health::StateKind;
 use crate::pins::PinStore;
-use crate::pool::KeyPool;
+use crate::pool::{AdminHold, KeyPool};
 
 /// Upstream and proxy latency buckets: loopback answers take a millisecond, real submits
 /// tens of milliseconds, `solve.php` up to minutes.
@@ -127,15 +127,18 @@ label_set! {
 }
 
 label_set! {
-    /// What became of a forward-proxy request that was not the pool's (a `CONNECT` or an
-    /// absolute-form request to a host that is not intercepted): the `outcome` of
-    /// `keyrelay_forward_requests_total`.
+    /// What became of a forward-proxy request (a `CONNECT`, or an absolute-form request to
+    /// a host that is not intercepted): the `outcome` of `keyrelay_forward_requests_total`.
     ForwardOutcome {
+        /// A `CONNECT` to an intercepted API host: TLS terminated, the requests inside
+        /// served by the pool (and counted as direct ones).
+        Intercepted => "intercepted",
         /// Tunnelled byte for byte.
         Tunnelled => "tunnelled",
         /// An absolute-form request relayed to its host.
         Relayed => "relayed",
-        /// Refused: `[forward] tunnel = "none"`, or an API host keyrelay cannot intercept.
+        /// Refused: `[forward] tunnel = "none"`, or an API host for which the local CA could
+        /// not issue a certificate.
         Refused => "refused",
         /// No valid token in `Proxy-Authorization` while tokens are configured.
         Unauthorized => "unauthorized",
@@ -275,6 +278,7 @@ pub struct Metrics {
     key_working_threads: IntGaugeVec,
     key_tasks_in_flight: IntGaugeVec,
     key_threads_in_use: IntGaugeVec,
+    key_admin_hold: IntGaugeVec,
     tasks_pinned: IntGauge,
     queue_length: IntGauge,
     /// How long submits waited for a thread, by how the wait ended.
@@ -431,6 +435,16 @@ impl Metrics {
                 per_key(
                     "keyrelay_key_threads_in_use",
                     "Threads of the key counted as in use: submits on their way, open tasks, and others' use seen by threadsinfo."
+                )?
+            ),
+            key_admin_hold: register!(
+                r,
+                IntGaugeVec::new(
+                    Opts::new(
+                        "keyrelay_key_admin_hold",
+                        "1 for the operator's hold on the key (disabled: no new tasks, no background reads; draining: no new tasks), 0 for the other."
+                    ),
+                    &["key", "hold"],
                 )?
             ),
             queue_length: register!(
@@ -792,6 +806,8 @@ impl Metrics {
         self.tasks_pinned.set(pins.len() as i64);
         // Reasons change with the state; stale series would claim two reasons at once.
         self.key_state_reason.reset();
+        // Only the keys of the running pool: a removed key's hold is gone with it.
+        self.key_admin_hold.reset();
         for key in pool.keys() {
             let name = key.name.as_str();
             let view = pool.health(key, now);
@@ -806,6 +822,12 @@ impl Metrics {
             self.key_state_reason
                 .with_label_values(&[name, view.reason.unwrap_or("none")])
                 .set(1);
+            let hold = pool.admin_hold(key);
+            for &each in AdminHold::ALL {
+                self.key_admin_hold
+                    .with_label_values(&[name, each.label()])
+                    .set(i64::from(hold == Some(each)));
+            }
             // Absent, not zero, while unknown: a failed read must not look like an empty
             // account or an idle key.
             match key.stats.balance() {

@@ -2,8 +2,10 @@
 //! which of them may take a new task. Knows weights, tiers, balances, health and thread
 //! counts; does not know HTTP or the 2captcha wire format. Choosing among them is `select`.
 
+mod holds;
 mod select;
 
+pub use holds::{AdminHold, AdminHolds};
 pub use select::Candidates;
 
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -196,6 +198,8 @@ pub struct KeyPool {
     keys: Vec<Arc<KeyEntry>>,
     health: Arc<dyn HealthStore>,
     capacity: Arc<Capacity>,
+    /// The operator's holds, by name: shared with every other pool, as health is.
+    holds: Arc<AdminHolds>,
     selection: Selection,
     /// Round-robin position: the index to look from for the next pick.
     cursor: AtomicUsize,
@@ -212,9 +216,22 @@ impl KeyPool {
             keys,
             health,
             capacity,
+            holds: Arc::default(),
             selection,
             cursor: AtomicUsize::new(0),
         }
+    }
+
+    /// The same pool, reading the operator's holds from `holds` (the app's, which outlive
+    /// every pool) instead of a store of its own.
+    pub fn with_admin_holds(mut self, holds: Arc<AdminHolds>) -> Self {
+        self.holds = holds;
+        self
+    }
+
+    /// The operator's hold on the key, if any.
+    pub fn admin_hold(&self, key: &KeyEntry) -> Option<AdminHold> {
+        self.holds.get(&key.name)
     }
 
     pub fn keys(&self) -> &[Arc<KeyEntry>] {
@@ -241,15 +258,18 @@ impl KeyPool {
         self.health.record(key.id, event, now)
     }
 
-    /// Whether new tasks may go to this key: healthy, and not known to be out of balance.
-    /// A full key is still in rotation: it takes tasks again as soon as a thread frees.
+    /// Whether new tasks may go to this key: healthy, not known to be out of balance, and not
+    /// held by the operator (disabled or draining). A full key is still in rotation: it
+    /// takes tasks again as soon as a thread frees.
     pub fn in_rotation(&self, key: &KeyEntry, now: Instant) -> bool {
         self.in_rotation_by(key, &self.health(key, now))
     }
 
     /// [`KeyPool::in_rotation`] for a health view already read.
     pub fn in_rotation_by(&self, key: &KeyEntry, view: &HealthView) -> bool {
-        view.state == StateKind::Active && !self.below_min_balance(key)
+        view.state == StateKind::Active
+            && !self.below_min_balance(key)
+            && self.admin_hold(key).is_none()
     }
 
     /// A key whose last balance read is at or below `min_balance`.

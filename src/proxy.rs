@@ -36,6 +36,7 @@ use hyper::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_LENGTH, CONTENT_
 use hyper::{Method, Request, Response, StatusCode};
 use tokio::time::Instant;
 
+use crate::admin;
 use crate::app::{App, Snapshot};
 use crate::captcha::{self, Endpoint, Outcome, ParsedRequest, Reply, ResCommand};
 use crate::failover;
@@ -67,16 +68,29 @@ pub async fn handle(
     req: Request<Incoming>,
 ) -> Result<Response<Body>, Infallible> {
     let path = req.uri().path();
-    if req.method() == Method::GET {
-        if let Some(response) = operator_endpoint(&app, path, req.headers()) {
-            return Ok(response);
+    // The operator endpoints are served here unless `[admin] listen` gives them a listener
+    // of their own; then this listener answers 404 for them. The snapshot is loaded only
+    // for their paths: API requests never pay for the check.
+    if is_operator_path(path) && app.snapshot().config.admin.listen.is_none() {
+        if admin::owns(path) {
+            return Ok(admin::handle(&app, caller.peer, req).await);
+        }
+        if req.method() == Method::GET {
+            if let Some(response) = operator_endpoint(&app, path, req.headers()) {
+                return Ok(response);
+            }
         }
     }
     let Some(endpoint) = Endpoint::from_path(path) else {
+        let text = if app.snapshot().config.admin.listen.is_some() {
+            "not found: keyrelay serves /in.php, /res.php and /solve.php here; /metrics, /status, /healthz, /readyz and /admin/ are on the admin listener\n"
+        } else {
+            "not found: keyrelay serves /in.php, /res.php, /solve.php, /metrics, /status, /healthz, /readyz and /admin/\n"
+        };
         return Ok(plain(
             StatusCode::NOT_FOUND,
             "text/plain; charset=utf-8",
-            "not found: keyrelay serves /in.php, /res.php, /solve.php, /metrics, /status, /healthz and /readyz\n",
+            text,
         ));
     };
     if req.method() != Method::GET && req.method() != Method::POST {
@@ -118,7 +132,37 @@ async fn serve_to_the_end(
     ToTheEnd::new(work, endpoint, requests, hangup).await
 }
 
-/// `/metrics`, `/healthz`, `/readyz` and `/status`, on the proxy's own listener.
+/// Whether `path` is an operator endpoint's: `/metrics`, `/healthz`, `/readyz`, `/status`
+/// or the admin API under `/admin/`.
+pub fn is_operator_path(path: &str) -> bool {
+    matches!(path, "/metrics" | "/healthz" | "/readyz" | "/status") || admin::owns(path)
+}
+
+/// Serves one request on the admin listener (`[admin] listen`): the operator endpoints and
+/// the admin API, and 404 for everything else, the captcha API included.
+pub async fn operator(
+    app: App,
+    caller: Caller,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, Infallible> {
+    let path = req.uri().path();
+    if admin::owns(path) {
+        return Ok(admin::handle(&app, caller.peer, req).await);
+    }
+    if req.method() == Method::GET {
+        if let Some(response) = operator_endpoint(&app, path, req.headers()) {
+            return Ok(response);
+        }
+    }
+    Ok(plain(
+        StatusCode::NOT_FOUND,
+        "text/plain; charset=utf-8",
+        "not found: this is keyrelay's admin listener; it serves /metrics, /status, /healthz, /readyz and /admin/, and the captcha API is on the proxy's listener\n",
+    ))
+}
+
+/// `/metrics`, `/healthz`, `/readyz` and `/status`: on the proxy's own listener, or on the
+/// admin listener when there is one.
 fn operator_endpoint(app: &App, path: &str, headers: &HeaderMap) -> Option<Response<Body>> {
     const TEXT: &str = "text/plain; charset=utf-8";
     Some(match path {
@@ -132,13 +176,24 @@ fn operator_endpoint(app: &App, path: &str, headers: &HeaderMap) -> Option<Respo
         // Readiness: a proxy with an empty pool can only refuse work.
         "/readyz" => {
             let snapshot = app.snapshot();
-            let active = snapshot.pool.active_count(Instant::now());
-            let configured = snapshot.pool.keys().len();
+            let pool = &snapshot.pool;
+            let active = pool.active_count(Instant::now());
+            let configured = pool.keys().len();
+            // Held keys are out of rotation too; say so, or "none in rotation" misleads.
+            let held = pool
+                .keys()
+                .iter()
+                .filter(|k| pool.admin_hold(k).is_some())
+                .count();
+            let held = match held {
+                0 => String::new(),
+                n => format!(" ({n} held by the operator)"),
+            };
             if active > 0 {
-                let text = format!("ready: {active} of {configured} keys in rotation\n");
+                let text = format!("ready: {active} of {configured} keys in rotation{held}\n");
                 plain(StatusCode::OK, TEXT, text)
             } else {
-                let text = format!("not ready: none of {configured} keys in rotation\n");
+                let text = format!("not ready: none of {configured} keys in rotation{held}\n");
                 plain(StatusCode::SERVICE_UNAVAILABLE, TEXT, text)
             }
         }

@@ -1,6 +1,7 @@
 //! Background refresh: every `refresh_interval`, read each key's balance and thread usage,
 //! bench keys the service rejects, and bring benched keys back once they prove usable.
-//! A failed read makes a figure unknown; it never reads as a zero balance.
+//! A failed read makes a figure unknown; it never reads as a zero balance. Keys the operator
+//! disabled are left alone; draining keys are read like the others.
 
 use std::time::Duration;
 
@@ -9,7 +10,7 @@ use tokio::time::Instant;
 
 use crate::app::App;
 use crate::failover::{self, ReadError};
-use crate::pool::KeyEntry;
+use crate::pool::{AdminHold, KeyEntry};
 
 /// Runs refreshes until the task is dropped: one now, then one per interval.
 pub async fn run(app: App) {
@@ -34,11 +35,11 @@ pub async fn refresh_all(app: &App) {
     let snapshot = app.snapshot();
     let timeout = snapshot.config.timeouts.refresh;
     app.metrics().refresh_runs.inc();
+    let pool = &snapshot.pool;
     join_all(
-        snapshot
-            .pool
-            .keys()
+        pool.keys()
             .iter()
+            .filter(|key| pool.admin_hold(key) != Some(AdminHold::Disabled))
             .map(|key| refresh_key(app, key, timeout)),
     )
     .await;
@@ -52,7 +53,9 @@ pub async fn refresh_all(app: &App) {
     );
 }
 
-async fn refresh_key(app: &App, key: &KeyEntry, timeout: Duration) {
+/// Reads one key's balance and threads and applies what was learned: the background round's
+/// work for one key, and what an operator's forced refresh runs.
+pub async fn refresh_key(app: &App, key: &KeyEntry, timeout: Duration) {
     let client = app.client();
     let balance = client.read_balance(key.account(), timeout).await;
     if balance.is_err() {

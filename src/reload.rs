@@ -203,6 +203,10 @@ fn keep_start_only_settings(running: &Config, new: &mut Config) -> Vec<&'static 
         changed.push("listen");
         new.listen = running.listen;
     }
+    if new.admin.listen != running.admin.listen {
+        changed.push("admin.listen");
+        new.admin.listen = running.admin.listen;
+    }
     if new.timeouts.connect != running.timeouts.connect {
         changed.push("timeouts.connect");
         new.timeouts.connect = running.timeouts.connect;

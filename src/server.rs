@@ -52,20 +52,43 @@ pub async fn run(
     app: App,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
-    run_with(listener, None, app, shutdown).await
+    run_with(Listeners::new(listener), app, shutdown).await
 }
 
-/// [`run`], with the `[tls]` listener beside the plain one when `tls` is given: the same
-/// service, limits, connection cap and drain.
+/// The listeners [`run_with`] serves, all bound by the caller.
+pub struct Listeners {
+    /// The proxy's plain listener.
+    pub proxy: TcpListener,
+    /// `[tls] listen`, bound, with its certificate: the same service, limits, connection
+    /// cap and drain as the plain listener.
+    pub tls: Option<TlsListener>,
+    /// `[admin] listen`, bound: the listener of `/admin/`, `/metrics`, `/status`, `/healthz`
+    /// and `/readyz`. The proxy's listeners answer 404 for those when the config sets
+    /// `admin.listen` (which is what this is bound from), not because this is given.
+    pub admin: Option<TcpListener>,
+}
+
+impl Listeners {
+    /// The proxy's listener alone.
+    pub fn new(proxy: TcpListener) -> Listeners {
+        Listeners {
+            proxy,
+            tls: None,
+            admin: None,
+        }
+    }
+}
+
+/// [`run`] with every listener keyrelay can serve.
 ///
 /// # Errors
-/// As for [`run`].
+/// As [`run`].
 pub async fn run_with(
-    listener: TcpListener,
-    tls: Option<TlsListener>,
+    listeners: Listeners,
     app: App,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
+    let listener = listeners.proxy;
     let limits = app.snapshot().config.limits.clone();
     let header_timer = HeaderTimer::new();
     let mut background = JoinSet::new();
@@ -80,7 +103,7 @@ pub async fn run_with(
     );
 
     let conns = Connections::new(app.clone(), header_timer);
-    if let Some(tls) = tls {
+    if let Some(tls) = listeners.tls {
         // Tracked, so the drain waits for it; it stops accepting when the drain starts.
         conns.track(tls_accept::accept_loop(
             tls,
@@ -88,6 +111,9 @@ pub async fn run_with(
             ACCEPT_ERROR_PAUSE,
         ));
     }
+    let admin = listeners
+        .admin
+        .map(|admin| tokio::spawn(accept_admin(admin, conns.clone())));
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -120,6 +146,10 @@ pub async fn run_with(
         }
     }
     drop(listener);
+    if let Some(admin) = admin {
+        // Dropping its loop drops the admin listener; its connections drain with the rest.
+        admin.abort();
+    }
     let drain = app.snapshot().config.timeouts.drain;
     let deadline = Instant::now() + drain;
     tracing::info!(timeout = ?drain, "shutting down: draining requests in flight");
@@ -182,6 +212,40 @@ fn service(
             )
         }
     })
+}
+
+/// Accepts connections on the admin listener until aborted: each is served the operator
+/// endpoints and the admin API only (`proxy::operator`), under the same connection cap.
+async fn accept_admin(listener: TcpListener, conns: Connections) {
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                tracing::warn!(error = %e, "admin accept failed");
+                tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
+                continue;
+            }
+        };
+        let Some(permit) = conns.admit() else {
+            tracing::debug!(%peer, "connection cap reached; admin connection closed");
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let (stream, hangup) = match Hangup::watch(stream) {
+            Ok(watched) => watched,
+            Err(e) => {
+                tracing::warn!(%peer, error = %e, "cannot set up the admin connection; closed");
+                continue;
+            }
+        };
+        let app = conns.app().clone();
+        let caller = Caller { hangup, peer };
+        let service = service_fn(move |req: Request<Incoming>| {
+            proxy::operator(app.clone(), caller.clone(), req)
+                .map(|served| served.map(|response| response.map(ServerBody::Left)))
+        });
+        conns.spawn(stream, service, peer, Some(permit));
+    }
 }
 
 /// Drops expired pins (and the probe's expired misses) now and then. A durable store may compact its journal while

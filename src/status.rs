@@ -39,8 +39,10 @@ pub struct KeyStatus {
     pub since: String,
     /// End of a cooldown.
     pub until: Option<String>,
-    /// Whether new tasks may go to it: active and above `min_balance`.
+    /// Whether new tasks may go to it: active, above `min_balance`, and not held.
     pub in_rotation: bool,
+    /// The operator's hold (`disabled` or `draining`, see `/admin/`); `null`: none.
+    pub hold: Option<&'static str>,
     pub weight: f64,
     /// Last balance read; `null` while unknown.
     pub balance: Option<f64>,
@@ -103,6 +105,7 @@ pub fn pool_status(app: &App) -> PoolStatus {
                     .filter(|_| view.state == StateKind::Cooling)
                     .map(|until| rfc3339(wall + until.saturating_duration_since(now))),
                 in_rotation: pool.in_rotation(key, now),
+                hold: pool.admin_hold(key).map(|hold| hold.label()),
                 weight: key.weight,
                 balance: key.stats.balance(),
                 threads: key.thread_capacity(),
@@ -169,10 +172,10 @@ pub fn to_html(status: &PoolStatus) -> String {
             .as_ref()
             .map_or("-".to_owned(), |e| format!("{} at {}", e.code, e.at));
         let state_class = if key.in_rotation { "active" } else { key.state };
-        let state_text = if key.state == "active" && !key.in_rotation {
-            "active (low balance)"
-        } else {
-            key.state
+        let state_text = match key.hold {
+            Some(hold) => format!("{} ({hold})", key.state),
+            None if key.state == "active" && !key.in_rotation => "active (low balance)".to_owned(),
+            None => key.state.to_owned(),
         };
         let _ = writeln!(
             rows,
@@ -184,7 +187,7 @@ pub fn to_html(status: &PoolStatus) -> String {
             name = escape(&key.name),
             tier = key.tier,
             fp = escape(&key.fingerprint),
-            state = escape(state_text),
+            state = escape(&state_text),
             reason = escape(key.reason.unwrap_or("-")),
             since = escape(&key.since),
             balance = key.balance.map_or("?".to_owned(), |b| format!("{b:.2}")),

@@ -20,7 +20,7 @@ use rustls::server::ResolvesServerCert;
 use rustls::ServerConfig;
 
 pub use ca::{Issued, LeafPolicy, LocalCa};
-pub use handshake::{classify_handshake_error, HandshakeFailure};
+pub use handshake::{accept, classify_handshake_error, HandshakeFailure};
 pub use listener::{listener_config, ListenerCert};
 
 /// Why a certificate or key could not be loaded, created or issued. Every message names

@@ -359,3 +359,190 @@ async fn shutdown_closes_open_tunnels() {
     let read = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut rest)).await;
     assert!(matches!(read, Ok(Ok(0)) | Ok(Err(_))), "{read:?}");
 }
+
+// === CONNECT to an intercepted API host ===
+
+/// A TLS client trusting only keyrelay's local CA, over an already open tunnel.
+async fn tls_over(
+    h: &Harness,
+    tunnel: TcpStream,
+    name: &str,
+) -> std::io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
+    let ca = h.app.ca().expect("the local CA");
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca.cert_der().clone()).unwrap();
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+    let name = rustls::pki_types::ServerName::try_from(name.to_owned()).unwrap();
+    tokio::time::timeout(Duration::from_secs(10), connector.connect(name, tunnel))
+        .await
+        .expect("the handshake ends")
+}
+
+/// Writes a request on `io` and reads its answer: head and body.
+async fn request_on<I>(io: &mut I, request: &str) -> (String, Vec<u8>)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    io.write_all(request.as_bytes()).await.unwrap();
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+            let len = content_length(&head);
+            let mut body = buf[end + 4..].to_vec();
+            while body.len() < len {
+                let n = io.read(&mut chunk).await.unwrap();
+                assert!(n > 0, "closed early");
+                body.extend_from_slice(&chunk[..n]);
+            }
+            return (head, body);
+        }
+        let n = tokio::time::timeout(Duration::from_secs(10), io.read(&mut chunk))
+            .await
+            .expect("an answer within 10 s")
+            .unwrap();
+        assert!(n > 0, "closed before an answer");
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+#[tokio::test]
+async fn connect_to_an_api_host_is_intercepted_and_served_by_the_pool() {
+    let h = proxy(|_| {}).await;
+    let (tunnel, head, rest) = exchange(
+        h.addr,
+        "CONNECT ocr.captchaai.com:443 HTTP/1.1\r\nHost: ocr.captchaai.com:443\r\n\r\n",
+    )
+    .await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(rest.is_empty());
+    let mut tls = tls_over(&h, tunnel, "ocr.captchaai.com")
+        .await
+        .expect("keyrelay presents a certificate for the host, signed by its CA");
+    let host = "Host: ocr.captchaai.com\r\n";
+    let (head, body) = request_on(
+        &mut tls,
+        &format!("GET /in.php?key={CALLER_KEY}&method=userrecaptcha&googlekey=g&pageurl=https://x.test&json=1 HTTP/1.1\r\n{host}\r\n"),
+    )
+    .await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(
+        head.to_ascii_lowercase().contains("x-keyrelay-key:"),
+        "{head}"
+    );
+    let submitted: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    let id = submitted["request"]
+        .to_string()
+        .trim_matches('"')
+        .to_owned();
+    // The poll on the same connection goes to the key that took the task.
+    let (head, body) = request_on(
+        &mut tls,
+        &format!("GET /res.php?key={CALLER_KEY}&action=get&id={id} HTTP/1.1\r\n{host}\r\n"),
+    )
+    .await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let answer = String::from_utf8_lossy(&body);
+    assert!(
+        answer == "CAPCHA_NOT_READY" || answer.starts_with("OK|"),
+        "{answer}"
+    );
+    // The task's requests; the pool's own balance and thread reads come and go meanwhile.
+    let received: Vec<_> = (h.sim.received().into_iter())
+        .filter(|r| r.path == "/in.php" || r.query.contains("action=get&"))
+        .collect();
+    assert_eq!(
+        received.len(),
+        2,
+        "one submit, one poll upstream: {received:?}"
+    );
+    let owner = h
+        .sim
+        .task_owner(id.parse().unwrap())
+        .expect("the task exists");
+    for r in &received {
+        assert!(
+            !r.query.contains(CALLER_KEY),
+            "the caller's key went upstream"
+        );
+        assert!(
+            r.query.contains(&owner),
+            "every request used the task's key"
+        );
+    }
+    let metrics = h.metrics().await;
+    assert_eq!(
+        metric(
+            &metrics,
+            "keyrelay_forward_requests_total{outcome=\"intercepted\"}"
+        ),
+        Some(1.0)
+    );
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn a_bad_handshake_inside_an_intercepted_tunnel_is_counted_and_harms_nobody() {
+    let h = proxy(|_| {}).await;
+    let (mut tunnel, head, _) = exchange(
+        h.addr,
+        "CONNECT ocr.captchaai.com:443 HTTP/1.1\r\nHost: ocr.captchaai.com:443\r\n\r\n",
+    )
+    .await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    // Plain HTTP where the TLS handshake should be.
+    tunnel
+        .write_all(b"GET /in.php HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), tunnel.read_to_end(&mut rest)).await;
+    assert!(read.is_ok(), "the tunnel is closed");
+    let counted = || async {
+        metric(
+            &h.metrics().await,
+            "keyrelay_tls_handshake_failures_total{reason=\"not_tls\"}",
+        )
+    };
+    for _ in 0..500 {
+        if counted().await == Some(1.0) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        counted().await,
+        Some(1.0),
+        "{}",
+        h.metrics()
+            .await
+            .lines()
+            .filter(|l| l.contains("tls_handshake"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    // A client that trusts another name than the one asked for: the certificate is the
+    // host's, so a check for a different name fails.
+    let (tunnel, head, rest) = exchange(
+        h.addr,
+        "CONNECT ocr.captchaai.com:443 HTTP/1.1\r\nHost: ocr.captchaai.com:443\r\n\r\n",
+    )
+    .await;
+    assert!(
+        head.starts_with("HTTP/1.1 200"),
+        "{head} {}",
+        String::from_utf8_lossy(&rest)
+    );
+    assert!(tls_over(&h, tunnel, "example.com").await.is_err());
+    // The pool still answers.
+    assert_eq!(h.get("/res.php?key=k&action=getbalance").await.status, 200);
+    h.stop().await;
+}

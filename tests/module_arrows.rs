@@ -222,9 +222,12 @@ const LAYERS: &[&[&str]] = &[
     // The bottom of the request path: the shared handle.
     &["app"],
     &["status", "refresh"],
+    // The admin API: served by `proxy` (and so `server`), acting through `app` and `refresh`.
+    &["admin"],
     &["proxy", "reload"],
     &["server"],
-    &["demo"],
+    // Binaries' commands: the demo, and `keyrelay ctl`, the admin API's client.
+    &["demo", "ctl"],
 ];
 
 /// `crate::` roots re-exported at the crate's root, and the modules they come from.

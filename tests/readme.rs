@@ -113,6 +113,14 @@ const KNOWN: &[(&str, &str)] = &[
         "keyrelay check",
         "cli::a_bare_keyrelay_without_a_config_says_what_to_do",
     ),
+    (
+        "keyrelay ca --config proxy.toml",
+        "cli::ca_creates_the_ca_once_and_says_how_to_trust_it",
+    ),
+    (
+        "HTTPS_PROXY=http://127.0.0.1:8080 REQUESTS_CA_BUNDLE=ca.pem SSL_CERT_FILE=ca.pem python solve.py",
+        "file:tests/real_clients.rs",
+    ),
     // The suite itself, and what CI runs around it.
     ("cargo test", "file:.ci/run"),
     ("cargo fmt --check", "file:.ci/run"),

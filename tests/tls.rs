@@ -1,7 +1,8 @@
 //! The `[tls]` listener end to end against the simulator: a rustls client that trusts the
 //! local CA gets the answers the plain listener gives; garbage, a stalled handshake and a
 //! client that does not trust the CA are counted and closed while another client is
-//! served; a certificate file replaced on disk is picked up.
+//! served; a certificate file replaced on disk is picked up. And the real binary: it
+//! generates its CA at start and serves TLS with it, and refuses a corrupt CA.
 
 mod common;
 
@@ -58,17 +59,14 @@ impl TlsProxy {
         let plain = plain_listener.local_addr().unwrap();
         let tls_addr = tls_listener.local_addr().unwrap();
         let (stop, stopped) = oneshot::channel::<()>();
-        let server = tokio::spawn(keyrelay::server::run_with(
-            plain_listener,
-            Some(TlsListener {
-                listener: tls_listener,
-                config: listener_config(cert.clone()),
-            }),
-            app.clone(),
-            async {
-                let _ = stopped.await;
-            },
-        ));
+        let mut listeners = keyrelay::server::Listeners::new(plain_listener);
+        listeners.tls = Some(TlsListener {
+            listener: tls_listener,
+            config: listener_config(cert.clone()),
+        });
+        let server = tokio::spawn(keyrelay::server::run_with(listeners, app.clone(), async {
+            let _ = stopped.await;
+        }));
         TlsProxy {
             _sim: sim,
             app,
@@ -454,4 +452,71 @@ async fn a_bad_replacement_keeps_the_old_certificate_being_served() {
         .expect("a TLS connection");
     assert_eq!(get_on(stream, "/healthz").await.0, 200);
     proxy.stop().await;
+}
+
+/// A config for the real binary in `dir`: the plain and TLS listeners on ephemeral ports,
+/// one key on `sim`, data_dir (so the CA) in `dir`.
+fn write_binary_config(dir: &Path, sim: &SimHandle) -> String {
+    let path = dir.join("proxy.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "listen = \"127.0.0.1:0\"\nupstream = \"{}\"\n\n[[keys]]\nname = \"a\"\nkey = \"{KEY_A}\"\n\n[tls]\nlisten = \"127.0.0.1:0\"\n",
+            sim.url()
+        ),
+    )
+    .unwrap();
+    path.to_str().unwrap().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keyrelay_serves_tls_with_a_ca_it_generates_at_start() {
+    let sim = sim_with(&[KEY_A]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_binary_config(dir.path(), &sim);
+    let mut binary = common::Binary::spawn(&["--config", &config], &[]);
+    let line = binary.wait_for_line("the TLS listener", |l| l.contains("keyrelay TLS listening"));
+    let tls: SocketAddr = line
+        .split("tls_addr=")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .expect("tls_addr field")
+        .parse()
+        .unwrap();
+    use rustls::pki_types::pem::PemObject as _;
+    let ca = CertificateDer::from_pem_file(dir.path().join("ca.pem")).expect("ca.pem at start");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let key = std::fs::metadata(dir.path().join("ca.key")).unwrap();
+        assert_eq!(key.permissions().mode() & 0o777, 0o600);
+    }
+    let stream = connect_tls(tls, &ca, "127.0.0.1", rustls::ALL_VERSIONS)
+        .await
+        .expect("a TLS connection trusting the generated CA");
+    let (status, _, body) = get_on(stream, &submit_target()).await;
+    assert_eq!(status, 200);
+    task_id(&body);
+    let log = binary.stop();
+    assert!(!log.contains(KEY_A), "a key in the log:\n{log}");
+    assert!(!log.contains("PRIVATE KEY"), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keyrelay_refuses_to_start_on_a_corrupt_ca_naming_the_file() {
+    let sim = sim_with(&[KEY_A]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_binary_config(dir.path(), &sim);
+    std::fs::write(dir.path().join("ca.pem"), "garbage\n").unwrap();
+    std::fs::write(dir.path().join("ca.key"), "garbage\n").unwrap();
+    let mut binary = common::Binary::spawn(&["--config", &config], &[]);
+    let status = binary.wait_exit(PATIENCE);
+    assert!(!status.success());
+    let log = binary.stop();
+    let cert = dir.path().join("ca.pem").display().to_string();
+    assert!(log.contains(&cert), "{log}");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("ca.pem")).unwrap(),
+        "garbage\n"
+    );
 }

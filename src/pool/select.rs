@@ -404,6 +404,36 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn held_keys_take_no_new_task_until_the_hold_is_lifted() {
+        let holds = Arc::new(crate::pool::AdminHolds::default());
+        let pool = pool(&[1.0, 1.0, 1.0]).with_admin_holds(holds.clone());
+        let any = |_: &str| true;
+        holds
+            .set("k0", Some(crate::pool::AdminHold::Disabled), any)
+            .unwrap();
+        holds
+            .set("k1", Some(crate::pool::AdminHold::Draining), any)
+            .unwrap();
+        assert_eq!(first_pick_counts(&pool, 1_000), vec![0, 0, 1_000]);
+        let walk: Vec<u16> = pool
+            .candidates(rand::rng(), Instant::now())
+            .ignoring_load()
+            .map(|k| k.id.0)
+            .collect();
+        assert_eq!(walk, vec![2], "a failover walk skips them too");
+        assert_eq!(pool.active_count(Instant::now()), 1);
+        holds
+            .set("k2", Some(crate::pool::AdminHold::Draining), any)
+            .unwrap();
+        assert!(pool
+            .candidates(rand::rng(), Instant::now())
+            .next()
+            .is_none());
+        holds.set("k0", None, any).unwrap();
+        assert_eq!(first_pick_counts(&pool, 100), vec![100, 0, 0]);
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn an_empty_rotation_yields_nothing() {
         let pool = pool(&[1.0]);
         pool.keys()[0].stats.set_balance(Some(0.0));

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 use crate::app::App;
 use crate::failover::{self, Check, CheckResult};
-use crate::pool::KeyEntry;
+use crate::pool::{AdminHold, KeyEntry};
 
 /// At most one key-unusable check per key in this long: callers drawing the verdict again
 /// and again (a hostile or broken script) cost the key one `getbalance` per interval.
@@ -23,6 +23,13 @@ pub const CHECK_INTERVAL: Duration = Duration::from_secs(10);
 /// Starts `check` of `key` in the background; the request that drew the verdict goes on
 /// (fails over) without waiting for it.
 pub(super) fn spawn(app: &App, key: &Arc<KeyEntry>, check: Check) {
+    if app.admin_hold(&key.name) == Some(AdminHold::Disabled) {
+        // The operator wants no traffic on this key beyond its own tasks' polls.
+        if let Check::Unusable { .. } = check {
+            count(app, CheckResult::Skipped);
+        }
+        return;
+    }
     if app.upstream_paused().is_some() {
         // All upstream traffic waits out an IP ban; a read now would only deepen it, and
         // the verdict is asked again by the next request that draws it.

@@ -73,6 +73,10 @@ impl Connections {
         &self.0.app
     }
 
+    pub(super) fn header_timeout(&self) -> Duration {
+        self.0.limits.header_timeout
+    }
+
     pub(super) fn relay_client(&self) -> &RelayClient {
         &self.0.relay
     }

@@ -1,27 +1,82 @@
 //! `CONNECT` to an intercepted API host: answered `200`, then TLS is terminated on the
 //! tunnel with a certificate for that host from the local CA, and the requests inside are
-//! served exactly as direct ones.
+//! served exactly as direct ones (same key rewrite, pins, failover, metrics and headers).
 
+use bytes::Bytes;
+use http_body_util::Full;
 use hyper::body::Incoming;
+use hyper::header::{HeaderValue, CONTENT_TYPE};
 use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio_rustls::TlsAcceptor;
 
 use super::connection::{Connections, ServerBody};
-use crate::metrics::ForwardOutcome;
+use crate::metrics::{ForwardOutcome, TlsFailure};
 use crate::proxy::Caller;
+use crate::tls::classify_handshake_error;
 
 /// The answer to `CONNECT host:port` for an intercepted `host`.
 pub(super) fn connect(
     conns: Connections,
-    _caller: Caller,
-    _req: Request<Incoming>,
+    caller: Caller,
+    mut req: Request<Incoming>,
     host: String,
 ) -> Response<ServerBody> {
-    // Until the local CA issues certificates, a tunnel to an API host is refused rather
-    // than passed through uninspected, which would send the caller's own key upstream.
-    conns.app().metrics().count_forward(ForwardOutcome::Refused);
-    let mut response = Response::new(ServerBody::Left(http_body_util::Full::new(
-        format!("keyrelay cannot intercept {host} yet: no local CA\n").into(),
-    )));
-    *response.status_mut() = StatusCode::NOT_IMPLEMENTED;
+    let app = conns.app();
+    // The certificate first: a CA that cannot issue one is an answer the client can read,
+    // not a handshake that dies. A tunnel passed through uninspected instead would send the
+    // caller's own key upstream.
+    let config = match app.ca().and_then(|ca| ca.intercept_config(&host)) {
+        Ok(config) => config,
+        Err(e) => {
+            tracing::error!(%host, error = %e, "cannot issue a certificate to intercept a CONNECT");
+            app.metrics().count_forward(ForwardOutcome::Refused);
+            return text(
+                StatusCode::BAD_GATEWAY,
+                format!("keyrelay cannot issue a certificate for {host}: {e}\n"),
+            );
+        }
+    };
+    app.metrics().count_forward(ForwardOutcome::Intercepted);
+    let upgrade = hyper::upgrade::on(&mut req);
+    let inner = conns.clone();
+    conns.track(async move {
+        let tunnel = match upgrade.await {
+            Ok(upgraded) => TokioIo::new(upgraded),
+            Err(e) => {
+                tracing::debug!(peer = %caller.peer, error = %e, "CONNECT upgrade failed");
+                return;
+            }
+        };
+        let accept = TlsAcceptor::from(config).accept(tunnel);
+        let stream = match tokio::time::timeout(inner.header_timeout(), accept).await {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(e)) => {
+                let reason = classify_handshake_error(&e);
+                inner.app().metrics().count_tls_failure(reason.into());
+                tracing::debug!(peer = %caller.peer, %host, reason = reason.label(), error = %e, "TLS handshake inside CONNECT failed");
+                return;
+            }
+            Err(_) => {
+                inner.app().metrics().count_tls_failure(TlsFailure::Timeout);
+                tracing::debug!(peer = %caller.peer, %host, "TLS handshake inside CONNECT timed out");
+                return;
+            }
+        };
+        let peer = caller.peer;
+        let service = super::service(&inner, caller);
+        // The tunnel's own connection holds its place under the cap.
+        inner.spawn(stream, service, peer, None);
+    });
+    Response::new(ServerBody::Left(Full::new(Bytes::new())))
+}
+
+fn text(status: StatusCode, body: String) -> Response<ServerBody> {
+    let mut response = Response::new(ServerBody::Left(Full::new(body.into())));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
     response
 }

@@ -7,11 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio_rustls::TlsAcceptor;
 
 use super::connection::Connections;
 use crate::proxy::{Caller, Hangup};
-use crate::tls::{classify_handshake_error, HandshakeFailure};
 
 /// A bound TLS listener and the server config its handshakes use.
 pub struct TlsListener {
@@ -21,9 +19,7 @@ pub struct TlsListener {
 
 /// Accepts on `tls.listener` until the drain starts.
 pub(super) async fn accept_loop(tls: TlsListener, conns: Connections, pause: Duration) {
-    let acceptor = TlsAcceptor::from(tls.config);
-    // Read once, as the connections' own limits are: the listener is fixed at start.
-    let handshake_timeout = conns.app().snapshot().config.limits.header_timeout;
+    let handshake_timeout = conns.header_timeout();
     loop {
         let accepted = tokio::select! {
             accepted = tls.listener.accept() => accepted,
@@ -49,32 +45,25 @@ pub(super) async fn accept_loop(tls: TlsListener, conns: Connections, pause: Dur
                 continue;
             }
         };
-        let acceptor = acceptor.clone();
+        let config = tls.config.clone();
         let served = conns.clone();
         conns.track(async move {
-            let handshake = tokio::time::timeout(handshake_timeout, acceptor.accept(stream));
+            let handshake = crate::tls::accept(config, stream, handshake_timeout);
             let result = tokio::select! {
                 result = handshake => result,
                 // A handshake in progress is not a request in flight: the drain closes it.
                 () = served.shutting_down() => return,
             };
-            let failure = match result {
-                Ok(Ok(stream)) => {
+            match result {
+                Ok(stream) => {
                     let service = super::service(&served, Caller { hangup, peer });
                     served.spawn(stream, service, peer, Some(permit));
-                    return;
                 }
-                Ok(Err(e)) => {
-                    let reason = classify_handshake_error(&e);
+                Err((reason, e)) => {
                     tracing::debug!(%peer, reason = reason.label(), error = %e, "TLS handshake failed");
-                    reason
+                    served.app().metrics().count_tls_failure(reason.into());
                 }
-                Err(_) => {
-                    tracing::debug!(%peer, timeout = ?handshake_timeout, "TLS handshake timed out");
-                    HandshakeFailure::Timeout
-                }
-            };
-            served.app().metrics().count_tls_failure(failure.into());
+            }
         });
     }
 }

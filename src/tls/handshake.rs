@@ -2,6 +2,12 @@
 //! `[tls]` listener and the forward proxy's interception of `CONNECT`.
 
 use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio_rustls::server::TlsStream;
+use tokio_rustls::TlsAcceptor;
 
 /// Why a handshake failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,6 +56,30 @@ pub fn classify_handshake_error(e: &io::Error) -> HandshakeFailure {
     }
 }
 
+/// The server side of a handshake on `io` with `config`, within `timeout`: the stream, or
+/// why it failed (with the error, for a debug log). The `[tls]` listener and the forward
+/// proxy's interception of `CONNECT` both accept this way, so both count alike.
+///
+/// # Errors
+/// The handshake failed or did not finish in time.
+pub async fn accept<IO>(
+    config: Arc<rustls::ServerConfig>,
+    io: IO,
+    timeout: Duration,
+) -> Result<TlsStream<IO>, (HandshakeFailure, io::Error)>
+where
+    IO: AsyncRead + AsyncWrite + Unpin,
+{
+    match tokio::time::timeout(timeout, TlsAcceptor::from(config).accept(io)).await {
+        Ok(Ok(stream)) => Ok(stream),
+        Ok(Err(e)) => Err((classify_handshake_error(&e), e)),
+        Err(_) => Err((
+            HandshakeFailure::Timeout,
+            io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out"),
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -71,6 +101,38 @@ mod tests {
         assert_eq!(classify_handshake_error(&reset), HandshakeFailure::Io);
         let slow = io::Error::from(io::ErrorKind::TimedOut);
         assert_eq!(classify_handshake_error(&slow), HandshakeFailure::Timeout);
+    }
+
+    fn config() -> Arc<rustls::ServerConfig> {
+        crate::tls::LocalCa::in_memory()
+            .unwrap()
+            .intercept_config("x.test")
+            .unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_peer_times_out_and_garbage_is_not_tls() {
+        let (_client, server) = tokio::io::duplex(4096);
+        let Err((reason, e)) = accept(config(), server, Duration::from_secs(10)).await else {
+            panic!("no handshake from a silent peer");
+        };
+        assert_eq!(reason, HandshakeFailure::Timeout);
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+
+        use tokio::io::AsyncWriteExt as _;
+        let (mut client, server) = tokio::io::duplex(4096);
+        client.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
+        let Err((reason, _)) = accept(config(), server, Duration::from_secs(10)).await else {
+            panic!("no handshake from plain HTTP");
+        };
+        assert_eq!(reason, HandshakeFailure::NotTls);
+
+        let (client, server) = tokio::io::duplex(4096);
+        drop(client);
+        let Err((reason, _)) = accept(config(), server, Duration::from_secs(10)).await else {
+            panic!("no handshake from a closed peer");
+        };
+        assert_eq!(reason, HandshakeFailure::Io);
     }
 
     #[test]
