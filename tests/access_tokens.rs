@@ -558,3 +558,41 @@ async fn repeated_denials_from_one_address_are_answered_more_and_more_slowly() {
     );
     h.stop().await;
 }
+
+// === reload ===
+
+#[tokio::test]
+async fn a_reload_that_changes_tokens_takes_effect_at_once_and_a_kept_name_keeps_its_tasks() {
+    let h = with_tokens().await;
+    let task = task_id(&h.get(&format!("/in.php?key={TOKEN_ONE}&{TASK}")).await);
+    // Token "one" gets a new value; "two" is removed; "three" is new.
+    let mut config = h.app.snapshot().config.clone();
+    let renewed = "tok1-renewed-renewed-renewed-123";
+    config.access.tokens = vec![token("one", renewed), token("three", "tok3tok3tok3")];
+    keyrelay::reload::apply(&h.app, config).expect("applies");
+    for old in [TOKEN_ONE, TOKEN_TWO] {
+        assert_eq!(
+            h.get(&format!("/in.php?key={old}&{TASK}")).await.text(),
+            "ERROR_WRONG_USER_KEY"
+        );
+    }
+    task_id(&h.get(&format!("/in.php?key=tok3tok3tok3&{TASK}")).await);
+    // The task "one" made before the reload is still its own, under its new value...
+    assert!(poll_to_the_end(&h, renewed, &task).await.starts_with("OK|"));
+    // ...and not the new token's.
+    assert_eq!(
+        h.get(&format!("/res.php?key=tok3tok3tok3&action=get&id={task}"))
+            .await
+            .text(),
+        "ERROR_WRONG_CAPTCHA_ID"
+    );
+    let metrics = h.metrics().await;
+    assert_eq!(
+        metric(
+            &metrics,
+            "keyrelay_token_submits_total{outcome=\"ok\",token=\"three\"}"
+        ),
+        Some(1.0)
+    );
+    h.stop().await;
+}
