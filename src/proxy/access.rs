@@ -2,10 +2,12 @@
 //! configured: which token a request presents, and whether it is one.
 //!
 //! A caller presents its token as its `key` (read as the service reads it, PHP's rules, body
-//! over query), so clients stay unchanged: their "API key" is a keyrelay token. A client
-//! behind `HTTPS_PROXY` keeps its real API key there and sends the token as its proxy
-//! credential instead: `Proxy-Authorization: Basic`, the token as the password (any user),
-//! or as the user with an empty password. Either one that is a token admits the request.
+//! over query), so clients stay unchanged: their "API key" is a keyrelay token. A request
+//! through keyrelay as a forward proxy may keep its real API key and carry the token as its
+//! proxy credential instead: `Proxy-Authorization: Basic`, the token as the password (any
+//! user), or as the user with an empty password. Either one that is a token admits it.
+//! (Requests inside an intercepted `CONNECT` carry no such header unless the server copies
+//! the `CONNECT`'s onto them.)
 
 use std::sync::Arc;
 
