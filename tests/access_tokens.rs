@@ -596,3 +596,46 @@ async fn a_reload_that_changes_tokens_takes_effect_at_once_and_a_kept_name_keeps
     );
     h.stop().await;
 }
+
+// === forward proxy ===
+
+#[tokio::test]
+async fn an_absolute_form_request_may_carry_its_token_as_the_proxy_password() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let h = with_tokens().await;
+    h.sim.clear_received();
+    let send = |credential: &'static str| {
+        let addr = h.addr;
+        async move {
+            let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+            let head = format!(
+                "GET http://ocr.captchaai.com/in.php?key={CALLER_KEY}&{TASK} HTTP/1.1\r\n\
+                 Host: ocr.captchaai.com\r\nProxy-Authorization: {credential}\r\nConnection: close\r\n\r\n"
+            );
+            stream.write_all(head.as_bytes()).await.unwrap();
+            let mut answer = Vec::new();
+            tokio::time::timeout(
+                std::time::Duration::from_secs(10),
+                stream.read_to_end(&mut answer),
+            )
+            .await
+            .expect("an answer within 10 s")
+            .unwrap();
+            String::from_utf8_lossy(&answer).into_owned()
+        }
+    };
+    // "anyone:tok1tok1...": the script's real key stays in its request.
+    let served = send("Basic YW55b25lOnRvazF0b2sxdG9rMXRvazF0b2sxdG9rMXRvazF0b2sx").await;
+    assert!(served.contains("\r\n\r\nOK|"), "{served}");
+    // "anyone:wrong".
+    let refused = send("Basic YW55b25lOndyb25n").await;
+    assert!(refused.ends_with("ERROR_WRONG_USER_KEY"), "{refused}");
+    let received = h.sim.received();
+    assert_eq!(received.len(), 1, "{received:?}");
+    let key = received[0].key.as_deref();
+    assert!(
+        key == Some(KEY_A) || key == Some(KEY_B),
+        "a pool key: {key:?}"
+    );
+    h.stop().await;
+}
