@@ -207,6 +207,25 @@ fn keep_start_only_settings(running: &Config, new: &mut Config) -> Vec<&'static 
         changed.push("admin.listen");
         new.admin.listen = running.admin.listen;
     }
+    // Bound, issued or read once at start: the TLS listener, the CA, the hosts the forward
+    // proxy intercepts, and whether an open listener is allowed (checked against the
+    // listeners, which a reload cannot move either).
+    if format!("{:?}", new.tls) != format!("{:?}", running.tls) {
+        changed.push("tls");
+        new.tls = running.tls.clone();
+    }
+    if new.ca.files != running.ca.files {
+        changed.push("ca");
+        new.ca = running.ca.clone();
+    }
+    if new.forward.intercept != running.forward.intercept {
+        changed.push("forward.intercept");
+        new.forward.intercept = running.forward.intercept.clone();
+    }
+    if new.access.open != running.access.open {
+        changed.push("access.open");
+        new.access.open = running.access.open;
+    }
     if new.timeouts.connect != running.timeouts.connect {
         changed.push("timeouts.connect");
         new.timeouts.connect = running.timeouts.connect;

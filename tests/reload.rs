@@ -137,15 +137,34 @@ async fn start_only_settings_keep_their_running_values() {
         &path,
         format!(
             "listen = \"127.0.0.1:1\"\nupstream = \"{}\"\n[pins]\nttl = \"3h\"\n\
+             [tls]\nlisten = \"127.0.0.1:2\"\n[ca]\ncert = \"c.pem\"\nkey = \"k.pem\"\n\
+             [forward]\nintercept = [\"x.test\"]\ntunnel = \"none\"\n[access]\nopen = true\n\
              [[keys]]\nname = \"a\"\nkey = \"{KEY_A}\"\n",
             h.sim.url()
         ),
     )
     .unwrap();
     let applied = reload_file(&h.app, &path).unwrap();
-    assert_eq!(applied.needs_restart, vec!["listen", "pins"]);
+    assert_eq!(
+        applied.needs_restart,
+        vec![
+            "listen",
+            "tls",
+            "ca",
+            "forward.intercept",
+            "access.open",
+            "pins"
+        ]
+    );
     let snapshot = h.app.snapshot();
     assert_eq!(snapshot.config.listen.port(), 0);
+    assert!(snapshot.config.tls.is_none() && snapshot.config.ca.files.is_none());
+    assert!(snapshot.config.forward.intercept.is_none() && !snapshot.config.access.open);
+    // What the server reads per request applies at once.
+    assert_eq!(
+        snapshot.config.forward.tunnel,
+        keyrelay::config::Tunnel::None
+    );
     assert_eq!(
         snapshot.config.pins.ttl,
         std::time::Duration::from_secs(2 * 3600)

@@ -8,12 +8,10 @@ use hyper::body::Incoming;
 use hyper::header::{HeaderValue, CONTENT_TYPE};
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
-use tokio_rustls::TlsAcceptor;
 
 use super::connection::{Connections, ServerBody};
-use crate::metrics::{ForwardOutcome, TlsFailure};
+use crate::metrics::ForwardOutcome;
 use crate::proxy::Caller;
-use crate::tls::classify_handshake_error;
 
 /// The answer to `CONNECT host:port` for an intercepted `host`.
 pub(super) fn connect(
@@ -48,18 +46,11 @@ pub(super) fn connect(
                 return;
             }
         };
-        let accept = TlsAcceptor::from(config).accept(tunnel);
-        let stream = match tokio::time::timeout(inner.header_timeout(), accept).await {
-            Ok(Ok(stream)) => stream,
-            Ok(Err(e)) => {
-                let reason = classify_handshake_error(&e);
+        let stream = match crate::tls::accept(config, tunnel, inner.header_timeout()).await {
+            Ok(stream) => stream,
+            Err((reason, e)) => {
                 inner.app().metrics().count_tls_failure(reason.into());
                 tracing::debug!(peer = %caller.peer, %host, reason = reason.label(), error = %e, "TLS handshake inside CONNECT failed");
-                return;
-            }
-            Err(_) => {
-                inner.app().metrics().count_tls_failure(TlsFailure::Timeout);
-                tracing::debug!(peer = %caller.peer, %host, "TLS handshake inside CONNECT timed out");
                 return;
             }
         };
