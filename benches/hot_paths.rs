@@ -183,5 +183,57 @@ fn stale_scan(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, parse_and_rewrite, answers, selection, stale_scan);
+/// The caller token check on every API request once tokens are configured: read the `key`
+/// param as the service would, then one hash lookup, among 3 and 1,000 tokens; a wrong
+/// token costs the same lookup. Beside `parse_and_rewrite/get_query`, it is the share of a
+/// request the check adds (issue 13 §5).
+fn token_check(c: &mut Criterion) {
+    use keyrelay::config::TokenConfig;
+    use keyrelay::tokens::{TokenCounters, TokenTable};
+    use keyrelay::CallerToken;
+    let upstream = Upstream::parse("http://127.0.0.1:1").expect("a valid url");
+    let keys: Vec<KeyConfig> = (0..3)
+        .map(|i| KeyConfig::new(&format!("k{i}"), &format!("key-{i:028}"), upstream.clone()))
+        .collect();
+    let query = |token: &str| {
+        format!("key={token}&method=userrecaptcha&googlekey=6Le-wvkSAAAAAPBMRTvw0Q4Muexq9bi0DJwx_mJ-&pageurl=https://example.com/login&json=1")
+    };
+    let mut group = c.benchmark_group("token_check");
+    for size in [3, 1000] {
+        let tokens: Vec<TokenConfig> = (0..size)
+            .map(|i| TokenConfig {
+                name: format!("client-{i}"),
+                token: CallerToken::new(format!("token-{i:026}")),
+                keys: Some(vec!["k1".into()]),
+                tiers: None,
+                max_threads: Some(20),
+            })
+            .collect();
+        let ids = (0..3).map(|i| KeyId(i as u16)).zip(&keys);
+        let table = TokenTable::new(&tokens, ids, &TokenCounters::default());
+        for (label, presented) in [
+            ("right", format!("token-{:026}", size / 2)),
+            ("wrong", format!("token-{:026}", size + 7)),
+        ] {
+            let parsed =
+                ParsedRequest::parse(Some(&query(&presented)), None, Bytes::new()).expect("parses");
+            group.bench_function(format!("{label}/{size}_tokens"), |b| {
+                b.iter(|| {
+                    let key = black_box(&parsed).param("key");
+                    black_box(key.as_deref().and_then(|k| table.lookup(k)).is_some())
+                })
+            });
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(
+    benches,
+    parse_and_rewrite,
+    answers,
+    selection,
+    stale_scan,
+    token_check
+);
 criterion_main!(benches);

@@ -20,12 +20,15 @@ use crate::pins::{JournalPins, MemoryPins, PinStore, ProbeState};
 use crate::pool::{AdminHold, AdminHolds, KeyEntry, KeyPool, Selection};
 use crate::registry::{KeyRegistry, RegistryFull};
 use crate::tls::{LocalCa, TlsError};
+use crate::tokens::{Denials, TokenCounters, TokenTable};
 use crate::upstream::UpstreamClient;
 
 /// The configuration and the pool built from it, replaced as a whole.
 pub struct Snapshot {
     pub config: Config,
     pub pool: KeyPool,
+    /// `[[access.tokens]]` resolved against `pool`; empty: no token is asked for.
+    pub tokens: TokenTable,
 }
 
 /// Something worth telling an observer (the demo, tests) as it happens.
@@ -81,6 +84,10 @@ struct Inner {
     /// What the owner probe keeps between requests: ids found to be nobody's, and the
     /// budget its upstream requests draw from.
     probe: ProbeState,
+    /// Threads held per caller token, by name; outlives snapshots as `capacity` does.
+    token_counters: Arc<TokenCounters>,
+    /// Recent denied requests by address, to slow down token guessing.
+    denials: Denials,
     /// Held while an attempt's health decision is made and applied (a few instructions,
     /// never across an await), so the ejection cap counts every cooldown in flight.
     ejection_lock: Mutex<()>,
@@ -143,6 +150,7 @@ impl App {
         let client = UpstreamClient::new(config.timeouts.connect)?;
         let metrics = Metrics::new()?;
         metrics.admit_keys(config.keys.iter().map(|k| k.name.as_str()));
+        metrics.admit_tokens(config.access.tokens.iter().map(|t| t.name.as_str()));
         let registry = Arc::new(KeyRegistry::new());
         let capacity = Arc::new(Capacity::new(Box::new(MemoryLoad::new())));
         let holds = Arc::new(AdminHolds::default());
@@ -153,15 +161,21 @@ impl App {
             capacity.clone(),
             holds.clone(),
         )?;
-        let pins = open_pins(&config, &registry)?;
+        let token_counters = Arc::new(TokenCounters::default());
+        let pins = open_pins(&config, &registry, &token_counters)?;
         let retry_budget = TpsBudget::new(
             RETRY_BUDGET_WINDOW,
             config.failover.retry_budget_min,
             config.failover.retry_budget as f32,
         );
         let (events, _) = broadcast::channel(EVENT_BUFFER);
+        let tokens = token_table(&config, &pool, &token_counters);
         Ok(App(Arc::new(Inner {
-            snapshot: ArcSwap::from_pointee(Snapshot { config, pool }),
+            snapshot: ArcSwap::from_pointee(Snapshot {
+                config,
+                pool,
+                tokens,
+            }),
             pins,
             registry,
             health,
@@ -174,6 +188,8 @@ impl App {
             started: Instant::now(),
             paused_until: Mutex::new(None),
             probe: ProbeState::default(),
+            token_counters,
+            denials: Denials::default(),
             ejection_lock: Mutex::new(()),
             requests: TaskTracker::new(),
             retry_budget,
@@ -296,6 +312,11 @@ impl App {
         self.0.ejection_lock.lock().expect("ejection lock poisoned")
     }
 
+    /// Recent denied requests by address.
+    pub fn denials(&self) -> &Denials {
+        &self.0.denials
+    }
+
     pub(crate) fn probe(&self) -> &ProbeState {
         &self.0.probe
     }
@@ -356,12 +377,26 @@ impl App {
         )
     }
 
+    /// The snapshot of `config` and its `pool` (from [`App::build_pool`]), with the token
+    /// table resolved against that pool.
+    pub fn snapshot_of(&self, config: Config, pool: KeyPool) -> Snapshot {
+        let tokens = token_table(&config, &pool, &self.0.token_counters);
+        Snapshot {
+            config,
+            pool,
+            tokens,
+        }
+    }
+
     /// Makes `snapshot` the one every new request loads, in one atomic store. Requests in
     /// flight finish on the snapshot they loaded.
     pub fn install(&self, snapshot: Snapshot) {
         self.0
             .metrics
             .admit_keys(snapshot.config.keys.iter().map(|k| k.name.as_str()));
+        self.0
+            .metrics
+            .admit_tokens(snapshot.tokens.tokens().iter().map(|t| &*t.name));
         let names: Vec<String> = snapshot
             .pool
             .keys()
@@ -410,6 +445,11 @@ impl App {
     /// The `/metrics` text.
     pub fn render_metrics(&self) -> String {
         let snapshot = self.snapshot();
+        for token in snapshot.tokens.tokens() {
+            self.0
+                .metrics
+                .set_token_threads(&token.name, token.threads.in_use());
+        }
         self.0.metrics.render(
             &snapshot.pool,
             &*self.0.pins,
@@ -448,7 +488,11 @@ impl App {
 
 /// The pin store: a journal in `data_dir` when pins are durable and there is a directory
 /// (a config loaded from a file), else memory only (configs built in code: tests, demo).
-fn open_pins(config: &Config, registry: &Arc<KeyRegistry>) -> Result<Arc<dyn PinStore>, AppError> {
+fn open_pins(
+    config: &Config,
+    registry: &Arc<KeyRegistry>,
+    tokens: &Arc<TokenCounters>,
+) -> Result<Arc<dyn PinStore>, AppError> {
     let (ttl, max_pins) = (config.pins.ttl, config.pins.max_pins);
     let dir = match &config.data_dir {
         Some(dir) if config.pins.durable => dir,
@@ -467,13 +511,18 @@ fn open_pins(config: &Config, registry: &Arc<KeyRegistry>) -> Result<Arc<dyn Pin
     let names = registry.clone();
     let key_name = Arc::new(move |id| names.get(id).map(|key| Arc::from(key.name.as_str())));
     let (pins, _recovery) =
-        JournalPins::open(dir, ttl, max_pins, &configured, key_name).map_err(|source| {
-            AppError::Pins {
+        JournalPins::open_for_tokens(dir, ttl, max_pins, &configured, key_name, tokens.clone())
+            .map_err(|source| AppError::Pins {
                 dir: dir.clone(),
                 source,
-            }
-        })?;
+            })?;
     Ok(Arc::new(pins))
+}
+
+fn token_table(config: &Config, pool: &KeyPool, counters: &TokenCounters) -> TokenTable {
+    // The pool's keys are the config's, in config order (`KeyRegistry::admit`).
+    let keys = pool.keys().iter().map(|k| k.id).zip(&config.keys);
+    TokenTable::new(&config.access.tokens, keys, counters)
 }
 
 fn build_pool(

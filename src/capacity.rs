@@ -23,13 +23,16 @@ mod queue;
 pub use memory::MemoryLoad;
 pub use queue::{Refusal, Take, Waited};
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use crate::captcha::TaskId;
+use crate::fast_map::FastMap;
 use crate::key_id::KeyId;
 use crate::task_table::Entry;
+use crate::tokens::TokenHold;
 
 /// One key's threads in use, as keyrelay counts them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -105,6 +108,12 @@ pub trait LoadStore: Send + Sync + 'static {
 pub struct Capacity {
     store: Box<dyn LoadStore>,
     queue: queue::Queue,
+    /// The caller token's thread each open task holds (when tokens are configured), given
+    /// back with the key's thread at the task's final answer or stale timeout.
+    token_tasks: FastMap<TaskId, (TokenHold, Instant)>,
+    /// Set once a task held a token's thread: without tokens, finishing a task does not
+    /// even hash its id into `token_tasks`.
+    any_token_tasks: AtomicBool,
 }
 
 impl Capacity {
@@ -112,7 +121,17 @@ impl Capacity {
         Capacity {
             store,
             queue: queue::Queue::default(),
+            token_tasks: FastMap::default(),
+            any_token_tasks: AtomicBool::new(false),
         }
+    }
+
+    /// The task `task` holds one of its caller token's threads (`hold`) until it ends, as
+    /// it holds its key's. A task that `reconcile` ends keeps it until its final answer is
+    /// polled or it goes stale: the store does not say which tasks a read ended.
+    pub fn keep_token(&self, task: TaskId, hold: TokenHold, now: Instant) {
+        self.any_token_tasks.store(true, Ordering::Relaxed);
+        self.token_tasks.insert(task, (hold, now));
     }
 
     /// Takes a thread of `key` if fewer than `limit` are in use.
@@ -132,6 +151,10 @@ impl Capacity {
 
     /// Ends a task at its final answer; its key the first time only.
     pub fn finish(&self, task: &TaskId) -> Option<KeyId> {
+        if self.any_token_tasks.load(Ordering::Relaxed) {
+            // Dropped, the hold gives the token's thread back and wakes its waiters.
+            self.token_tasks.remove(task);
+        }
         let key = self.store.finish(task)?;
         self.queue.freed();
         Some(key)
@@ -139,6 +162,9 @@ impl Capacity {
 
     /// Ends tasks open since before `cutoff`; one key per task ended.
     pub fn release_stale(&self, cutoff: Instant) -> Vec<KeyId> {
+        if self.any_token_tasks.load(Ordering::Relaxed) {
+            self.token_tasks.retain(|_, (_, opened)| *opened > cutoff);
+        }
         let released = self.store.release_stale(cutoff);
         if !released.is_empty() {
             self.queue.freed();
@@ -257,6 +283,39 @@ mod tests {
         assert!(capacity.try_hold(KeyId(0), Some(1)).is_none());
         assert_eq!(capacity.finish(&TaskId::Num(7)), Some(KeyId(0)));
         assert!(capacity.try_hold(KeyId(0), Some(1)).is_some());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_tasks_token_thread_is_given_back_at_its_end_or_when_stale() {
+        use crate::config::{KeyConfig, TokenConfig, Upstream};
+        use crate::tokens::{TokenCounters, TokenTable};
+        let key = KeyConfig::new(
+            "a",
+            "0123456789abcdef0123456789abcdef",
+            Upstream::parse("http://127.0.0.1:9").unwrap(),
+        );
+        let config = TokenConfig {
+            name: "t".into(),
+            token: crate::CallerToken::new("secret"),
+            keys: None,
+            tiers: None,
+            max_threads: Some(2),
+        };
+        let table = TokenTable::new(&[config], [(KeyId(0), &key)], &TokenCounters::default());
+        let token = table.lookup("secret").unwrap();
+        let capacity = capacity();
+        let start = Instant::now();
+        capacity.keep_token(TaskId::Num(1), token.try_hold().unwrap(), start);
+        tokio::time::advance(Duration::from_secs(10)).await;
+        capacity.keep_token(TaskId::Num(2), token.try_hold().unwrap(), Instant::now());
+        assert!(token.try_hold().is_none(), "both threads held by tasks");
+        // Task 1's final answer (finish counts even for a task this store did not open).
+        let _ = capacity.finish(&TaskId::Num(1));
+        assert_eq!(token.threads.in_use(), 1);
+        // Task 2 goes stale.
+        capacity.release_stale(Instant::now());
+        assert_eq!(token.threads.in_use(), 0);
+        assert!(token.try_hold().is_some());
     }
 
     #[tokio::test(start_paused = true)]

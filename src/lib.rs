@@ -37,6 +37,8 @@
 //! - [`metrics`]: Prometheus metrics from an owned registry; [`status`]: `/status`,
 //!   `/healthz` and `/readyz`; [`admin`]: the admin API under `/admin/` (list keys, hold
 //!   them, refresh them now), served by `proxy`; [`ctl`]: `keyrelay ctl`, its client.
+//! - [`tokens`]: the caller token table built with each snapshot, and the threads each
+//!   token holds.
 //! - [`task_table`]: the compact per-task maps and queues behind pins and the ledger.
 //! - [`app`]: the shared handle tying these together, the bottom of the request path.
 //! - [`sim`]: the built-in CaptchaAI simulator used by tests, benchmarks and [`demo`].
@@ -65,6 +67,7 @@ pub mod sim;
 pub mod status;
 pub mod task_table;
 pub mod tls;
+pub mod tokens;
 pub mod upstream;
 
 pub use api_key::{ApiKey, CallerToken};

@@ -85,6 +85,8 @@ label_set! {
         PoolFull => "pool_full",
         /// The handler panicked.
         InternalError => "internal_error",
+        /// No caller token, or a wrong one, while tokens are configured.
+        Denied => "denied",
     }
 }
 
@@ -117,6 +119,8 @@ label_set! {
         ServerError => "ERROR_SERVER_ERROR",
         WrongCaptchaId => "ERROR_WRONG_CAPTCHA_ID",
         NotReady => "CAPCHA_NOT_READY",
+        /// A missing or wrong caller token.
+        WrongUserKey => "ERROR_WRONG_USER_KEY",
         /// Pool figures (`getbalance`, `threadsinfo`) and re-joined `ids=` answers.
         Ok => "OK",
     }
@@ -204,6 +208,46 @@ label_set! {
 }
 
 label_set! {
+    /// Why a request was refused at the token check: the `reason` of
+    /// `keyrelay_access_denied_total`.
+    Denied {
+        /// No `key` and no `Proxy-Authorization`.
+        Missing => "missing",
+        /// A `key` or proxy credential that is no configured token.
+        Wrong => "wrong",
+    }
+}
+
+label_set! {
+    /// How a token's submit ended: the `outcome` of `keyrelay_token_submits_total`.
+    TokenSubmit {
+        /// Accepted upstream (a task id, or a `solve.php` answer).
+        Ok => "ok",
+        /// Every key the token may use was full, or the token held its `max_threads`.
+        Full => "full",
+        /// None of the keys the token may use was in rotation.
+        NoKey => "no_key",
+        /// The upstream refused the request as the caller's mistake, or it was unreadable.
+        CallerError => "caller_error",
+        /// Anything else: keys failed, the upstream did not answer, a ban pause.
+        Failed => "failed",
+    }
+}
+
+impl TokenSubmit {
+    /// The class of a submit that ended with `outcome`.
+    pub fn of(outcome: RequestOutcome) -> TokenSubmit {
+        match outcome {
+            RequestOutcome::Success => TokenSubmit::Ok,
+            RequestOutcome::PoolFull => TokenSubmit::Full,
+            RequestOutcome::PoolExhausted => TokenSubmit::NoKey,
+            RequestOutcome::CallerError | RequestOutcome::BadRequest => TokenSubmit::CallerError,
+            _ => TokenSubmit::Failed,
+        }
+    }
+}
+
+label_set! {
     /// How a config reload ended: the `result` of `keyrelay_config_reloads_total`.
     ReloadResult {
         Applied => "applied",
@@ -277,6 +321,12 @@ pub struct Metrics {
     /// keyrelay's own checks of a key-unusable verdict a caller's request drew, by result.
     pub key_checks: IntCounterVec,
     upstream_paused: IntGauge,
+    /// Requests refused at the token check, by [`Denied`]; counted through `count_denied`.
+    access_denied: IntCounterVec,
+    /// Submits by caller token name and [`TokenSubmit`]; counted through `count_token_submit`.
+    token_submits: IntCounterVec,
+    /// Threads held by each caller token's tasks, set at scrape time.
+    token_threads_in_use: IntGaugeVec,
 }
 
 /// Registers each metric and returns its handle.
@@ -567,6 +617,32 @@ impl Metrics {
                     "1 while all upstream traffic is paused after an IP ban, else 0."
                 )?
             ),
+            access_denied: register!(
+                r,
+                counter(
+                    "keyrelay_access_denied_total",
+                    "API requests refused at the token check, by reason: missing (no token), wrong (not a configured token).",
+                    &["reason"],
+                )?
+            ),
+            token_submits: register!(
+                r,
+                counter(
+                    "keyrelay_token_submits_total",
+                    "Submits by caller token (its name) and outcome: ok, full, no_key, caller_error, failed.",
+                    &["token", "outcome"],
+                )?
+            ),
+            token_threads_in_use: register!(
+                r,
+                IntGaugeVec::new(
+                    Opts::new(
+                        "keyrelay_token_threads_in_use",
+                        "Threads held by the tasks of each caller token (its name), across keys."
+                    ),
+                    &["token"],
+                )?
+            ),
             registry: r,
         }
         .with_closed_sets_at_zero())
@@ -595,6 +671,9 @@ impl Metrics {
         }
         for code in LocalCode::ALL {
             self.local_answers.with_label_values(&[code.label()]);
+        }
+        for reason in Denied::ALL {
+            self.access_denied.with_label_values(&[reason.label()]);
         }
         for outcome in ForwardOutcome::ALL {
             self.forward_requests.with_label_values(&[outcome.label()]);
@@ -647,6 +726,39 @@ impl Metrics {
         self.tls_handshake_failures
             .with_label_values(&[reason.label()])
             .inc();
+    }
+
+    /// Starts the per-token series of the tokens named `tokens` at 0; tokens seen before
+    /// keep their counts. Called with every snapshot's tokens.
+    pub fn admit_tokens<'a>(&self, tokens: impl IntoIterator<Item = &'a str>) {
+        for token in tokens {
+            for outcome in TokenSubmit::ALL {
+                self.token_submits
+                    .with_label_values(&[token, outcome.label()]);
+            }
+            self.token_threads_in_use.with_label_values(&[token]);
+        }
+    }
+
+    /// Counts one request refused at the token check.
+    pub fn count_denied(&self, reason: Denied) {
+        self.access_denied
+            .with_label_values(&[reason.label()])
+            .inc();
+    }
+
+    /// Counts one submit of the token named `token`.
+    pub fn count_token_submit(&self, token: &str, outcome: TokenSubmit) {
+        self.token_submits
+            .with_label_values(&[token, outcome.label()])
+            .inc();
+    }
+
+    /// Sets the threads the token named `token` holds, for the next scrape.
+    pub fn set_token_threads(&self, token: &str, threads: u32) {
+        self.token_threads_in_use
+            .with_label_values(&[token])
+            .set(i64::from(threads));
     }
 
     /// Counts one probe for an unknown task id.

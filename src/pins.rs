@@ -22,15 +22,25 @@ use tokio::time::Instant;
 
 use crate::captcha::TaskId;
 use crate::key_id::KeyId;
+pub use crate::tokens::TokenId;
 
 /// The narrow interface to task pins: which key created each task, until the pin expires or
 /// is evicted. Whether a task is still running is not the store's business: thread accounting
 /// belongs to the capacity ledger.
 pub trait PinStore: Send + Sync + 'static {
-    /// Records that `key` created `task`.
-    fn pin(&self, task: TaskId, key: KeyId, now: Instant);
+    /// Records that `key` created `task` for a caller with no token.
+    fn pin(&self, task: TaskId, key: KeyId, now: Instant) {
+        self.pin_for(task, key, TokenId::NONE, now);
+    }
+    /// Records that `key` created `task` for the caller token `token` ([`TokenId::NONE`]:
+    /// none), whose task it is from then on.
+    fn pin_for(&self, task: TaskId, key: KeyId, token: TokenId, now: Instant);
     /// The key that created `task`, if the pin is known and not expired.
-    fn owner(&self, task: &TaskId, now: Instant) -> Option<KeyId>;
+    fn owner(&self, task: &TaskId, now: Instant) -> Option<KeyId> {
+        self.pinned(task, now).map(|pin| pin.key)
+    }
+    /// The key and the caller token of `task`, if the pin is known and not expired.
+    fn pinned(&self, task: &TaskId, now: Instant) -> Option<Pin>;
     /// Drops expired pins; returns how many were dropped.
     fn sweep(&self, now: Instant) -> usize;
     /// Makes every pin recorded so far durable, where the store is durable at all. Called
@@ -45,6 +55,26 @@ pub trait PinStore: Send + Sync + 'static {
     fn len(&self) -> usize;
     fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+/// What a pin says about its task.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pin {
+    /// The key that created it.
+    pub key: KeyId,
+    /// The caller token it belongs to; [`TokenId::NONE`]: none (made without tokens, or read
+    /// from a journal written before pins stored tokens), so any caller may poll it.
+    pub token: TokenId,
+}
+
+impl Pin {
+    /// Whether a caller with `token` may poll and report this task: its own, or nobody's.
+    pub fn belongs_to(&self, token: Option<TokenId>) -> bool {
+        match token {
+            None => true,
+            Some(token) => self.token == TokenId::NONE || self.token == token,
+        }
     }
 }
 

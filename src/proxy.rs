@@ -9,6 +9,7 @@
 //! as the real service answers its own errors: clients treat any other status as a network
 //! failure and crash or retry blindly.
 
+mod access;
 mod account;
 mod body;
 mod hangup;
@@ -40,9 +41,10 @@ use crate::app::{App, Snapshot};
 use crate::captcha::{self, Endpoint, Outcome, ParsedRequest, Reply, ResCommand};
 use crate::failover;
 use crate::health::{StateKind, TRANSIENT_REASON};
-use crate::metrics::RequestOutcome;
+use crate::metrics::{Denied, RequestOutcome, TokenSubmit};
 use crate::pool::KeyEntry;
 use crate::status;
+use crate::tokens::Token;
 use crate::upstream::{self, Outgoing, UpstreamAnswer, UpstreamError};
 
 /// Every response keyrelay sends is fully buffered: answers are small.
@@ -102,7 +104,7 @@ pub async fn handle(
             .insert("allow", HeaderValue::from_static("GET, POST"));
         return Ok(response);
     }
-    Ok(serve_to_the_end(app, endpoint, caller.hangup, req).await)
+    Ok(serve_to_the_end(app, endpoint, caller, req).await)
 }
 
 /// Serves an API request to its end even if its caller leaves ([`to_the_end`]), and turns
@@ -110,12 +112,12 @@ pub async fn handle(
 async fn serve_to_the_end(
     app: App,
     endpoint: Endpoint,
-    hangup: Hangup,
+    Caller { hangup, peer }: Caller,
     req: Request<Incoming>,
 ) -> Response<Body> {
     let requests = app.requests().clone();
     let work = async move {
-        match AssertUnwindSafe(api(app, endpoint, req))
+        match AssertUnwindSafe(api(app, endpoint, peer, req))
             .catch_unwind()
             .await
         {
@@ -264,6 +266,7 @@ impl From<Local> for Handled {
 async fn api(
     app: App,
     endpoint: Endpoint,
+    peer: std::net::SocketAddr,
     req: Request<Incoming>,
 ) -> (Response<Body>, RequestOutcome) {
     let started = Instant::now();
@@ -296,21 +299,42 @@ async fn api(
                 let json = json_hint(query, content_type, &[]);
                 (Local::Unreadable(e).into(), json)
             }
-            Ok(parsed) => {
-                let ctx = Ctx {
-                    json: parsed.wants_json(),
-                    app: app.clone(),
-                    snapshot,
-                    endpoint,
-                    method: parts.method.clone(),
-                    headers: parts.headers,
-                };
-                let handled = match endpoint {
-                    Endpoint::In | Endpoint::Solve => submit::submit(&ctx, &parsed).await,
-                    Endpoint::Res => dispatch_res(&ctx, &parsed).await,
-                };
-                (handled, ctx.json)
-            }
+            Ok(parsed) => match access::check(&snapshot.tokens, &parsed, &parts.headers) {
+                Err(denied) => {
+                    app.metrics().count_denied(denied);
+                    // Never forwarded, and slower the more this address was denied lately.
+                    let delay = app.denials().deny(peer.ip(), Instant::now());
+                    if !delay.is_zero() {
+                        tracing::debug!(%peer, delay_ms = delay.as_millis() as u64, "repeated denials; slowing the answer");
+                        tokio::time::sleep(delay).await;
+                    }
+                    let local = match denied {
+                        Denied::Missing => Local::NoToken,
+                        Denied::Wrong => Local::WrongToken,
+                    };
+                    (local.into(), parsed.wants_json())
+                }
+                Ok(token) => {
+                    let ctx = Ctx {
+                        json: parsed.wants_json(),
+                        app: app.clone(),
+                        snapshot,
+                        endpoint,
+                        method: parts.method.clone(),
+                        headers: parts.headers,
+                        token,
+                    };
+                    let handled = match endpoint {
+                        Endpoint::In | Endpoint::Solve => submit::submit(&ctx, &parsed).await,
+                        Endpoint::Res => dispatch_res(&ctx, &parsed).await,
+                    };
+                    if let (Some(token), Endpoint::In | Endpoint::Solve) = (&ctx.token, endpoint) {
+                        let outcome = TokenSubmit::of(handled.outcome());
+                        app.metrics().count_token_submit(&token.name, outcome);
+                    }
+                    (handled, ctx.json)
+                }
+            },
         },
     };
     let outcome = handled.outcome();
@@ -347,6 +371,9 @@ pub(crate) struct Ctx {
     pub headers: HeaderMap,
     /// Format of answers keyrelay makes itself.
     pub json: bool,
+    /// The caller's token, when tokens are configured: which keys may serve it, which tasks
+    /// are its own.
+    pub token: Option<Arc<Token>>,
 }
 
 /// One exchange with the upstream, classified.
@@ -536,6 +563,11 @@ impl Ctx {
     pub fn paused(&self) -> Option<Handled> {
         let until = self.app.upstream_paused()?;
         Some(Local::IpBanPause { until }.into())
+    }
+
+    /// Whether `key` may serve this caller: any key without a token, else its token's.
+    pub fn may_use(&self, key: &KeyEntry) -> bool {
+        self.token.as_ref().is_none_or(|t| t.may_use(key.id))
     }
 
     pub fn policy(&self) -> &crate::config::Failover {

@@ -10,7 +10,7 @@ use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::app::{App, Snapshot};
+use crate::app::App;
 use crate::config::{Config, ConfigError};
 use crate::metrics::ReloadResult;
 use crate::pool::KeyPool;
@@ -82,7 +82,7 @@ pub fn apply(app: &App, mut config: Config) -> Result<Applied, RegistryFull> {
             .collect(),
         needs_restart,
     };
-    app.install(Snapshot { config, pool });
+    app.install(app.snapshot_of(config, pool));
     if !applied.added.is_empty() {
         // New keys have no balance yet; read it now rather than at the next round.
         tokio::spawn(refresh::refresh_all_owned(app.clone()));

@@ -89,6 +89,9 @@ impl Default for Clock {
 pub struct Entry {
     pub key: KeyId,
     pub at: Stamp,
+    /// The caller token that created the task (`tokens::TokenId`), 0 for none: room the
+    /// padding after `key` had anyway.
+    pub owner: u16,
 }
 
 /// Tasks by id. Lookups run concurrently, sharded like every map of the request path.
@@ -343,6 +346,7 @@ mod tests {
                 Entry {
                     key: KeyId(0),
                     at: Stamp(at),
+                    owner: 0,
                 },
             );
         }
@@ -351,6 +355,7 @@ mod tests {
             Entry {
                 key: KeyId(1),
                 at: Stamp(1),
+                owner: 0,
             },
         );
         let mut selected = map.select(|e| e.at < Stamp(6));
@@ -372,6 +377,7 @@ mod tests {
         let entry = |key, at| Entry {
             key: KeyId(key),
             at: Stamp(at),
+            owner: 0,
         };
         assert_eq!(map.insert(&TaskId::Num(7), entry(1, 0)), None);
         assert_eq!(map.insert(&text("7x"), entry(2, 0)), None);

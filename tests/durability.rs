@@ -170,15 +170,15 @@ async fn survive(signal: &str, n: usize) {
     assert!(!log.contains(KEY_A), "no key in the log");
 }
 
-/// Each record of a journal as written by the format in `src/pins/journal.rs`: its byte
-/// range and, for a PIN of a numeric id, the id.
+/// Each record of a journal as written by the format in `src/pins/journal/record.rs`: its
+/// byte range and, for a PIN2 of a numeric id, the id.
 fn records(journal: &[u8]) -> Vec<(std::ops::Range<usize>, u64)> {
     let mut records = Vec::new();
     let mut at = 0;
     while at < journal.len() {
         let len = u32::from_le_bytes(journal[at..at + 4].try_into().unwrap()) as usize;
         let payload = &journal[at + 8..at + 8 + len];
-        assert_eq!(&payload[..2], [0x01, 0x00], "a PIN of a numeric id");
+        assert_eq!(&payload[..2], [0x03, 0x00], "a PIN2 of a numeric id");
         let id = u64::from_le_bytes(payload[2..10].try_into().unwrap());
         records.push((at..at + 8 + len, id));
         at += 8 + len;

@@ -211,6 +211,8 @@ const LAYERS: &[&[&str]] = &[
     &["captcha", "config", "health"],
     // The policy, pure; and the simulator, which speaks only the protocol.
     &["failover", "sim"],
+    // The caller token table: config resolved to key ids.
+    &["tokens"],
     // Compact task tables; the upstream client and its account reads; certificates.
     &["task_table", "upstream", "tls"],
     &["pins"],

@@ -410,6 +410,11 @@ fn closed_series(keys: &[&str]) -> Vec<String> {
             .map(|c| one("keyrelay_local_answers_total", "code", c.label())),
     );
     series.extend(
+        keyrelay::metrics::Denied::ALL
+            .iter()
+            .map(|d| one("keyrelay_access_denied_total", "reason", d.label())),
+    );
+    series.extend(
         ForwardOutcome::ALL
             .iter()
             .map(|o| one("keyrelay_forward_requests_total", "outcome", o.label())),

@@ -67,7 +67,7 @@ impl LoadStore for MemoryLoad {
     fn open(&self, key: KeyId, task: TaskId, now: Instant) {
         let at = self.clock.stamp(now);
         // An id the upstream handed out twice is one task: the older count goes.
-        if let Some(old) = self.tasks.insert(&task, Entry { key, at }) {
+        if let Some(old) = self.tasks.insert(&task, Entry { key, at, owner: 0 }) {
             self.closed(old.key);
         }
         self.change(key, |load| {

@@ -65,9 +65,10 @@ use self::record::put_pin;
 use self::replay::{decode, load};
 use self::wall_clock::Clock;
 use super::memory::MemoryPins;
-use super::PinStore;
+use super::{Pin, PinStore, TokenId};
 use crate::captcha::TaskId;
 use crate::key_id::KeyId;
+use crate::tokens::TokenCounters;
 
 mod compaction;
 mod disk;
@@ -82,6 +83,9 @@ mod wall_clock;
 /// The journal's file name inside the data directory.
 const FILE_NAME: &str = "pins.journal";
 
+/// Names by id, as a journal asks them once each and keeps them.
+type Names = Vec<Option<Arc<str>>>;
+
 /// Maps a key id to the name written to the journal.
 type KeyNames = Arc<dyn Fn(KeyId) -> Option<Arc<str>> + Send + Sync>;
 
@@ -93,6 +97,8 @@ pub struct JournalPins {
     /// not, so pins keep being appended meanwhile.
     compacting: Mutex<()>,
     key_name: KeyNames,
+    /// Caller token names by id, for the records of pins that have one.
+    tokens: Arc<TokenCounters>,
     /// Every file operation after open goes through here, so that tests can fail or stall it.
     disk: Arc<dyn Disk>,
     clock: Clock,
@@ -146,6 +152,8 @@ struct Journal {
     dir_unsynced: bool,
     /// Key names by `KeyId`, as `key_name` gave them (see [`JournalPins::open`]).
     names: Vec<Option<Arc<str>>>,
+    /// Token names by `TokenId`, asked of `tokens` once each.
+    token_names: Vec<Option<Arc<str>>>,
     /// The buffer every pin's record is encoded into, kept so that a pin allocates nothing.
     record: Vec<u8>,
 }
@@ -178,12 +186,31 @@ impl JournalPins {
         key_id: &dyn Fn(&str) -> Option<KeyId>,
         key_name: Arc<dyn Fn(KeyId) -> Option<Arc<str>> + Send + Sync>,
     ) -> io::Result<(JournalPins, Recovery)> {
+        let tokens = Arc::default();
+        JournalPins::open_for_tokens(dir, ttl, max_pins, key_id, key_name, tokens)
+    }
+
+    /// [`JournalPins::open`], with the caller tokens' ids from `tokens`: the same registry
+    /// the token tables are built with, so that a pin read back belongs to the token of its
+    /// name. A pin of a token is journaled with the token's name.
+    ///
+    /// # Errors
+    /// As [`JournalPins::open`].
+    pub fn open_for_tokens(
+        dir: &Path,
+        ttl: Duration,
+        max_pins: usize,
+        key_id: &dyn Fn(&str) -> Option<KeyId>,
+        key_name: KeyNames,
+        tokens: Arc<TokenCounters>,
+    ) -> io::Result<(JournalPins, Recovery)> {
         let options = Options {
             ttl,
             max_pins,
             clock: Clock::now(),
             compact_slack: COMPACT_SLACK,
             disk: Arc::new(RealDisk),
+            tokens,
         };
         JournalPins::open_with(dir, options, key_id, key_name)
     }
@@ -246,10 +273,12 @@ impl JournalPins {
                 generation: 0,
                 dir_unsynced: false,
                 names: Vec::new(),
+                token_names: Vec::new(),
                 record: Vec::with_capacity(64),
             }),
             compacting: Mutex::new(()),
             key_name,
+            tokens: Arc::clone(&options.tokens),
             disk: Arc::clone(&options.disk),
             clock: options.clock,
             dir: dir.to_path_buf(),
@@ -389,10 +418,10 @@ impl JournalPins {
     /// (a registry read and a fresh `Arc<str>`) cost more than the encoding.
     fn pin_record(
         &self,
-        names: &mut Vec<Option<Arc<str>>>,
+        (names, token_names): (&mut Names, &mut Names),
         record: &mut Vec<u8>,
         task: &TaskId,
-        key: KeyId,
+        (key, token): (KeyId, TokenId),
         created_ms: u64,
     ) -> bool {
         let slot = usize::from(key.0);
@@ -407,7 +436,18 @@ impl JournalPins {
             names[slot] = Some(name);
         }
         let name = names[slot].as_deref().unwrap_or_default();
-        match put_pin(record, task, name, created_ms) {
+        let token_slot = usize::from(token.0);
+        if token != TokenId::NONE && token_names.get(token_slot).is_none_or(Option::is_none) {
+            if token_names.len() <= token_slot {
+                token_names.resize(token_slot + 1, None);
+            }
+            token_names[token_slot] = self.tokens.name(token);
+        }
+        let token_name = token_names
+            .get(token_slot)
+            .and_then(Option::as_deref)
+            .unwrap_or_default();
+        match put_pin(record, task, name, token_name, created_ms) {
             Ok(()) => true,
             Err(e) => {
                 tracing::error!(key = %name, task = %task, error = %e, "pin not journaled; it is kept in memory only");
@@ -430,21 +470,31 @@ impl PinStore for JournalPins {
         self.sync()
     }
 
-    fn pin(&self, task: TaskId, key: KeyId, now: Instant) {
+    fn pin_for(&self, task: TaskId, key: KeyId, token: TokenId, now: Instant) {
         let created_ms = self.clock.unix_millis(now);
         let mut journal = self.lock();
         // The buffer is taken out and put back so that `append` can have the journal too.
         let mut record = std::mem::take(&mut journal.record);
         record.clear();
-        if self.pin_record(&mut journal.names, &mut record, &task, key, created_ms) {
+        let Journal {
+            names, token_names, ..
+        } = &mut *journal;
+        let written = self.pin_record(
+            (names, token_names),
+            &mut record,
+            &task,
+            (key, token),
+            created_ms,
+        );
+        if written {
             self.append(&mut journal, &record);
         }
         journal.record = record;
-        self.inner.pin(task, key, now);
+        self.inner.pin_for(task, key, token, now);
     }
 
-    fn owner(&self, task: &TaskId, now: Instant) -> Option<KeyId> {
-        self.inner.owner(task, now)
+    fn pinned(&self, task: &TaskId, now: Instant) -> Option<Pin> {
+        self.inner.pinned(task, now)
     }
 
     fn sweep(&self, now: Instant) -> usize {
@@ -474,4 +524,5 @@ struct Options {
     clock: Clock,
     compact_slack: u64,
     disk: Arc<dyn Disk>,
+    tokens: Arc<TokenCounters>,
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::PinStore;
+use super::{Pin, PinStore, TokenId};
 use crate::captcha::TaskId;
 use crate::key_id::KeyId;
 #[cfg(test)]
@@ -66,6 +66,7 @@ impl MemoryPins {
 pub(super) struct LivePin {
     pub task: TaskId,
     pub key: KeyId,
+    pub token: TokenId,
     /// Rounded down to the second the store keeps.
     pub created: Instant,
 }
@@ -92,6 +93,7 @@ impl MemoryPins {
                 live.push(LivePin {
                     task,
                     key: pin.key,
+                    token: TokenId(pin.owner),
                     created: self.clock.instant(pin.at),
                 });
             }
@@ -101,10 +103,15 @@ impl MemoryPins {
 }
 
 impl PinStore for MemoryPins {
-    fn pin(&self, task: TaskId, key: KeyId, now: Instant) {
+    fn pin_for(&self, task: TaskId, key: KeyId, token: TokenId, now: Instant) {
         let at = self.clock.stamp(now);
         let mut order = self.order();
-        match self.map.insert(&task, Entry { key, at }) {
+        let entry = Entry {
+            key,
+            at,
+            owner: token.0,
+        };
+        match self.map.insert(&task, entry) {
             None => {
                 self.len.fetch_add(1, Ordering::Relaxed);
             }
@@ -123,9 +130,12 @@ impl PinStore for MemoryPins {
         }
     }
 
-    fn owner(&self, task: &TaskId, now: Instant) -> Option<KeyId> {
+    fn pinned(&self, task: &TaskId, now: Instant) -> Option<Pin> {
         let pin = self.map.get(task)?;
-        (self.clock.age(pin.at, now) < self.ttl).then_some(pin.key)
+        (self.clock.age(pin.at, now) < self.ttl).then_some(Pin {
+            key: pin.key,
+            token: TokenId(pin.owner),
+        })
     }
 
     fn sweep(&self, now: Instant) -> usize {
@@ -166,6 +176,33 @@ mod tests {
         assert_eq!(pins.len(), 1, "expired but not yet swept");
         assert_eq!(pins.sweep(Instant::now()), 1);
         assert_eq!(pins.len(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pin_keeps_its_token_and_says_who_may_poll_it() {
+        let pins = MemoryPins::new(Duration::from_secs(3600), 10);
+        let now = Instant::now();
+        pins.pin_for(id(1), KeyId(2), TokenId(3), now);
+        pins.pin(id(2), KeyId(2), now);
+        let owned = pins.pinned(&id(1), now).unwrap();
+        assert_eq!(
+            owned,
+            Pin {
+                key: KeyId(2),
+                token: TokenId(3)
+            }
+        );
+        assert!(owned.belongs_to(Some(TokenId(3))));
+        assert!(!owned.belongs_to(Some(TokenId(4))));
+        assert!(owned.belongs_to(None), "no tokens configured: anyone");
+        let nobodys = pins.pinned(&id(2), now).unwrap();
+        assert_eq!(nobodys.token, TokenId::NONE);
+        assert!(nobodys.belongs_to(Some(TokenId(4))));
+        assert_eq!(
+            std::mem::size_of::<crate::task_table::Entry>(),
+            8,
+            "no bigger for it"
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -228,6 +265,7 @@ mod tests {
         let live = |n, key, created| LivePin {
             task: id(n),
             key: KeyId(key),
+            token: TokenId::NONE,
             created,
         };
         assert_eq!(

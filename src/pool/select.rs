@@ -14,6 +14,7 @@ use tokio::time::Instant;
 use super::{KeyEntry, KeyPool};
 use crate::config::Strategy;
 use crate::health::HealthView;
+use crate::tokens::Token;
 
 /// Per-key scratch of one pick, on the stack for pools of up to this many keys: a pick
 /// runs for every submit, and the heap allocations of four `Vec`s were most of its cost.
@@ -30,6 +31,8 @@ pub struct Candidates<'a, R> {
     ignore_load: bool,
     /// The last pick passed over a key only because it was full.
     saw_full: bool,
+    /// The caller's token, when it may use only some of the keys.
+    token: Option<&'a Token>,
 }
 
 impl<'a, R: Rng> Candidates<'a, R> {
@@ -41,7 +44,14 @@ impl<'a, R: Rng> Candidates<'a, R> {
             now,
             ignore_load: false,
             saw_full: false,
+            token: None,
         }
+    }
+
+    /// Only the keys `token` may use are candidates (all of them, for `None`).
+    pub fn for_token(mut self, token: Option<&'a Token>) -> Self {
+        self.token = token.filter(|t| t.is_limited());
+        self
     }
 
     /// Moves the clock used for health checks, so keys cooled during this request's earlier
@@ -78,6 +88,9 @@ impl<'a, R: Rng> Candidates<'a, R> {
         let mut open = PerKey::new();
         for (i, key) in pool.keys.iter().enumerate() {
             if self.tried[i] || !pool.in_rotation_by(key, &views[i]) {
+                continue;
+            }
+            if self.token.is_some_and(|t| !t.may_use(key.id)) {
                 continue;
             }
             if !self.ignore_load && pool.is_full(key) {

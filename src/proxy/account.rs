@@ -1,6 +1,7 @@
 //! `res.php` account actions, which concern the pool rather than one task: `getbalance` and
 //! `threadsinfo` answer pool totals, pingback actions go to every key, and actions keyrelay
-//! does not know are forwarded with a key in rotation.
+//! does not know are forwarded with a key in rotation. A caller token limited to some keys
+//! sees only those: the totals of its keys, its pingbacks set on its keys.
 
 use std::time::Duration;
 
@@ -20,7 +21,7 @@ pub(super) async fn balance(ctx: &Ctx) -> Handled {
     let unknown = pool
         .keys()
         .iter()
-        .filter(|k| pool.in_rotation(k, now) && k.stats.balance().is_none());
+        .filter(|k| ctx.may_use(k) && pool.in_rotation(k, now) && k.stats.balance().is_none());
     let timeout = ctx.snapshot.config.timeouts.refresh;
     // Paused after an IP ban: answer from what is known rather than reach the upstream.
     let unknown = unknown.filter(|_| ctx.app.upstream_paused().is_none());
@@ -34,7 +35,7 @@ pub(super) async fn balance(ctx: &Ctx) -> Handled {
     let total: f64 = pool
         .keys()
         .iter()
-        .filter(|k| pool.in_rotation(k, now))
+        .filter(|k| ctx.may_use(k) && pool.in_rotation(k, now))
         .filter_map(|k| k.stats.balance())
         .sum();
     Local::Balance(format_balance(total)).into()
@@ -66,7 +67,8 @@ pub(super) fn threads(ctx: &Ctx) -> Handled {
     let pool = &ctx.snapshot.pool;
     let now = Instant::now();
     let (mut threads, mut working) = (0u64, 0u64);
-    for key in pool.keys().iter().filter(|k| pool.in_rotation(k, now)) {
+    let keys = pool.keys().iter();
+    for key in keys.filter(|k| ctx.may_use(k) && pool.in_rotation(k, now)) {
         let used = u64::from(pool.load(key).in_use());
         match key.thread_capacity().map(u64::from) {
             Some(capacity) => {
@@ -99,10 +101,16 @@ pub(super) async fn pingback(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
     if let Some(paused) = ctx.paused() {
         return paused;
     }
-    let keys = ctx.snapshot.pool.keys();
+    let keys: Vec<_> = ctx
+        .snapshot
+        .pool
+        .keys()
+        .iter()
+        .filter(|k| ctx.may_use(k))
+        .collect();
     let attempts = join_all(keys.iter().map(|key| ctx.attempt(key, parsed, &[]))).await;
     let mut first_answer = None;
-    for (key, attempt) in keys.iter().zip(attempts) {
+    for (&key, attempt) in keys.iter().zip(attempts) {
         let succeeded = attempt.outcome() == Outcome::Success;
         let outcome = RequestOutcome::relayed(attempt.outcome());
         if !succeeded {
@@ -129,7 +137,11 @@ pub(super) async fn other(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
     let pool = &ctx.snapshot.pool;
     let rng = ctx.app.rng();
     // No thread is taken: these actions start no task.
-    let Some(key) = pool.candidates(rng, Instant::now()).ignoring_load().next() else {
+    let mut candidates = pool
+        .candidates(rng, Instant::now())
+        .ignoring_load()
+        .for_token(ctx.token.as_deref());
+    let Some(key) = candidates.next() else {
         let configured = pool.keys().len();
         return Local::NoKeyInRotation { configured }.into();
     };

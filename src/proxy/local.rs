@@ -65,6 +65,10 @@ pub(crate) enum Local {
     Ids { items: Vec<String>, asked: bool },
     /// The handler panicked: a well-formed answer instead of a dropped connection.
     Panicked,
+    /// Tokens are configured and the request presents none.
+    NoToken,
+    /// Tokens are configured and the request's `key` (or proxy credential) is none of them.
+    WrongToken,
 }
 
 /// Why a task action has no verdict.
@@ -108,6 +112,7 @@ impl Local {
             Local::NoVerdict { get: true, .. } => LocalCode::NotReady,
             Local::NoVerdict { get: false, .. } => LocalCode::ServerError,
             Local::Balance(_) | Local::Threads(_) | Local::Ids { .. } => LocalCode::Ok,
+            Local::NoToken | Local::WrongToken => LocalCode::WrongUserKey,
         }
     }
 
@@ -135,6 +140,7 @@ impl Local {
             Local::Ids { asked: true, .. } => RequestOutcome::Success,
             Local::Ids { asked: false, .. } => RequestOutcome::UnknownTask,
             Local::Panicked => RequestOutcome::InternalError,
+            Local::NoToken | Local::WrongToken => RequestOutcome::Denied,
         }
     }
 
@@ -214,6 +220,10 @@ impl Local {
             }
             Local::Balance(_) | Local::Threads(_) | Local::Ids { .. } => "".into(),
             Local::Panicked => "keyrelay failed to serve this request; retry".into(),
+            Local::NoToken => {
+                "keyrelay needs an access token: send it as the key parameter".into()
+            }
+            Local::WrongToken => "the key parameter is not a keyrelay access token".into(),
         }
     }
 
@@ -314,6 +324,8 @@ mod tests {
                 },
             ),
             ("Panicked", Local::Panicked),
+            ("NoToken", Local::NoToken),
+            ("WrongToken", Local::WrongToken),
         ]
     }
 
@@ -340,6 +352,8 @@ mod tests {
             Local::Threads(_) => "Threads",
             Local::Ids { .. } => "Ids",
             Local::Panicked => "Panicked",
+            Local::NoToken => "NoToken",
+            Local::WrongToken => "WrongToken",
         }
     }
 

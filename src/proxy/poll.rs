@@ -44,7 +44,20 @@ async fn poll_one(ctx: &Ctx, parsed: &ParsedRequest, action: TaskAction, raw: &s
     // The upstream gets the id as keyrelay reads it, so "0123" polls task 123 there too.
     let canonical = (!task.spelled_as(raw)).then(|| task.to_string());
     let respelled: Vec<(&str, &str)> = canonical.iter().map(|id| ("id", id.as_str())).collect();
-    let Some(key) = owner(ctx, &task) else {
+    let key = match owner(ctx, &task) {
+        Owner::Key(key) => Some(key),
+        // Another token's task is answered as an unknown one: whether it exists is not
+        // this caller's business.
+        Owner::NotYours => {
+            return Local::UnknownTask {
+                task,
+                remembered: false,
+            }
+            .into()
+        }
+        Owner::NoPin => None,
+    };
+    let Some(key) = key else {
         return match probe::probe(ctx, parsed, &task, &respelled).await {
             Probed::Owner {
                 key,
@@ -136,10 +149,27 @@ async fn with_retries(
     }
 }
 
-/// The key that created `task`, even if a reload has since taken it out of the pool.
-fn owner(ctx: &Ctx, task: &TaskId) -> Option<Arc<KeyEntry>> {
-    let id = ctx.app.pins().owner(task, Instant::now())?;
-    ctx.app.registry().get(id)
+/// Whose a task is, as far as this caller may know.
+enum Owner {
+    /// The key that created it, even if a reload has since taken it out of the pool.
+    Key(Arc<KeyEntry>),
+    /// Pinned for another caller token.
+    NotYours,
+    /// No pin (or one whose key is gone): the probe may find it.
+    NoPin,
+}
+
+fn owner(ctx: &Ctx, task: &TaskId) -> Owner {
+    let Some(pin) = ctx.app.pins().pinned(task, Instant::now()) else {
+        return Owner::NoPin;
+    };
+    if !pin.belongs_to(ctx.token.as_ref().map(|t| t.id)) {
+        return Owner::NotYours;
+    }
+    ctx.app
+        .registry()
+        .get(pin.key)
+        .map_or(Owner::NoPin, Owner::Key)
 }
 
 /// What one slot of an `ids=` list answers, decided before anything goes to the owners.
@@ -177,7 +207,11 @@ async fn poll_many(ctx: &Ctx, parsed: &ParsedRequest, ids: &str) -> Handled {
         .iter()
         .map(|task| match task {
             None => Some(Slot::Local(WRONG_ID)),
-            Some(task) => owner(ctx, task).map(Slot::Key),
+            Some(task) => match owner(ctx, task) {
+                Owner::Key(key) => Some(Slot::Key(key)),
+                Owner::NotYours => Some(Slot::Local(WRONG_ID)),
+                Owner::NoPin => None,
+            },
         })
         .collect();
     let unknown = slots.iter().filter(|slot| slot.is_none()).count();

@@ -15,6 +15,7 @@ use super::{Answered, Attempt, Ctx};
 use crate::captcha::TaskId;
 use crate::captcha::{self, Outcome, ParsedRequest};
 use crate::metrics::ProbeResult;
+use crate::pins::TokenId;
 use crate::pool::KeyEntry;
 use crate::upstream::UpstreamAnswer;
 
@@ -94,11 +95,21 @@ pub(super) async fn probe(
 ) -> Probed {
     let now = Instant::now();
     let misses = &ctx.app.probe().misses;
-    if misses.held(task, now) {
+    // A token limited to some keys asks only those: an id none of them owns may still be
+    // another key's, so its misses are neither read from nor added to the shared memory.
+    let limited = ctx.token.as_deref().filter(|t| t.is_limited());
+    if limited.is_none() && misses.held(task, now) {
         count(ctx, ProbeResult::Remembered);
         return Probed::Nobody { remembered: true };
     }
-    let keys = &ctx.snapshot.pool.keys()[..ctx.snapshot.pool.keys().len().min(MAX_PROBED_KEYS)];
+    let keys: Vec<&Arc<KeyEntry>> = ctx
+        .snapshot
+        .pool
+        .keys()
+        .iter()
+        .filter(|key| limited.is_none_or(|t| t.may_use(key.id)))
+        .take(MAX_PROBED_KEYS)
+        .collect();
     // Charged per key asked, before asking: what goes upstream is what the budget bounds.
     let pins = &ctx.snapshot.config.pins;
     let asked = keys.len() as u32;
@@ -113,7 +124,7 @@ pub(super) async fn probe(
     }
     let mut asking: FuturesUnordered<_> = keys
         .iter()
-        .map(|key| async move { (key, ctx.exchange(key, parsed, extra).await) })
+        .map(|&key| async move { (key, ctx.exchange(key, parsed, extra).await) })
         .collect();
     let mut unsure = keys.is_empty();
     while let Some((key, attempt)) = asking.next().await {
@@ -132,7 +143,11 @@ pub(super) async fn probe(
                 };
                 // Pinned, not opened: a task keyrelay did not see submitted holds no thread in
                 // its count (the refresh's threadsinfo counts it as the key's external load).
-                ctx.app.pins().pin(task.clone(), key.id, Instant::now());
+                // Found through the caller's token: from now on the task is that token's.
+                let token = ctx.token.as_ref().map_or(TokenId::NONE, |t| t.id);
+                ctx.app
+                    .pins()
+                    .pin_for(task.clone(), key.id, token, Instant::now());
                 misses.forget(task);
                 count(ctx, ProbeResult::Found);
                 tracing::info!(key = %key.name, task_id = %task, "unknown task found on a key and pinned");
@@ -155,7 +170,9 @@ pub(super) async fn probe(
         count(ctx, ProbeResult::Unsure);
         return Probed::Unsure;
     }
-    misses.remember(task.clone(), now);
+    if limited.is_none() {
+        misses.remember(task.clone(), now);
+    }
     count(ctx, ProbeResult::NotFound);
     Probed::Nobody { remembered: false }
 }

@@ -15,6 +15,7 @@ use crate::captcha::{Endpoint, Outcome, ParsedRequest, Reply};
 use crate::failover::{self, Next};
 use crate::metrics::{RequestOutcome, WaitResult};
 use crate::pool::{Candidates, KeyEntry};
+use crate::tokens::{TokenHold, TokenId};
 
 /// `failover::meaning_rank` of a "busy, retry later" answer.
 const BUSY: u8 = 3;
@@ -37,8 +38,18 @@ pub(super) async fn submit(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
     // The pick's own generator, seeded from this one: seeding from the thread's generator
     // twice per submit cost more than the pick.
     let pick_rng = SmallRng::from_rng(&mut rng);
+    // The caller token's own thread first: a token at its `max_threads` waits for one of
+    // its tasks to end as a full pool waits for a key's thread.
+    let token_hold = match token_thread(ctx, deadline).await {
+        Ok(hold) => hold,
+        Err(refusal) => return pool_full(ctx, refusal, None, 0, started),
+    };
     let mut walk = Walk {
-        candidates: ctx.snapshot.pool.candidates(pick_rng, started),
+        candidates: ctx
+            .snapshot
+            .pool
+            .candidates(pick_rng, started)
+            .for_token(ctx.token.as_deref()),
         retry_same: None,
     };
     let mut worst: Option<Failure<'_>> = None;
@@ -90,7 +101,8 @@ pub(super) async fn submit(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
         }
         match (decision.next, attempt) {
             (Next::Answer, Attempt::Answered(answered)) => {
-                return answer(ctx, key, lease, answered, attempts, started)
+                let leases = (lease, token_hold);
+                return answer(ctx, key, leases, answered, attempts, started);
             }
             // No answer came to give: a failed exchange fails over whatever the policy says.
             (Next::Answer | Next::Failover, attempt) => {
@@ -109,6 +121,26 @@ pub(super) async fn submit(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
         }
     }
     exhausted(ctx, worst, attempts, started)
+}
+
+/// One thread of the caller token's `max_threads` (none to take without a token), waited
+/// for until `deadline` while the token holds them all, if the pool's queue is on.
+async fn token_thread(ctx: &Ctx, deadline: Instant) -> Result<Option<TokenHold>, Refusal> {
+    let Some(token) = &ctx.token else {
+        return Ok(None);
+    };
+    if let Some(hold) = token.try_hold() {
+        return Ok(Some(hold));
+    }
+    let limits = &ctx.snapshot.config.capacity;
+    if limits.max_queued == 0 || limits.queue_timeout.is_zero() {
+        return Err(Refusal::NoQueue);
+    }
+    tracing::debug!(token = %token.name, "token at its max_threads; waiting for one of its tasks to end");
+    match token.hold_until(deadline).await {
+        Some(hold) => Ok(Some(hold)),
+        None => Err(Refusal::TimedOut),
+    }
 }
 
 /// Where a submit is in its walk over the pool.
@@ -216,7 +248,7 @@ fn pool_full(
 fn answer(
     ctx: &Ctx,
     key: &KeyEntry,
-    lease: Lease<'_>,
+    (lease, token_hold): (Lease<'_>, Option<TokenHold>),
     attempt: Answered,
     attempts: u32,
     started: Instant,
@@ -229,8 +261,12 @@ fn answer(
     };
     if let Some(id) = &task_id {
         let now = Instant::now();
-        ctx.app.pins().pin(id.clone(), key.id, now);
+        let token = ctx.token.as_ref().map_or(TokenId::NONE, |t| t.id);
+        ctx.app.pins().pin_for(id.clone(), key.id, token, now);
         lease.keep_for(id.clone(), now);
+        if let Some(hold) = token_hold {
+            ctx.app.capacity().keep_token(id.clone(), hold, now);
+        }
         ctx.app.emit(|| Event::Pinned {
             key: key.name.clone(),
             task_id: id.to_string(),
@@ -256,7 +292,17 @@ fn keep_worst<'a>(worst: &mut Option<Failure<'a>>, attempt: Attempt, key: &'a Ke
 /// Every attempt failed, or no key could be tried. Busy answers are passed on as the service
 /// gave them (clients know to wait and resubmit); otherwise keyrelay says whether keys remain.
 fn exhausted(ctx: &Ctx, worst: Option<Failure<'_>>, attempts: u32, started: Instant) -> Handled {
-    let in_rotation = ctx.snapshot.pool.active_count(Instant::now());
+    let pool = &ctx.snapshot.pool;
+    let now = Instant::now();
+    // A token limited to some keys: whether any of those is left is what matters.
+    let in_rotation = match ctx.token.as_deref().filter(|t| t.is_limited()) {
+        None => pool.active_count(now),
+        Some(token) => pool
+            .keys()
+            .iter()
+            .filter(|k| token.may_use(k.id) && pool.in_rotation(k, now))
+            .count(),
+    };
     tracing::warn!(
         endpoint = ctx.endpoint.label(),
         attempts,

@@ -23,10 +23,11 @@ use std::sync::{Arc, TryLockError};
 use tokio::time::Instant;
 
 use super::disk::{write_all, DiskWriter, Target};
-use super::record::encode_pin;
+use super::record::encode_pin_for;
 use super::{at, Journal, JournalPins};
 use crate::pins::memory::LivePin;
 use crate::pins::PinStore;
+use crate::pins::TokenId;
 
 /// A compaction writes here, then renames over [`FILE_NAME`](super::FILE_NAME).
 pub(super) const TMP_NAME: &str = "pins.journal.tmp";
@@ -158,8 +159,13 @@ impl JournalPins {
         });
         let (mut len, mut records, mut unwritable) = (0u64, 0u64, 0usize);
         for pin in live {
+            let token = match pin.token {
+                TokenId::NONE => None,
+                id => self.tokens.name(id),
+            };
+            let token = token.as_deref().unwrap_or_default();
             let Some(record) = (self.key_name)(pin.key).and_then(|name| {
-                encode_pin(&pin.task, &name, self.clock.unix_millis(pin.created)).ok()
+                encode_pin_for(&pin.task, &name, token, self.clock.unix_millis(pin.created)).ok()
             }) else {
                 unwritable += 1;
                 continue;

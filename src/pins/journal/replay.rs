@@ -23,7 +23,7 @@ use super::Options;
 use crate::captcha::TaskId;
 use crate::key_id::KeyId;
 use crate::pins::memory::MemoryPins;
-use crate::pins::PinStore;
+use crate::pins::{PinStore, TokenId};
 
 /// The valid records of a file, and the damage replay stepped over to reach them.
 pub(super) struct Replay<'a> {
@@ -72,6 +72,7 @@ pub(super) struct Loaded {
 struct Candidate {
     task: TaskId,
     key: Option<KeyId>,
+    token: TokenId,
     created_ms: u64,
 }
 
@@ -83,6 +84,7 @@ pub(super) fn load(
     options: &Options,
 ) -> Loaded {
     let mut names: HashMap<&str, Option<KeyId>> = HashMap::new();
+    let mut tokens: HashMap<&str, TokenId> = HashMap::new();
     let mut latest: HashMap<TaskId, usize> = HashMap::new();
     let mut candidates: Vec<Candidate> = Vec::with_capacity(records.len());
     for record in records {
@@ -90,13 +92,23 @@ pub(super) fn load(
             Record::Pin {
                 task,
                 key,
+                token,
                 created_ms,
             } => {
                 let key = *names.entry(key).or_insert_with(|| key_id(key));
+                // A token no longer configured keeps its name's id: its tasks stay its own
+                // if it comes back, and no other token's.
+                let token = match token {
+                    "" => TokenId::NONE,
+                    name => *tokens
+                        .entry(name)
+                        .or_insert_with(|| options.tokens.id_of(name)),
+                };
                 latest.insert(task.clone(), candidates.len());
                 candidates.push(Candidate {
                     task,
                     key,
+                    token,
                     created_ms,
                 });
             }
@@ -124,7 +136,7 @@ pub(super) fn load(
     // The newest pins win, as they would have if the cap had evicted while running.
     let evicted = kept.len().saturating_sub(options.max_pins.max(1));
     for (candidate, key, created) in kept.into_iter().skip(evicted) {
-        inner.pin(candidate.task, key, created);
+        inner.pin_for(candidate.task, key, candidate.token, created);
     }
     Loaded {
         loaded: inner.len(),

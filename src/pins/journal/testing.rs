@@ -20,8 +20,8 @@ use crate::key_id::KeyId;
 
 pub(super) const TTL: Duration = Duration::from_secs(2 * 60 * 60);
 
-/// A PIN record of a numeric id and a two-byte key name such as "k1".
-pub(super) const NUM_PIN_BYTES: u64 = 29;
+/// A PIN2 record of a numeric id, a two-byte key name such as "k1" and no token.
+pub(super) const NUM_PIN_BYTES: u64 = 30;
 
 pub(super) fn id(n: u64) -> TaskId {
     TaskId::Num(n)
@@ -43,6 +43,7 @@ pub(super) fn options(max_pins: usize) -> Options {
         clock: Clock::now(),
         compact_slack: COMPACT_SLACK,
         disk: Arc::new(RealDisk),
+        tokens: Arc::default(),
     }
 }
 

@@ -303,3 +303,64 @@ async fn pins_append_their_records_and_ask_each_name_once() {
     }
     assert_eq!(asked.load(Ordering::Relaxed), 4, "one lookup per key");
 }
+
+/// Pins keep their caller token across a restart, by the token's name (ids are handed out
+/// per process); a version-1 journal, written before pins stored tokens, loads with every
+/// pin belonging to no token (the next compaction writes them in version 2).
+#[tokio::test(start_paused = true)]
+async fn a_pins_token_survives_a_restart_by_name_and_old_pins_belong_to_no_token() {
+    use super::record::encode_pin_v1;
+    let dir = tempfile::tempdir().unwrap();
+    let now_ms = Clock::now().unix_millis(Instant::now());
+    fs::write(
+        dir.path().join(FILE_NAME),
+        encode_pin_v1(&id(1), "k0", now_ms).unwrap(),
+    )
+    .unwrap();
+    let first_run = Arc::new(TokenCounters::default());
+    let (pins, recovered) = open_with(
+        dir.path(),
+        Options {
+            tokens: first_run.clone(),
+            ..options(1_000)
+        },
+    );
+    assert_eq!(recovered, recovery(1));
+    let old = pins.pinned(&id(1), Instant::now()).unwrap();
+    assert_eq!(old.token, TokenId::NONE, "an old pin is nobody's");
+    let client_a = first_run.id_of("client-a");
+    pins.pin_for(id(2), KeyId(1), client_a, Instant::now());
+    drop(pins);
+
+    // The next run hands out ids in another order.
+    let second_run = Arc::new(TokenCounters::default());
+    let other = second_run.id_of("other");
+    let (pins, recovered) = open_with(
+        dir.path(),
+        Options {
+            tokens: second_run.clone(),
+            ..options(1_000)
+        },
+    );
+    assert_eq!(recovered, recovery(2));
+    let owned = pins.pinned(&id(2), Instant::now()).unwrap();
+    assert_eq!(owned.key, KeyId(1));
+    assert_eq!(owned.token, second_run.id_of("client-a"));
+    assert_ne!(owned.token, other);
+    assert_eq!(
+        pins.pinned(&id(1), Instant::now()).unwrap().token,
+        TokenId::NONE
+    );
+    let on_disk: Vec<(TaskId, String)> = decoded(&journal_bytes(dir.path()))
+        .into_iter()
+        .filter_map(|record| match record {
+            super::record::Record::Pin { task, token, .. } => Some((task, token.to_owned())),
+            super::record::Record::Finish => None,
+        })
+        .collect();
+    assert!(
+        on_disk.contains(&(id(2), "client-a".to_owned())),
+        "{on_disk:?}"
+    );
+    assert!(on_disk.contains(&(id(1), String::new())), "{on_disk:?}");
+}

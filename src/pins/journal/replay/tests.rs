@@ -80,6 +80,7 @@ async fn a_journal_with_legacy_finish_records_loads_every_pin_and_drops_them_at_
                 task,
                 key,
                 created_ms,
+                ..
             } => {
                 assert!(
                     (now_ms..now_ms + 1_000).contains(&created_ms),
@@ -375,7 +376,7 @@ proptest::proptest! {
             .iter()
             .map(|record| match record {
                 Record::Pin { task, key, .. } => {
-                    HEADER + 1 + 1 + 1 + key.len() + 8 + match task {
+                    HEADER + 1 + 1 + 1 + key.len() + 1 + 8 + match task {
                         TaskId::Num(_) => 8,
                         TaskId::Text(text) => 2 + text.len(),
                     }
@@ -393,7 +394,7 @@ fn a_last_record_cut_at_any_byte_is_skipped_and_the_file_repaired() {
     let last = TaskId::Text("abc-1".into());
     let full = three_pins(last.clone());
     let good = 2 * NUM_PIN_BYTES as usize;
-    assert_eq!(full.len(), good + 28);
+    assert_eq!(full.len(), good + 29);
     for cut in good + 1..full.len() {
         let (dir, pins, recovered) = open_bytes(&full[..cut]);
         assert_eq!(recovered, damaged(2, cut - good, 1), "cut at {cut}");
