@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use futures_util::future::{Either, FutureExt};
 use hyper::body::Incoming;
+use hyper::header::{HeaderValue, PROXY_AUTHORIZATION};
 use hyper::service::{service_fn, Service};
 use hyper::{Method, Request, Response};
 
@@ -139,7 +140,7 @@ pub async fn run_with(
                         continue;
                     }
                 };
-                let service = service(&conns, Caller { hangup, peer });
+                let service = service(&conns, Caller { hangup, peer }, None);
                 conns.spawn(stream, service, peer, Some(permit));
             }
             () = &mut shutdown => break,
@@ -179,9 +180,15 @@ pub async fn run_with(
 /// The service of one connection: routes each request. Origin-form requests
 /// (`GET /in.php`), the usual case, and absolute-form ones to an intercepted host are the
 /// pool's; `CONNECT` and absolute-form requests to other hosts are forward-proxy work.
+///
+/// `tunnel_credential` is the `Proxy-Authorization` of the intercepted `CONNECT` whose
+/// requests this connection carries: a script that put its token in its proxy URL sends
+/// it only there, so each request inside that has none of its own is given it, for the
+/// token check. It never goes upstream: proxy headers are not forwarded.
 fn service(
     conns: &Connections,
     caller: Caller,
+    tunnel_credential: Option<HeaderValue>,
 ) -> impl Service<
     Request<Incoming>,
     Response = Response<ServerBody>,
@@ -191,7 +198,13 @@ fn service(
        + 'static {
     let conns = conns.clone();
     let app = conns.app().clone();
-    service_fn(move |req: Request<Incoming>| {
+    service_fn(move |mut req: Request<Incoming>| {
+        if let Some(credential) = &tunnel_credential {
+            let headers = req.headers_mut();
+            if !headers.contains_key(PROXY_AUTHORIZATION) {
+                headers.insert(PROXY_AUTHORIZATION, credential.clone());
+            }
+        }
         let foreign = req.uri().host().is_some_and(|host| !conns.intercepts(host));
         if req.method() == Method::CONNECT {
             Either::Left(Either::Left(forward::connect(

@@ -546,3 +546,48 @@ async fn a_bad_handshake_inside_an_intercepted_tunnel_is_counted_and_harms_nobod
     assert_eq!(h.get("/res.php?key=k&action=getbalance").await.status, 200);
     h.stop().await;
 }
+
+#[tokio::test]
+async fn a_token_in_the_proxy_url_serves_the_requests_inside_an_intercepted_tunnel() {
+    let h = proxy(|config| {
+        config.access.tokens.push(TokenConfig {
+            name: "client".to_owned(),
+            token: CallerToken::new(TOKEN),
+            keys: None,
+            tiers: None,
+            max_threads: None,
+        });
+    })
+    .await;
+    let submit = format!(
+        "GET /in.php?key={CALLER_KEY}&method=userrecaptcha&googlekey=g&pageurl=https://x.test HTTP/1.1\r\nHost: ocr.captchaai.com\r\n\r\n"
+    );
+    // The script's own key is no token; the tunnel's credential is.
+    for (auth, expect) in [
+        (
+            format!("Proxy-Authorization: Basic {}\r\n", basic("script", TOKEN)),
+            "OK|",
+        ),
+        (String::new(), "ERROR_WRONG_USER_KEY"),
+    ] {
+        let (tunnel, head, _) = exchange(
+            h.addr,
+            &format!("CONNECT ocr.captchaai.com:443 HTTP/1.1\r\nHost: ocr.captchaai.com:443\r\n{auth}\r\n"),
+        )
+        .await;
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        let mut tls = tls_over(&h, tunnel, "ocr.captchaai.com").await.unwrap();
+        let (head, body) = request_on(&mut tls, &submit).await;
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        let body = String::from_utf8_lossy(&body);
+        assert!(body.starts_with(expect), "{auth:?}: {body}");
+    }
+    for r in h.sim.received() {
+        assert!(!r.query.contains(TOKEN), "the token went upstream");
+        assert!(
+            !r.query.contains(CALLER_KEY),
+            "the caller's key went upstream"
+        );
+    }
+    h.stop().await;
+}

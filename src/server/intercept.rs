@@ -5,7 +5,7 @@
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::header::{HeaderValue, CONTENT_TYPE};
+use hyper::header::{HeaderValue, CONTENT_TYPE, PROXY_AUTHORIZATION};
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 
@@ -36,6 +36,7 @@ pub(super) fn connect(
         }
     };
     app.metrics().count_forward(ForwardOutcome::Intercepted);
+    let credential = req.headers().get(PROXY_AUTHORIZATION).cloned();
     let upgrade = hyper::upgrade::on(&mut req);
     let inner = conns.clone();
     conns.track(async move {
@@ -55,7 +56,7 @@ pub(super) fn connect(
             }
         };
         let peer = caller.peer;
-        let service = super::service(&inner, caller);
+        let service = super::service(&inner, caller, credential);
         // The tunnel's own connection holds its place under the cap.
         inner.spawn(stream, service, peer, None);
     });

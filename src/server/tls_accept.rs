@@ -56,7 +56,7 @@ pub(super) async fn accept_loop(tls: TlsListener, conns: Connections, pause: Dur
             };
             match result {
                 Ok(stream) => {
-                    let service = super::service(&served, Caller { hangup, peer });
+                    let service = super::service(&served, Caller { hangup, peer }, None);
                     served.spawn(stream, service, peer, Some(permit));
                 }
                 Err((reason, e)) => {
