@@ -10,6 +10,7 @@
 //! failure and crash or retry blindly.
 
 mod access;
+pub(crate) use access::proxy_token;
 mod account;
 mod body;
 mod hangup;

@@ -11,8 +11,11 @@
 
 use std::sync::Arc;
 
+use base64::alphabet;
+use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig};
+use base64::engine::DecodePaddingMode;
+use base64::Engine as _;
 use hyper::header::{HeaderMap, PROXY_AUTHORIZATION};
-use smallvec::SmallVec;
 
 use crate::captcha::ParsedRequest;
 use crate::metrics::Denied;
@@ -61,38 +64,24 @@ fn split_once(bytes: &[u8], at: u8) -> Option<(&[u8], &[u8])> {
     Some((&bytes[..i], &bytes[i + 1..]))
 }
 
-/// Standard base64 (RFC 4648 §4, padding optional), on the stack for credentials of up to
-/// 192 bytes: this runs per forward-proxy request, and a crate for it would be more code
-/// than this.
-fn decode_base64(text: &[u8]) -> Option<SmallVec<[u8; 192]>> {
-    fn value(c: u8) -> Option<u32> {
-        Some(u32::from(match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'+' => 62,
-            b'/' => 63,
-            _ => return None,
-        }))
-    }
-    let text = text
-        .strip_suffix(b"==")
-        .or_else(|| text.strip_suffix(b"="))
-        .unwrap_or(text);
-    if text.len() % 4 == 1 {
-        return None;
-    }
-    let mut out = SmallVec::new();
-    for chunk in text.chunks(4) {
-        let mut bits = 0_u32;
-        for &c in chunk {
-            bits = bits << 6 | value(c)?;
-        }
-        bits <<= 6 * (4 - chunk.len() as u32);
-        let bytes = bits.to_be_bytes();
-        out.extend_from_slice(&bytes[1..chunk.len()]);
-    }
-    Some(out)
+/// Standard base64 (RFC 4648 §4), padding optional: some clients leave it off.
+const BASE64: GeneralPurpose = GeneralPurpose::new(
+    &alphabet::STANDARD,
+    GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent),
+);
+
+fn decode_base64(text: &[u8]) -> Option<Vec<u8>> {
+    BASE64.decode(text).ok()
+}
+
+/// The token a request's `Proxy-Authorization: Basic` presents, if it is one: for the
+/// forward proxy's tunnels and relays, which carry no `key`.
+pub(crate) fn proxy_token<'a>(
+    tokens: &'a TokenTable,
+    headers: &HeaderMap,
+) -> Option<&'a Arc<Token>> {
+    let value = headers.get(PROXY_AUTHORIZATION)?;
+    basic_token(tokens, value.as_bytes())
 }
 
 #[cfg(test)]

@@ -10,7 +10,6 @@
 
 use std::convert::Infallible;
 
-use base64::Engine as _;
 use bytes::Bytes;
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
@@ -20,9 +19,9 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
 use super::connection::{Connections, ServerBody};
-use crate::config::{Config, Tunnel};
+use crate::config::Tunnel;
 use crate::metrics::ForwardOutcome;
-use crate::proxy::Caller;
+use crate::proxy::{self, Caller};
 
 /// `CONNECT host:port` to a host that is not intercepted.
 pub(super) async fn connect(
@@ -55,7 +54,7 @@ pub(super) async fn connect(
         // the tunnel itself needs none, so unchanged scripts work with tokens too.
         return Ok(super::intercept::connect(conns, caller, req, host));
     }
-    if let Some(denied) = denied(&config, req.headers()) {
+    if let Some(denied) = denied(&conns, req.headers()) {
         metrics.count_forward(ForwardOutcome::Unauthorized);
         return Ok(denied);
     }
@@ -121,7 +120,7 @@ pub(super) async fn relay(
 ) -> Result<Response<ServerBody>, Infallible> {
     let config = conns.app().snapshot().config.clone();
     let metrics = conns.app().metrics();
-    if let Some(denied) = denied(&config, req.headers()) {
+    if let Some(denied) = denied(&conns, req.headers()) {
         metrics.count_forward(ForwardOutcome::Unauthorized);
         return Ok(denied);
     }
@@ -156,21 +155,9 @@ pub(super) async fn relay(
 }
 
 /// With tokens configured, the answer to a request that presents none that is valid.
-fn denied(config: &Config, headers: &HeaderMap) -> Option<Response<ServerBody>> {
-    let tokens = &config.access.tokens;
-    if tokens.is_empty() {
-        return None;
-    }
-    let presented = headers
-        .get(header::PROXY_AUTHORIZATION)
-        .and_then(basic_credentials);
-    let valid = presented.is_some_and(|(user, password)| {
-        tokens.iter().any(|t| {
-            let token = t.token.expose();
-            password == token || (password.is_empty() && user == token)
-        })
-    });
-    if valid {
+fn denied(conns: &Connections, headers: &HeaderMap) -> Option<Response<ServerBody>> {
+    let snapshot = conns.app().snapshot();
+    if snapshot.tokens.is_empty() || proxy::proxy_token(&snapshot.tokens, headers).is_some() {
         return None;
     }
     let mut response = text(
@@ -182,21 +169,6 @@ fn denied(config: &Config, headers: &HeaderMap) -> Option<Response<ServerBody>> 
         HeaderValue::from_static("Basic realm=\"keyrelay\""),
     );
     Some(response)
-}
-
-/// The user and password of a `Basic` credential.
-pub(crate) fn basic_credentials(value: &HeaderValue) -> Option<(String, String)> {
-    let value = value.to_str().ok()?.trim();
-    let (scheme, encoded) = value.split_once(' ')?;
-    if !scheme.eq_ignore_ascii_case("basic") {
-        return None;
-    }
-    let decoded = base64::engine::general_purpose::STANDARD
-        .decode(encoded.trim())
-        .ok()?;
-    let decoded = String::from_utf8(decoded).ok()?;
-    let (user, password) = decoded.split_once(':')?;
-    Some((user.to_owned(), password.to_owned()))
 }
 
 fn refused(host: &str) -> Response<ServerBody> {
@@ -267,28 +239,6 @@ fn empty() -> ServerBody {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn basic_credentials_are_read_in_any_case_of_the_scheme() {
-        let encode = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
-        let value = |s: String| HeaderValue::from_str(&s).unwrap();
-        assert_eq!(
-            basic_credentials(&value(format!("Basic {}", encode("u:tok")))),
-            Some(("u".to_owned(), "tok".to_owned()))
-        );
-        assert_eq!(
-            basic_credentials(&value(format!("basic  {}", encode("tok:")))),
-            Some(("tok".to_owned(), String::new()))
-        );
-        for bad in [
-            "Bearer abc".to_owned(),
-            "Basic !!!".to_owned(),
-            format!("Basic {}", encode("no-colon")),
-            "Basic".to_owned(),
-        ] {
-            assert_eq!(basic_credentials(&value(bad.clone())), None, "{bad}");
-        }
-    }
 
     #[test]
     fn hop_by_hop_and_proxy_headers_are_not_passed_on() {
