@@ -68,6 +68,7 @@ POOL_KEYS=(benchkey000000000000000000000001 benchkey000000000000000000000002
            benchkey000000000000000000000003)
 CLIENT_KEY=0123456789abcdef0123456789abcdef
 GET_QUERY="key=$CLIENT_KEY&method=userrecaptcha&googlekey=6Le-wvkSAAAAAPBMRTvw0Q4Muexq9bi0DJwx_mJ-&pageurl=https%3A%2F%2Fexample.com%2Flogin&json=1"
+# shellcheck disable=SC2016 # nginx variables, expanded by nginx
 STUB_ANSWER='OK|${connection}00000000${connection_requests}'
 STUB_ANSWER_RE='^OK\|[1-9][0-9]*00000000[1-9][0-9]*$'
 STUB_POLL_ANSWER=CAPCHA_NOT_READY
@@ -150,8 +151,10 @@ find_tools() {
   [[ -x $OHA ]] || die "oha not found: run bench/run.sh once (it installs oha into bench/.tools)"
   local help
   help=$("$OHA" --help)
-  grep -q -- '--disable-keepalive' <<<"$help" && grep -q -- '--insecure' <<<"$help" &&
-    grep -q -- '--output-format' <<<"$help" || die "oha at $OHA is too old (need >= 1.5)"
+  if ! { grep -q -- '--disable-keepalive' <<<"$help" && grep -q -- '--insecure' <<<"$help" &&
+    grep -q -- '--output-format' <<<"$help"; }; then
+    die "oha at $OHA is too old (need >= 1.5)"
+  fi
   if grep -q -- '--worker-threads' <<<"$help"; then OHA_THREADS=(--worker-threads 1); fi
   if [[ -n ${KEYRELAY_BIN:-} ]]; then
     BIN=$KEYRELAY_BIN
@@ -513,7 +516,7 @@ main() {
   local t0=$SECONDS
   check_knobs
   find_tools
-  TMP=$(mktemp -d "${TMPDIR:-/tmp}/keyrelay-tls-bench.XXXXXX")
+  TMP=$(mktemp -d "${TMPDIR:-/tmp}/keyrelay-tlsbench.XXXXXX")
   RAW=$TMP/raw.tsv
   : >"$RAW"
   start_bg /dev/null bash -c "sleep $MAX_RUNTIME; kill -TERM $$"
