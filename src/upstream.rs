@@ -293,7 +293,7 @@ pub fn answer_headers(mut headers: HeaderMap) -> HeaderMap {
 }
 
 /// hyper's errors keep the useful part in their sources.
-fn error_chain(e: &dyn std::error::Error) -> String {
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {

@@ -148,7 +148,10 @@ pub(super) async fn relay(
             tracing::debug!(peer = %caller.peer, %host, error = %e, "relay failed");
             Ok(text(
                 StatusCode::BAD_GATEWAY,
-                format!("cannot relay to {host}: {}\n", error_text(&e)),
+                format!(
+                    "cannot relay to {host}: {}\n",
+                    crate::upstream::error_chain(&e)
+                ),
             ))
         }
     }
@@ -205,17 +208,6 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
     }
     headers.remove("keep-alive");
     headers.remove("proxy-connection");
-}
-
-fn error_text(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }
 
 fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<ServerBody> {
