@@ -21,7 +21,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::app::App;
-use crate::proxy::{self, Caller, Hangup};
+use crate::proxy::{self, Caller};
 use crate::refresh;
 use connection::{Connections, ServerBody};
 use header_timer::HeaderTimer;
@@ -119,28 +119,13 @@ pub async fn run_with(
     loop {
         tokio::select! {
             accepted = listener.accept() => {
-                let (stream, peer) = match accepted {
-                    Ok(accepted) => accepted,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "accept failed");
-                        tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
-                        continue;
-                    }
-                };
-                let Some(permit) = conns.admit() else {
-                    tracing::debug!(%peer, "connection cap reached; connection closed");
-                    drop(stream);
+                let Some((stream, caller, permit)) =
+                    conns.take(accepted, "proxy", ACCEPT_ERROR_PAUSE).await
+                else {
                     continue;
                 };
-                let _ = stream.set_nodelay(true);
-                let (stream, hangup) = match Hangup::watch(stream) {
-                    Ok(watched) => watched,
-                    Err(e) => {
-                        tracing::warn!(%peer, error = %e, "cannot set up the connection; closed");
-                        continue;
-                    }
-                };
-                let service = service(&conns, Caller { hangup, peer }, None);
+                let peer = caller.peer;
+                let service = service(&conns, caller, None);
                 conns.spawn(stream, service, peer, Some(permit));
             }
             () = &mut shutdown => break,
@@ -231,28 +216,15 @@ fn service(
 /// endpoints and the admin API only (`proxy::operator`), under the same connection cap.
 async fn accept_admin(listener: TcpListener, conns: Connections) {
     loop {
-        let (stream, peer) = match listener.accept().await {
-            Ok(accepted) => accepted,
-            Err(e) => {
-                tracing::warn!(error = %e, "admin accept failed");
-                tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
-                continue;
-            }
-        };
-        let Some(permit) = conns.admit() else {
-            tracing::debug!(%peer, "connection cap reached; admin connection closed");
+        let Some((stream, caller, permit)) = conns
+            .take(listener.accept().await, "admin", ACCEPT_ERROR_PAUSE)
+            .await
+        else {
             continue;
         };
-        let _ = stream.set_nodelay(true);
-        let (stream, hangup) = match Hangup::watch(stream) {
-            Ok(watched) => watched,
-            Err(e) => {
-                tracing::warn!(%peer, error = %e, "cannot set up the admin connection; closed");
-                continue;
-            }
-        };
+        let peer = caller.peer;
         let app = conns.app().clone();
-        let caller = Caller { hangup, peer };
+
         let service = service_fn(move |req: Request<Incoming>| {
             proxy::operator(app.clone(), caller.clone(), req)
                 .map(|served| served.map(|response| response.map(ServerBody::Left)))

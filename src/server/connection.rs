@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use hyper::body::Incoming;
@@ -16,6 +17,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -23,7 +25,7 @@ use tokio_util::task::TaskTracker;
 use super::header_timer::HeaderTimer;
 use crate::app::App;
 use crate::config::Limits;
-use crate::proxy;
+use crate::proxy::{self, Caller, Hangup};
 
 /// What the server answers with: keyrelay's own buffered answers, or (for a request relayed
 /// to another host as a forward proxy) that host's answer, streamed.
@@ -96,6 +98,38 @@ impl Connections {
             self.0.app.metrics().connections_rejected.inc();
         }
         permit
+    }
+
+    /// One accepted TCP connection made ready to serve: a place under the cap, no Nagle
+    /// delay, and a watch on its caller's side. `None` when it is closed instead (logged,
+    /// counted), or the accept failed (for example, out of file descriptors): then after
+    /// `pause`, so that the accept loop does not spin. `listener` names it in the logs.
+    pub(super) async fn take(
+        &self,
+        accepted: std::io::Result<(TcpStream, SocketAddr)>,
+        listener: &'static str,
+        pause: Duration,
+    ) -> Option<(TcpStream, Caller, OwnedSemaphorePermit)> {
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                tracing::warn!(listener, error = %e, "accept failed");
+                tokio::time::sleep(pause).await;
+                return None;
+            }
+        };
+        let Some(permit) = self.admit() else {
+            tracing::debug!(listener, %peer, "connection cap reached; connection closed");
+            return None;
+        };
+        let _ = stream.set_nodelay(true);
+        match Hangup::watch(stream) {
+            Ok((stream, hangup)) => Some((stream, Caller { hangup, peer }, permit)),
+            Err(e) => {
+                tracing::warn!(listener, %peer, error = %e, "cannot set up the connection; closed");
+                None
+            }
+        }
     }
 
     /// Serves HTTP/1.1 on `io` with `service` on a task of its own until the client closes

@@ -9,7 +9,6 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 
 use super::connection::Connections;
-use crate::proxy::{Caller, Hangup};
 
 /// A bound TLS listener and the server config its handshakes use.
 pub struct TlsListener {
@@ -25,25 +24,8 @@ pub(super) async fn accept_loop(tls: TlsListener, conns: Connections, pause: Dur
             accepted = tls.listener.accept() => accepted,
             () = conns.shutting_down() => break,
         };
-        let (stream, peer) = match accepted {
-            Ok(accepted) => accepted,
-            Err(e) => {
-                tracing::warn!(error = %e, "TLS accept failed");
-                tokio::time::sleep(pause).await;
-                continue;
-            }
-        };
-        let Some(permit) = conns.admit() else {
-            tracing::debug!(%peer, "connection cap reached; TLS connection closed");
+        let Some((stream, caller, permit)) = conns.take(accepted, "tls", pause).await else {
             continue;
-        };
-        let _ = stream.set_nodelay(true);
-        let (stream, hangup) = match Hangup::watch(stream) {
-            Ok(watched) => watched,
-            Err(e) => {
-                tracing::warn!(%peer, error = %e, "cannot set up the connection; closed");
-                continue;
-            }
         };
         let config = tls.config.clone();
         let served = conns.clone();
@@ -56,11 +38,12 @@ pub(super) async fn accept_loop(tls: TlsListener, conns: Connections, pause: Dur
             };
             match result {
                 Ok(stream) => {
-                    let service = super::service(&served, Caller { hangup, peer }, None);
+                    let peer = caller.peer;
+                    let service = super::service(&served, caller, None);
                     served.spawn(stream, service, peer, Some(permit));
                 }
                 Err((reason, e)) => {
-                    tracing::debug!(%peer, reason = reason.label(), error = %e, "TLS handshake failed");
+                    tracing::debug!(peer = %caller.peer, reason = reason.label(), error = %e, "TLS handshake failed");
                     served.app().metrics().count_tls_failure(reason.into());
                 }
             }
