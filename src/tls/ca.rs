@@ -409,14 +409,7 @@ fn random_serial() -> SerialNumber {
 /// The machine's name, for the CA's name: several keyrelays' CAs in one trust store can
 /// then be told apart.
 fn machine_name() -> String {
-    let from_file = |path: &str| std::fs::read_to_string(path).ok();
-    from_file("/proc/sys/kernel/hostname")
-        .or_else(|| from_file("/etc/hostname"))
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .or_else(|| std::env::var("COMPUTERNAME").ok())
-        .map(|name| name.trim().chars().take(48).collect::<String>())
-        .filter(|name| !name.is_empty())
-        .unwrap_or_else(|| "this machine".to_owned())
+    crate::host::name(48).unwrap_or_else(|| "this machine".to_owned())
 }
 
 #[cfg(test)]
