@@ -13,6 +13,7 @@ use tokio_util::task::TaskTracker;
 use tower::retry::budget::{Budget, TpsBudget};
 
 use crate::capacity::{Capacity, MemoryLoad, ReadMark};
+use crate::cluster::{Cluster, ClusterError};
 use crate::config::Config;
 use crate::health::{HealthEvent, HealthStore, MemoryHealth, StateKind, Transition};
 use crate::metrics::{Metrics, Release};
@@ -104,6 +105,9 @@ struct Inner {
     /// `data_dir` of that moment: tests and setups that never need a certificate never
     /// write one.
     ca: Mutex<Option<Arc<LocalCa>>>,
+    /// The fleet this replica shares its pool with, if `[cluster]` is configured. Fixed
+    /// for the process's life: joining or leaving a cluster takes a restart.
+    cluster: Option<Arc<Cluster>>,
 }
 
 /// No key of the running config has the name an admin call gave.
@@ -120,6 +124,8 @@ pub enum AppError {
     Metrics(#[from] prometheus::Error),
     #[error(transparent)]
     Registry(#[from] RegistryFull),
+    #[error("cannot set up the cluster: {0}")]
+    Cluster(#[from] ClusterError),
     #[error("cannot open the pin journal in {dir}: {source}")]
     Pins {
         dir: std::path::PathBuf,
@@ -154,12 +160,17 @@ impl App {
         let registry = Arc::new(KeyRegistry::new());
         let capacity = Arc::new(Capacity::new(Box::new(MemoryLoad::new())));
         let holds = Arc::new(AdminHolds::default());
+        let cluster = match &config.cluster {
+            Some(shared) => Some(Arc::new(Cluster::new(shared.clone(), config.pins.ttl)?)),
+            None => None,
+        };
         let pool = build_pool(
             &config,
             &registry,
             health.clone(),
             capacity.clone(),
             holds.clone(),
+            cluster.clone(),
         )?;
         let token_counters = Arc::new(TokenCounters::default());
         let pins = open_pins(&config, &registry, &token_counters)?;
@@ -194,6 +205,7 @@ impl App {
             requests: TaskTracker::new(),
             retry_budget,
             ca: Mutex::new(None),
+            cluster,
         })))
     }
 
@@ -225,6 +237,30 @@ impl App {
         self.0.snapshot.load_full()
     }
 
+    /// Caches here a pin another replica wrote: polls of the task go out with its key from
+    /// now on without asking Redis again. `None` if no key of that name was ever configured.
+    pub fn adopt_pin(
+        &self,
+        task: &crate::captcha::TaskId,
+        shared: &crate::cluster::SharedPin,
+    ) -> Option<crate::pins::Pin> {
+        let key = self.0.registry.id_of(&shared.key)?;
+        let token = if shared.token.is_empty() {
+            crate::tokens::TokenId::NONE
+        } else {
+            self.0.token_counters.id_of(&shared.token)
+        };
+        self.0
+            .pins
+            .pin_for(task.clone(), key, token, Instant::now());
+        Some(crate::pins::Pin { key, token })
+    }
+
+    /// The fleet, when this replica is one of several sharing the pool.
+    pub fn cluster(&self) -> Option<&Arc<Cluster>> {
+        self.0.cluster.as_ref()
+    }
+
     pub fn pins(&self) -> &dyn PinStore {
         &*self.0.pins
     }
@@ -245,6 +281,23 @@ impl App {
 
     /// A task got its final answer: its thread is free again (counted the first time only).
     pub fn finish_task(&self, task: &crate::captcha::TaskId) {
+        let key = self.0.capacity.finish(task);
+        if key.is_some() {
+            self.count_releases(Release::Final, 1);
+        }
+        if let Some(cluster) = &self.0.cluster {
+            // Another replica's task holds a thread of the fleet's, named by the task id:
+            // whoever sees the final answer gives it back.
+            let owner = key.or_else(|| self.0.pins.owner(task, Instant::now()));
+            if let Some(entry) = owner.and_then(|id| self.0.registry.get(id)) {
+                cluster.release_task(&entry.name, task);
+            }
+        }
+    }
+
+    /// A task this replica created had its final answer polled on another replica, which
+    /// gave the fleet's thread back: the local count follows.
+    pub fn finished_elsewhere(&self, task: &crate::captcha::TaskId) {
         if self.0.capacity.finish(task).is_some() {
             self.count_releases(Release::Final, 1);
         }
@@ -287,6 +340,15 @@ impl App {
     /// Stops all upstream traffic for `duration`: the service has banned keyrelay's IP,
     /// and every request, on any key, would extend the ban.
     pub fn pause_upstream(&self, duration: Duration) {
+        self.adopt_pause(duration);
+        if let Some(cluster) = self.0.cluster.clone() {
+            let until = std::time::SystemTime::now() + duration;
+            tokio::spawn(async move { cluster.publish_pause(until).await });
+        }
+    }
+
+    /// Pauses upstream traffic here for `duration`, as another replica of the fleet did.
+    pub fn adopt_pause(&self, duration: Duration) {
         let until = Instant::now() + duration;
         let mut paused = self.0.paused_until.lock().expect("pause lock poisoned");
         if paused.is_none_or(|current| current < until) {
@@ -374,6 +436,7 @@ impl App {
             self.0.health.clone(),
             self.0.capacity.clone(),
             self.0.holds.clone(),
+            self.0.cluster.clone(),
         )
     }
 
@@ -455,6 +518,7 @@ impl App {
             &*self.0.pins,
             self.0.capacity.queued(),
             self.upstream_paused().is_some(),
+            self.0.cluster.as_deref(),
             Instant::now(),
         )
     }
@@ -462,6 +526,27 @@ impl App {
     /// Applies a health event to a key, and logs, counts and announces the change if the
     /// key's state flipped. The one place where key state changes become visible.
     pub fn record_health(&self, key: &KeyEntry, event: HealthEvent) -> Option<Transition> {
+        let transition = self.adopt_health(key, event)?;
+        if let Some(cluster) = self.0.cluster.clone() {
+            let now = Instant::now();
+            let view = self.0.health.view(key.id, now);
+            let until = view
+                .until
+                .map(|until| std::time::SystemTime::now() + until.saturating_duration_since(now));
+            let name = key.name.clone();
+            tokio::spawn(async move {
+                let reason = transition.reason.unwrap_or("");
+                cluster
+                    .publish_health(&name, transition.to.label(), reason, until)
+                    .await;
+            });
+        }
+        Some(transition)
+    }
+
+    /// [`App::record_health`] for a change another replica announced: applied, logged and
+    /// counted here, not announced again.
+    pub fn adopt_health(&self, key: &KeyEntry, event: HealthEvent) -> Option<Transition> {
         let transition = self.0.health.record(key.id, event, Instant::now())?;
         let (from, to) = (transition.from.label(), transition.to.label());
         let reason = transition.reason.unwrap_or("none");
@@ -531,10 +616,12 @@ fn build_pool(
     health: Arc<dyn HealthStore>,
     capacity: Arc<Capacity>,
     holds: Arc<AdminHolds>,
+    cluster: Option<Arc<Cluster>>,
 ) -> Result<KeyPool, RegistryFull> {
     let keys = registry.admit(&config.keys)?;
     Ok(
         KeyPool::new(keys, health, capacity, Selection::from_config(config))
-            .with_admin_holds(holds),
+            .with_admin_holds(holds)
+            .with_cluster(cluster),
     )
 }

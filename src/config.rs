@@ -7,12 +7,14 @@
 //! parse errors are shown against a copy of the document with secrets masked (`redact`).
 
 mod access;
+mod cluster;
 mod keys;
 mod problems;
 mod raw;
 mod redact;
 mod summary;
 mod tls;
+mod units;
 mod upstream;
 mod validate;
 
@@ -26,6 +28,7 @@ use std::time::Duration;
 use crate::ApiKey;
 
 pub use access::{Access, Admin, TokenConfig};
+pub use cluster::{Cluster, RedisUrl};
 pub use redact::ParseError;
 pub use tls::{Ca, Forward, PemFiles, Tls, Tunnel, KNOWN_API_HOSTS};
 pub use upstream::{BadTarget, Upstream};
@@ -158,6 +161,9 @@ pub struct Config {
     pub access: Access,
     /// `[admin]`: the operator API.
     pub admin: Admin,
+    /// `[cluster]`: several replicas sharing one pool through Redis; `None`: this
+    /// instance alone.
+    pub cluster: Option<Cluster>,
     /// Where durable state (the pin journal) lives. `load` defaults it to the config file's
     /// directory; a config built in code has none, and keeps pins in memory only.
     pub data_dir: Option<PathBuf>,
@@ -415,6 +421,7 @@ impl Config {
             ca: Ca::default(),
             access: Access::default(),
             admin: Admin::default(),
+            cluster: None,
             data_dir: None,
         }
     }

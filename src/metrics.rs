@@ -9,6 +9,7 @@ use prometheus::{
 use tokio::time::Instant;
 
 use crate::captcha::Outcome;
+use crate::cluster::{Cluster, Op as ClusterOp};
 use crate::failover::CheckResult;
 use crate::health::StateKind;
 use crate::pins::PinStore;
@@ -327,6 +328,18 @@ pub struct Metrics {
     token_submits: IntCounterVec,
     /// Threads held by each caller token's tasks, set at scrape time.
     token_threads_in_use: IntGaugeVec,
+    /// `[cluster]` only: 1 while Redis is shared, 0 while degraded.
+    cluster_up: IntGaugeVec,
+    /// `[cluster]` only: failed Redis calls by operation, mirrored from the cluster's own
+    /// counts at scrape time.
+    cluster_errors: IntCounterVec,
+    /// `[cluster]` only: replicas seen alive at the last heartbeat.
+    cluster_replicas: IntGaugeVec,
+    /// `[cluster]` only: pins waiting for Redis to return.
+    cluster_pin_backlog: IntGaugeVec,
+    /// `[cluster]` only: each key's threads held across the fleet: the same figure on every
+    /// replica (`scope="fleet"`), to be read with max(), never summed.
+    cluster_threads_held: IntGaugeVec,
 }
 
 /// Registers each metric and returns its handle.
@@ -363,7 +376,50 @@ impl Metrics {
                 labels,
             )
         };
+        let cluster = |name: &str, help: &str, labels: &[&str]| {
+            IntGaugeVec::new(Opts::new(name, help), labels)
+        };
         Ok(Metrics {
+            cluster_up: register!(
+                r,
+                cluster(
+                    "keyrelay_cluster_up",
+                    "1 while this replica shares the pool through Redis, 0 while degraded (its own share of each key).",
+                    &["replica"]
+                )?
+            ),
+            cluster_errors: register!(
+                r,
+                counter(
+                    "keyrelay_cluster_errors_total",
+                    "Redis calls that failed or timed out, by operation.",
+                    &["op"]
+                )?
+            ),
+            cluster_replicas: register!(
+                r,
+                cluster(
+                    "keyrelay_cluster_replicas",
+                    "Replicas seen alive at this replica's last heartbeat.",
+                    &["replica"]
+                )?
+            ),
+            cluster_pin_backlog: register!(
+                r,
+                cluster(
+                    "keyrelay_cluster_pin_backlog",
+                    "Pins made while Redis was away, waiting to be written to it.",
+                    &["replica"]
+                )?
+            ),
+            cluster_threads_held: register!(
+                r,
+                cluster(
+                    "keyrelay_cluster_threads_held",
+                    "Threads of the key held across the whole fleet, as last synced; the same on every replica: use max(), not sum().",
+                    &["key", "scope"]
+                )?
+            ),
             keys_active: register!(
                 r,
                 IntGauge::new(
@@ -797,9 +853,13 @@ impl Metrics {
         pins: &dyn PinStore,
         queued: usize,
         paused: bool,
+        cluster: Option<&Cluster>,
         now: Instant,
     ) -> String {
         self.upstream_paused.set(i64::from(paused));
+        if let Some(cluster) = cluster {
+            self.render_cluster(cluster, pool);
+        }
         self.queue_length.set(queued as i64);
         self.keys_configured.set(pool.keys().len() as i64);
         self.keys_active.set(pool.active_count(now) as i64);
@@ -867,6 +927,33 @@ impl Metrics {
             .encode(&self.registry.gather(), &mut out)
             .expect("the text encoder writes to a Vec, which cannot fail");
         String::from_utf8(out).expect("the text format is UTF-8")
+    }
+
+    fn render_cluster(&self, cluster: &Cluster, pool: &KeyPool) {
+        let replica = [cluster.replica()];
+        self.cluster_up
+            .with_label_values(&replica)
+            .set(i64::from(cluster.is_shared()));
+        self.cluster_replicas
+            .with_label_values(&replica)
+            .set(cluster.live_replicas().len() as i64);
+        self.cluster_pin_backlog
+            .with_label_values(&replica)
+            .set(cluster.backlog_len() as i64);
+        for &op in ClusterOp::ALL {
+            let counter = self.cluster_errors.with_label_values(&[op.label()]);
+            counter.inc_by(cluster.errors(op).saturating_sub(counter.get()));
+        }
+        for key in pool.keys() {
+            self.cluster_threads_held
+                .with_label_values(&[key.name.as_str(), "fleet"])
+                .set(i64::from(
+                    key.stats
+                        .fleet
+                        .held
+                        .load(std::sync::atomic::Ordering::Relaxed),
+                ));
+        }
     }
 
     /// State changes of a key into `state` since start, for the status page.

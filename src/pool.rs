@@ -16,6 +16,7 @@ use hyper::header::HeaderValue;
 use tokio::time::Instant;
 
 use crate::capacity::{Capacity, Lease, Load};
+use crate::cluster::Cluster;
 use crate::config::{Config, KeyConfig, Strategy, Upstream};
 use crate::health::{HealthStore, HealthView, StateKind};
 use crate::key_id::KeyId;
@@ -59,6 +60,44 @@ pub struct KeyStats {
     /// When keyrelay last began a check of a verdict against the key, so that callers
     /// drawing the same verdict again and again cause one check per interval, not one each.
     check_begun: Mutex<Option<Instant>>,
+    /// What the fleet's shared state says of the key, in cluster mode.
+    pub fleet: FleetView,
+}
+
+/// A key as the other replicas of a cluster see it: set from Redis's answers and the
+/// periodic sync, read on each pick only when `[cluster]` is configured.
+#[derive(Debug, Default)]
+pub struct FleetView {
+    /// Threads the service works on beyond the fleet's leases, as the refresher read them.
+    pub external: AtomicU32,
+    /// Threads held across the fleet at the last sync.
+    pub held: AtomicU32,
+    /// Redis said every thread is held: the key counts as full until then, so that submits
+    /// move on (or wait) without asking again at once.
+    full_until: Mutex<Option<Instant>>,
+}
+
+impl FleetView {
+    /// How long a key stays full after the fleet said so, unless a sync shows a free thread.
+    pub const FULL_HOLD: Duration = Duration::from_millis(100);
+
+    pub fn set_full(&self, until: Option<Instant>) {
+        *self
+            .full_until
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = until;
+    }
+
+    pub fn full_until(&self) -> Option<Instant> {
+        *self
+            .full_until
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn is_full(&self, now: Instant) -> bool {
+        self.full_until().is_some_and(|until| until > now)
+    }
 }
 
 const UNKNOWN: u32 = u32::MAX;
@@ -71,6 +110,7 @@ impl Default for KeyStats {
             working: AtomicU32::new(UNKNOWN),
             last_error: Mutex::new(None),
             check_begun: Mutex::new(None),
+            fleet: FleetView::default(),
         }
     }
 }
@@ -203,6 +243,8 @@ pub struct KeyPool {
     selection: Selection,
     /// Round-robin position: the index to look from for the next pick.
     cursor: AtomicUsize,
+    /// The fleet this replica shares the pool with, if `[cluster]` is configured.
+    cluster: Option<Arc<Cluster>>,
 }
 
 impl KeyPool {
@@ -219,7 +261,19 @@ impl KeyPool {
             holds: Arc::default(),
             selection,
             cursor: AtomicUsize::new(0),
+            cluster: None,
         }
+    }
+
+    /// The same pool, counting threads with the fleet: a key's threads are the fleet's,
+    /// and while Redis is away this replica takes only its share of them.
+    pub fn with_cluster(mut self, cluster: Option<Arc<Cluster>>) -> Self {
+        self.cluster = cluster;
+        self
+    }
+
+    pub fn cluster(&self) -> Option<&Arc<Cluster>> {
+        self.cluster.as_ref()
     }
 
     /// The same pool, reading the operator's holds from `holds` (the app's, which outlive
@@ -293,13 +347,38 @@ impl KeyPool {
 
     /// Every thread of the key is in use (never, for a key without a known capacity).
     pub fn is_full(&self, key: &KeyEntry) -> bool {
-        key.thread_capacity()
+        if self.cluster.is_some() && key.stats.fleet.is_full(Instant::now()) {
+            return true;
+        }
+        self.local_limit(key)
             .is_some_and(|capacity| self.load(key).in_use() >= capacity)
     }
 
-    /// Takes one of the key's threads for a request, unless all are in use.
+    /// Takes one of the key's threads for a request, unless all are in use. In a cluster
+    /// this is the local step: the fleet's lease is taken next, through Redis.
     pub fn hold(&self, key: &KeyEntry) -> Option<Lease<'_>> {
-        self.capacity.try_hold(key.id, key.thread_capacity())
+        if self.cluster.is_some() && key.stats.fleet.is_full(Instant::now()) {
+            return None;
+        }
+        self.capacity.try_hold(key.id, self.local_limit(key))
+    }
+
+    /// The threads this replica may hold of the key: all of them, alone or while Redis
+    /// counts for the fleet; its share while Redis is away.
+    fn local_limit(&self, key: &KeyEntry) -> Option<u32> {
+        let capacity = key.thread_capacity()?;
+        Some(match &self.cluster {
+            Some(cluster) if !cluster.is_shared() => cluster.share(self.fleet_limit(key)),
+            _ => capacity,
+        })
+    }
+
+    /// The limit the fleet's lease set is checked against: the key's threads less what the
+    /// service works on for others (`u32::MAX` for a key of unknown capacity).
+    pub fn fleet_limit(&self, key: &KeyEntry) -> u32 {
+        key.thread_capacity().map_or(u32::MAX, |capacity| {
+            capacity.saturating_sub(key.stats.fleet.external.load(Ordering::Relaxed))
+        })
     }
 
     /// The share of its weight a key gets now: below 1 while it ramps up after coming back
@@ -320,14 +399,22 @@ impl KeyPool {
         }
     }
 
-    /// The earliest end of a cooldown, when a key may come back by the clock alone.
+    /// The earliest end of a cooldown, when a key may come back by the clock alone (or,
+    /// in a cluster, of the fleet's "full" on a key).
     pub fn next_return(&self, now: Instant) -> Option<Instant> {
-        self.keys
+        let cooling = self
+            .keys
             .iter()
             .map(|key| self.health(key, now))
             .filter(|view| view.state == StateKind::Cooling)
-            .filter_map(|view| view.until)
-            .min()
+            .filter_map(|view| view.until);
+        let fleet_full = self
+            .keys
+            .iter()
+            .filter(|_| self.cluster.is_some())
+            .filter_map(|key| key.stats.fleet.full_until())
+            .filter(|&until| until > now);
+        cooling.chain(fleet_full).min()
     }
 
     /// Keys in try-order for a new task, each at most once: the keys of the lowest tier

@@ -8,14 +8,22 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use tokio::time::Instant;
 
+use std::sync::atomic::Ordering;
+
 use crate::app::App;
+use crate::captcha::ThreadsInfo;
+use crate::cluster::{Cluster, Readings};
 use crate::failover::{self, ReadError};
 use crate::pool::{AdminHold, KeyEntry};
 
 /// Runs refreshes until the task is dropped: one now, then one per interval.
 pub async fn run(app: App) {
     loop {
-        refresh_all(&app).await;
+        // In a cluster one replica reads for the fleet (the refresher lease); the others
+        // adopt its readings. Without Redis every replica reads for itself.
+        if app.cluster().is_none_or(|cluster| cluster.is_refresher()) {
+            refresh_all(&app).await;
+        }
         let interval = app.snapshot().config.refresh_interval;
         tokio::time::sleep(interval).await;
     }
@@ -53,6 +61,27 @@ pub async fn refresh_all(app: &App) {
     );
 }
 
+/// The refresher's readings of a key, for the fleet: the service's threads, and what it
+/// works on beyond the fleet's own leases (counted just after the read, so it errs low).
+async fn share_readings(
+    cluster: &Cluster,
+    key: &KeyEntry,
+    balance: Option<f64>,
+    threads: Option<ThreadsInfo>,
+) {
+    let mut external = 0;
+    if let (Some(info), Ok(held)) = (threads, cluster.held(&key.name).await) {
+        external = info.working_threads.saturating_sub(held);
+    }
+    key.stats.fleet.external.store(external, Ordering::Relaxed);
+    let readings = Readings {
+        balance,
+        threads: threads.map(|t| (t.threads, t.working_threads)),
+        external,
+    };
+    cluster.publish_readings(&key.name, readings).await;
+}
+
 /// Reads one key's balance and threads and applies what was learned: the background round's
 /// work for one key, and what an operator's forced refresh runs.
 pub async fn refresh_key(app: &App, key: &KeyEntry, timeout: Duration) {
@@ -73,9 +102,17 @@ pub async fn refresh_key(app: &App, key: &KeyEntry, timeout: Duration) {
         threads = client.read_threads(key.account(), timeout).await.ok();
         key.stats
             .set_threads(threads.map(|t| (t.threads, t.working_threads)));
-        if let Some(info) = threads {
-            app.reconcile_threads(key, info.working_threads, mark);
+        match (threads, app.cluster()) {
+            (Some(info), None) => app.reconcile_threads(key, info.working_threads, mark),
+            // The service's `working` counts every replica's tasks: only the fleet's lease
+            // count can be taken from it.
+            (info, Some(cluster)) => {
+                share_readings(cluster, key, balance.as_ref().ok().copied(), info).await;
+            }
+            (None, None) => {}
         }
+    } else if let Some(cluster) = app.cluster() {
+        share_readings(cluster, key, None, None).await;
     }
     let snapshot = app.snapshot();
     let state = app.health().view(key.id, Instant::now()).state;

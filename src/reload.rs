@@ -226,6 +226,11 @@ fn keep_start_only_settings(running: &Config, new: &mut Config) -> Vec<&'static 
         changed.push("access.open");
         new.access.open = running.access.open;
     }
+    // The cluster's connection, name and timings are the process's for its life.
+    if new.cluster != running.cluster {
+        changed.push("cluster");
+        new.cluster = running.cluster.clone();
+    }
     if new.timeouts.connect != running.timeouts.connect {
         changed.push("timeouts.connect");
         new.timeouts.connect = running.timeouts.connect;

@@ -22,7 +22,7 @@ use tokio::time::Instant;
 
 use crate::app::App;
 use crate::proxy::{self, Caller};
-use crate::refresh;
+use crate::{fleet, refresh};
 use connection::{Connections, ServerBody};
 use header_timer::HeaderTimer;
 pub use tls_accept::TlsListener;
@@ -94,6 +94,7 @@ pub async fn run_with(
     let header_timer = HeaderTimer::new();
     let mut background = JoinSet::new();
     background.spawn(refresh::run(app.clone()));
+    background.spawn(fleet::run(app.clone()));
     background.spawn(sweep_pins(app.clone()));
     background.spawn(sync_pins(app.clone()));
     background.spawn(release_stale(app.clone()));

@@ -23,7 +23,26 @@ pub struct PoolStatus {
     pub strategy: &'static str,
     /// Submits waiting for a thread now.
     pub queued: usize,
+    /// `[cluster]` only: this replica, the fleet and whether Redis is shared.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<ClusterStatus>,
     pub keys: Vec<KeyStatus>,
+}
+
+/// The fleet as this replica sees it.
+#[derive(Debug, Serialize)]
+pub struct ClusterStatus {
+    pub replica: String,
+    /// `shared` (Redis counts for the fleet) or `degraded` (this replica's share).
+    pub mode: &'static str,
+    /// Why degraded; `null` while shared.
+    pub degraded_reason: Option<String>,
+    /// Replicas seen alive at the last heartbeat, by name.
+    pub replicas: Vec<String>,
+    /// Whether this replica runs the fleet's balance and thread refresh.
+    pub refresher: bool,
+    /// Pins waiting for Redis to return.
+    pub pin_backlog: usize,
 }
 
 /// One key's line in `/status`.
@@ -53,6 +72,9 @@ pub struct KeyStatus {
     /// Threads counted against the key's capacity: submits on their way, open tasks, and
     /// others' use that threadsinfo showed.
     pub threads_in_use: u32,
+    /// `[cluster]` only: threads held across the fleet at the last sync.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fleet_threads_in_use: Option<u32>,
     pub tier: u32,
     pub last_error: Option<LastError>,
     pub counts: Counts,
@@ -112,6 +134,12 @@ pub fn pool_status(app: &App) -> PoolStatus {
                 working_threads: key.stats.threads().map(|(_, working)| working),
                 tasks_in_flight: load.open,
                 threads_in_use: load.in_use(),
+                fleet_threads_in_use: app.cluster().map(|_| {
+                    key.stats
+                        .fleet
+                        .held
+                        .load(std::sync::atomic::Ordering::Relaxed)
+                }),
                 tier: key.tier,
                 last_error: key.stats.last_error().map(|(code, at)| LastError {
                     code,
@@ -136,6 +164,18 @@ pub fn pool_status(app: &App) -> PoolStatus {
         tasks_pinned: app.pins().len(),
         strategy: pool.strategy().label(),
         queued: app.capacity().queued(),
+        cluster: app.cluster().map(|cluster| ClusterStatus {
+            replica: cluster.replica().to_owned(),
+            mode: if cluster.is_shared() {
+                "shared"
+            } else {
+                "degraded"
+            },
+            degraded_reason: cluster.degraded_reason(),
+            replicas: cluster.live_replicas(),
+            refresher: cluster.is_shared() && cluster.is_refresher(),
+            pin_backlog: cluster.backlog_len(),
+        }),
         keys,
     }
 }
@@ -223,6 +263,7 @@ td.num {{ text-align: right; font-variant-numeric: tabular-nums; }}
 <p><span class="badge {pool_class}">{active} of {configured} keys in rotation</span>
  &middot; strategy {strategy} &middot; {queued} submits waiting for a thread
  &middot; {pinned} tasks pinned &middot; up {uptime}s &middot; this page reloads every {refresh}s</p>
+{cluster}
 <table>
 <tr><th>Key</th><th>Tier</th><th>Fingerprint</th><th>State</th><th>Reason</th><th>Since</th><th>Balance</th><th>Threads used</th><th>In flight</th><th>Submits ok / failed</th><th>Last error</th></tr>
 {rows}</table>
@@ -236,6 +277,28 @@ td.num {{ text-align: right; font-variant-numeric: tabular-nums; }}
         strategy = status.strategy,
         queued = status.queued,
         uptime = status.uptime_seconds,
+        cluster = status.cluster.as_ref().map_or(String::new(), cluster_line),
+    )
+}
+
+fn cluster_line(cluster: &ClusterStatus) -> String {
+    let mode = match &cluster.degraded_reason {
+        Some(why) => format!(
+            "<span class=\"badge cooling\">degraded</span> ({})",
+            escape(why)
+        ),
+        None => "<span class=\"badge active\">shared</span>".to_owned(),
+    };
+    format!(
+        "<p>replica <code>{}</code> &middot; {mode} &middot; {} replicas alive: {}{}</p>\n",
+        escape(&cluster.replica),
+        cluster.replicas.len(),
+        escape(&cluster.replicas.join(", ")),
+        if cluster.refresher {
+            " &middot; refreshes for the fleet"
+        } else {
+            ""
+        },
     )
 }
 

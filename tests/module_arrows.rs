@@ -206,7 +206,7 @@ fn the_loop_finder_sees_direct_and_longer_loops_and_only_those() {
 /// the test below, so a new one must be given its place.
 const LAYERS: &[&[&str]] = &[
     // Vocabulary shared by everything.
-    &["api_key", "key_id", "fast_map"],
+    &["api_key", "key_id", "fast_map", "host"],
     // The protocol, the validated config, and key health: pure or behind a narrow store.
     &["captcha", "config", "health"],
     // The policy, pure; and the simulator, which speaks only the protocol.
@@ -217,11 +217,13 @@ const LAYERS: &[&[&str]] = &[
     &["task_table", "upstream", "tls"],
     &["pins"],
     &["capacity"],
+    // The shared pool on Redis: leases, pins, health and readings of several replicas.
+    &["cluster"],
     &["pool"],
     &["registry", "metrics"],
     // The bottom of the request path: the shared handle.
     &["app"],
-    &["status", "refresh"],
+    &["status", "refresh", "fleet"],
     // The admin API: served by `proxy` (and so `server`), acting through `app` and `refresh`.
     &["admin"],
     &["proxy", "reload"],

@@ -40,6 +40,7 @@ pub(super) struct RawConfig {
     pub access: RawAccess,
     #[serde(default)]
     pub admin: RawAdmin,
+    pub cluster: Option<RawCluster>,
 }
 
 /// One `[[keys]]` entry. All fields are raw values so that the only error serde can raise
@@ -174,4 +175,17 @@ pub(super) struct RawToken {
 pub(super) struct RawAdmin {
     pub listen: Option<String>,
     pub token: Option<Value>,
+}
+
+/// `[cluster]`: several replicas sharing one pool through Redis. `redis` is a raw value, as
+/// it may carry a password.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawCluster {
+    pub redis: Option<Value>,
+    pub replica: Option<String>,
+    pub prefix: Option<String>,
+    pub replica_timeout: Option<Value>,
+    pub timeout: Option<Value>,
+    pub sync_interval: Option<Value>,
 }

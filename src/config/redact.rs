@@ -48,6 +48,12 @@ const PLAIN_FIELDS: &[&str] = &[
     "open",
     "max_threads",
     "admin",
+    "cluster",
+    "replica",
+    "prefix",
+    "replica_timeout",
+    "timeout",
+    "sync_interval",
 ];
 
 /// What stands in for each masked byte.

@@ -44,7 +44,7 @@ async fn poll_one(ctx: &Ctx, parsed: &ParsedRequest, action: TaskAction, raw: &s
     // The upstream gets the id as keyrelay reads it, so "0123" polls task 123 there too.
     let canonical = (!task.spelled_as(raw)).then(|| task.to_string());
     let respelled: Vec<(&str, &str)> = canonical.iter().map(|id| ("id", id.as_str())).collect();
-    let key = match owner(ctx, &task) {
+    let key = match owner(ctx, &task).await {
         Owner::Key(key) => Some(key),
         // Another token's task is answered as an unknown one: whether it exists is not
         // this caller's business.
@@ -159,9 +159,13 @@ enum Owner {
     NoPin,
 }
 
-fn owner(ctx: &Ctx, task: &TaskId) -> Owner {
-    let Some(pin) = ctx.app.pins().pinned(task, Instant::now()) else {
-        return Owner::NoPin;
+async fn owner(ctx: &Ctx, task: &TaskId) -> Owner {
+    let pin = match ctx.app.pins().pinned(task, Instant::now()) {
+        Some(pin) => pin,
+        None => match shared_pin(ctx, task).await {
+            Some(pin) => pin,
+            None => return Owner::NoPin,
+        },
     };
     if !pin.belongs_to(ctx.token.as_ref().map(|t| t.id)) {
         return Owner::NotYours;
@@ -170,6 +174,20 @@ fn owner(ctx: &Ctx, task: &TaskId) -> Owner {
         .registry()
         .get(pin.key)
         .map_or(Owner::NoPin, Owner::Key)
+}
+
+/// The pin another replica of the fleet wrote, read from Redis before any probe and cached
+/// here. Without Redis (or with no pin there) the probe may still find the owner.
+async fn shared_pin(ctx: &Ctx, task: &TaskId) -> Option<crate::pins::Pin> {
+    let cluster = ctx.app.cluster()?;
+    match cluster.lookup(task).await {
+        Ok(Some(shared)) => ctx.app.adopt_pin(task, &shared),
+        Ok(None) => None,
+        Err(error) => {
+            tracing::warn!(task_id = %task, error = %error, "cannot read the fleet's pin; probing");
+            None
+        }
+    }
 }
 
 /// What one slot of an `ids=` list answers, decided before anything goes to the owners.
@@ -203,17 +221,17 @@ async fn poll_many(ctx: &Ctx, parsed: &ParsedRequest, ids: &str) -> Handled {
             _ => (*raw).to_owned(),
         })
         .collect();
-    let mut slots: Vec<Option<Slot>> = tasks
-        .iter()
-        .map(|task| match task {
+    let mut slots: Vec<Option<Slot>> = Vec::with_capacity(tasks.len());
+    for task in &tasks {
+        slots.push(match task {
             None => Some(Slot::Local(WRONG_ID)),
-            Some(task) => match owner(ctx, task) {
+            Some(task) => match owner(ctx, task).await {
                 Owner::Key(key) => Some(Slot::Key(key)),
                 Owner::NotYours => Some(Slot::Local(WRONG_ID)),
                 Owner::NoPin => None,
             },
-        })
-        .collect();
+        });
+    }
     let unknown = slots.iter().filter(|slot| slot.is_none()).count();
     // Ids without a pin are looked for across the pool, each distinct id once and a bounded
     // number per request; a found id is pinned and joins its key's group below, which asks

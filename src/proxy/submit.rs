@@ -12,9 +12,10 @@ use crate::app::{App, Event};
 use crate::capacity::{Lease, Refusal, Take, Waited};
 use crate::captcha::TaskId;
 use crate::captcha::{Endpoint, Outcome, ParsedRequest, Reply};
+use crate::cluster::{Admit, SharedLease};
 use crate::failover::{self, Next};
 use crate::metrics::{RequestOutcome, WaitResult};
-use crate::pool::{Candidates, KeyEntry};
+use crate::pool::{Candidates, FleetView, KeyEntry};
 use crate::tokens::{TokenHold, TokenId};
 
 /// `failover::meaning_rank` of a "busy, retry later" answer.
@@ -64,6 +65,17 @@ pub(super) async fn submit(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
                 return pool_full(ctx, refusal, worst, attempts, started);
             }
         };
+        let shared = match fleet_thread(ctx, key).await {
+            FleetThread::Alone => None,
+            FleetThread::Granted(shared) => Some(shared),
+            // Held elsewhere in the fleet, or Redis just went away and this replica's share
+            // applies now: the local thread goes back and the walk looks again.
+            FleetThread::Full | FleetThread::Unavailable => {
+                drop(lease);
+                walk.candidates.put_back(key);
+                continue;
+            }
+        };
         if attempts == 0 {
             ctx.app.deposit_retry();
         } else if !ctx.app.withdraw_retry() {
@@ -101,18 +113,22 @@ pub(super) async fn submit(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
         }
         match (decision.next, attempt) {
             (Next::Answer, Attempt::Answered(answered)) => {
-                let leases = (lease, token_hold);
-                return answer(ctx, key, leases, answered, attempts, started);
+                let leases = Leases {
+                    local: lease,
+                    token: token_hold,
+                    shared,
+                };
+                return answer(ctx, key, leases, answered, attempts, started).await;
             }
             // No answer came to give: a failed exchange fails over whatever the policy says.
             (Next::Answer | Next::Failover, attempt) => {
-                drop(lease);
+                drop((lease, shared));
                 previous = Some((key, code));
                 keep_worst(&mut worst, attempt, key);
             }
             (Next::Backoff, attempt) => {
                 // The thread is not held while backing off: another task may use it.
-                drop(lease);
+                drop((lease, shared));
                 previous = Some((key, code));
                 walk.retry_same = Some(key);
                 keep_worst(&mut worst, attempt, key);
@@ -245,14 +261,58 @@ fn pool_full(
     .into()
 }
 
-fn answer(
+/// What an attempt holds while it is upstream: its key's thread here, its caller token's
+/// thread, and in a cluster the fleet's thread.
+struct Leases<'a> {
+    local: Lease<'a>,
+    token: Option<TokenHold>,
+    shared: Option<SharedLease>,
+}
+
+/// The fleet's side of a key's thread.
+enum FleetThread {
+    /// No cluster, or Redis is away and the local share was the whole check.
+    Alone,
+    Granted(SharedLease),
+    Full,
+    Unavailable,
+}
+
+/// Takes one of the fleet's threads of `key` after the local one, in shared mode. A key the
+/// fleet has full is marked so for a moment, so that the walk and the queue pass it over.
+async fn fleet_thread(ctx: &Ctx, key: &KeyEntry) -> FleetThread {
+    let Some(cluster) = ctx.app.cluster().filter(|c| c.is_shared()) else {
+        return FleetThread::Alone;
+    };
+    let limit = ctx.snapshot.pool.fleet_limit(key);
+    match cluster.acquire(&key.name, limit).await {
+        Ok(Admit::Granted(shared)) => FleetThread::Granted(shared),
+        Ok(Admit::Full) => {
+            key.stats
+                .fleet
+                .set_full(Some(Instant::now() + FleetView::FULL_HOLD));
+            FleetThread::Full
+        }
+        Err(error) => {
+            tracing::warn!(key = %key.name, error = %error, "fleet lease unavailable; this replica's share applies");
+            FleetThread::Unavailable
+        }
+    }
+}
+
+async fn answer(
     ctx: &Ctx,
     key: &KeyEntry,
-    (lease, token_hold): (Lease<'_>, Option<TokenHold>),
+    leases: Leases<'_>,
     attempt: Answered,
     attempts: u32,
     started: Instant,
 ) -> Handled {
+    let Leases {
+        local: lease,
+        token: token_hold,
+        shared,
+    } = leases;
     let task_id = match (&attempt.reply, attempt.outcome, ctx.endpoint) {
         // solve.php answers the solution itself: there is no task to pin, and its thread
         // is given back with the answer.
@@ -260,6 +320,11 @@ fn answer(
         _ => None,
     };
     if let Some(id) = &task_id {
+        if let Some(cluster) = ctx.app.cluster() {
+            // Before the caller has the id: a poll on any replica must find its key.
+            let token = ctx.token.as_ref().map_or("", |t| &*t.name);
+            cluster.pin(shared, id, &key.name, token).await;
+        }
         let now = Instant::now();
         let token = ctx.token.as_ref().map_or(TokenId::NONE, |t| t.id);
         ctx.app.pins().pin_for(id.clone(), key.id, token, now);

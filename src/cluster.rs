@@ -1,0 +1,945 @@
+//! Several replicas as one pool: the narrow, async interface to what they share on Redis
+//! (thread leases, task pins, key health, the refresher's readings, the IP-ban pause, the
+//! refresher lease and the replica list), and this replica's view of whether Redis is there
+//! (shared mode) or not (degraded mode, where it serves on its own share of each key).
+//!
+//! Every call is bounded by `[cluster] timeout` and none holds a request longer. A lease
+//! exists in Redis only while a [`SharedLease`] guard or one of this replica's open tasks
+//! holds it: dropping the guard (the request failed, timed out or was cancelled at any
+//! await) removes it, and a replica that stops renewing loses its leases within
+//! `replica_timeout` of its last renewal.
+
+mod layout;
+mod scripts;
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::Value;
+use tokio::time::Instant;
+
+pub use layout::Layout;
+
+use crate::captcha::TaskId;
+use crate::config;
+
+/// The most pins kept to write to Redis when it returns; beyond it the oldest are dropped
+/// (they stay in the local journal, and other replicas find them by probing).
+const MAX_BACKLOG: usize = 100_000;
+
+/// A Redis operation, for error counts and logs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    Acquire,
+    Pin,
+    Lookup,
+    Release,
+    Renew,
+    Heartbeat,
+    Health,
+    Sync,
+    Refresher,
+    Pause,
+}
+
+impl Op {
+    pub const ALL: &'static [Op] = &[
+        Op::Acquire,
+        Op::Pin,
+        Op::Lookup,
+        Op::Release,
+        Op::Renew,
+        Op::Heartbeat,
+        Op::Health,
+        Op::Sync,
+        Op::Refresher,
+        Op::Pause,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Op::Acquire => "acquire",
+            Op::Pin => "pin",
+            Op::Lookup => "lookup",
+            Op::Release => "release",
+            Op::Renew => "renew",
+            Op::Heartbeat => "heartbeat",
+            Op::Health => "health",
+            Op::Sync => "sync",
+            Op::Refresher => "refresher",
+            Op::Pause => "pause",
+        }
+    }
+}
+
+/// Why a Redis call did not give an answer.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    #[error("redis {op} timed out after {after:?}")]
+    Timeout { op: &'static str, after: Duration },
+    #[error("redis {op} failed: {category}")]
+    Redis { op: &'static str, category: String },
+    #[error("redis is unavailable; serving on this replica's share")]
+    Degraded,
+}
+
+/// What the shared lease set said to a submit.
+pub enum Admit {
+    /// A thread of the key is this request's until the guard is dropped or kept.
+    Granted(SharedLease),
+    /// Every thread of the key is held somewhere in the fleet.
+    Full,
+}
+
+/// A pin as another replica wrote it: the key's and the caller token's names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SharedPin {
+    pub key: String,
+    /// Empty: no token.
+    pub token: String,
+}
+
+/// A pool key's shared health, as the last replica to change it wrote it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SharedHealth {
+    pub version: u64,
+    pub state: String,
+    pub reason: String,
+    /// End of a cooldown, unix ms; 0: none.
+    pub until_ms: u64,
+    pub by: String,
+}
+
+/// The refresher's last reading of a key.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Readings {
+    pub balance: Option<f64>,
+    pub threads: Option<(u32, u32)>,
+    /// Threads the service works on beyond the fleet's own leases.
+    pub external: u32,
+}
+
+/// One key's shared state, read by [`Cluster::sync`].
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct KeySync {
+    pub health: Option<SharedHealth>,
+    pub readings: Option<Readings>,
+    /// Leases held across the fleet.
+    pub held: u32,
+}
+
+/// What one sync read.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Synced {
+    /// In the order of the names asked for.
+    pub keys: Vec<KeySync>,
+    /// End of the fleet's IP-ban pause, unix ms, while one is in force.
+    pub pause_until_ms: Option<u64>,
+}
+
+/// A lease this replica holds, for renewal.
+#[derive(Clone, Debug)]
+struct Held {
+    key: Arc<str>,
+    task: Option<TaskId>,
+    opened: Instant,
+    /// False for a task admitted while Redis was away: added when it returns.
+    in_redis: bool,
+}
+
+/// A pin to write once Redis returns.
+struct PendingPin {
+    task: String,
+    value: String,
+}
+
+/// The fleet as last seen.
+#[derive(Clone, Debug, Default)]
+struct Fleet {
+    /// Live replicas, sorted; this one among them once it has heartbeated.
+    live: Vec<String>,
+}
+
+/// This replica's handle on the shared pool.
+pub struct Cluster {
+    config: config::Cluster,
+    layout: Layout,
+    conn: ConnectionManager,
+    /// `replica:boot` prefix of this process's pending lease members: a restarted replica
+    /// never renews its predecessor's.
+    boot: String,
+    seq: AtomicU64,
+    up: AtomicBool,
+    /// Shared mode starts this long after Redis returned (every replica has had a renewal
+    /// period to put back what it admitted alone); before: still on the share.
+    shared_from: Mutex<Option<Instant>>,
+    down_reason: Mutex<Option<String>>,
+    held: Mutex<HashMap<String, Held>>,
+    backlog: Mutex<VecDeque<PendingPin>>,
+    fleet: Mutex<Fleet>,
+    epoch: Mutex<Option<String>>,
+    refresher: AtomicBool,
+    errors: [AtomicU64; Op::ALL.len()],
+    /// Pin TTL, for the Redis copy of each pin.
+    pin_ttl: Duration,
+}
+
+impl Cluster {
+    /// A handle that connects on first use: a replica starts and serves while Redis is
+    /// away, in degraded mode until a heartbeat gets through.
+    ///
+    /// # Errors
+    /// The URL cannot be used (checked by config validation already).
+    pub fn new(config: config::Cluster, pin_ttl: Duration) -> Result<Cluster, ClusterError> {
+        let client = redis::Client::open(config.redis.expose())
+            .map_err(|e| redis_error(Op::Heartbeat, &e))?;
+        let manager = ConnectionManagerConfig::new()
+            .set_response_timeout(Some(config.timeout))
+            .set_connection_timeout(Some(config.timeout))
+            .set_number_of_retries(1)
+            .set_max_delay(Duration::from_secs(1));
+        let conn = ConnectionManager::new_lazy_with_config(client, manager)
+            .map_err(|e| redis_error(Op::Heartbeat, &e))?;
+        let boot = format!("{}:{:08x}", config.replica, rand::random::<u32>());
+        Ok(Cluster {
+            layout: Layout::new(&config.prefix),
+            config,
+            conn,
+            boot,
+            seq: AtomicU64::new(0),
+            up: AtomicBool::new(false),
+            shared_from: Mutex::new(None),
+            down_reason: Mutex::new(Some("not connected yet".to_owned())),
+            held: Mutex::new(HashMap::new()),
+            backlog: Mutex::new(VecDeque::new()),
+            fleet: Mutex::new(Fleet::default()),
+            epoch: Mutex::new(None),
+            refresher: AtomicBool::new(false),
+            errors: std::array::from_fn(|_| AtomicU64::new(0)),
+            pin_ttl,
+        })
+    }
+
+    pub fn config(&self) -> &config::Cluster {
+        &self.config
+    }
+
+    pub fn replica(&self) -> &str {
+        &self.config.replica
+    }
+
+    /// Whether admission, pins and health go through Redis now.
+    pub fn is_shared(&self) -> bool {
+        self.up.load(Ordering::Acquire)
+            && lock(&self.shared_from).is_some_and(|from| Instant::now() >= from)
+    }
+
+    /// Why this replica is in degraded mode, while it is.
+    pub fn degraded_reason(&self) -> Option<String> {
+        if self.is_shared() {
+            return None;
+        }
+        lock(&self.down_reason)
+            .clone()
+            .or_else(|| Some("redis returned; putting back what was admitted alone".to_owned()))
+    }
+
+    /// Errors of `op` since start.
+    pub fn errors(&self, op: Op) -> u64 {
+        self.errors[op as usize].load(Ordering::Relaxed)
+    }
+
+    /// The replicas seen alive at the last heartbeat.
+    pub fn live_replicas(&self) -> Vec<String> {
+        lock(&self.fleet).live.clone()
+    }
+
+    /// Whether this replica runs the balance and thread refresh. Without Redis every
+    /// replica refreshes for itself.
+    pub fn is_refresher(&self) -> bool {
+        !self.is_shared() || self.refresher.load(Ordering::Acquire)
+    }
+
+    /// This replica's share of a key's `threads` while Redis is away: the threads divided
+    /// by the replicas last seen alive, the remainder to the first by name, so that the
+    /// shares add up to the threads and the fleet still cannot overfill the key.
+    pub fn share(&self, threads: u32) -> u32 {
+        let fleet = lock(&self.fleet);
+        let count = fleet.live.len().max(1) as u32;
+        let rank = fleet
+            .live
+            .iter()
+            .position(|name| name == &self.config.replica)
+            .unwrap_or(fleet.live.len()) as u32;
+        threads / count + u32::from(rank < threads % count)
+    }
+
+    /// How many leases of this replica's are live, by key name (for tests and status).
+    pub fn held_by_me(&self, key: &str) -> usize {
+        lock(&self.held)
+            .values()
+            .filter(|held| &*held.key == key)
+            .count()
+    }
+
+    /// Takes one of `key`'s threads in the fleet if fewer than `limit` are held.
+    ///
+    /// # Errors
+    /// Redis did not answer in time; the caller admits on the share instead.
+    pub async fn acquire(self: &Arc<Self>, key: &str, limit: u32) -> Result<Admit, ClusterError> {
+        if !self.is_shared() {
+            return Err(ClusterError::Degraded);
+        }
+        let key: Arc<str> = Arc::from(key);
+        let member = format!(
+            "p:{}:{}",
+            self.boot,
+            self.seq.fetch_add(1, Ordering::Relaxed)
+        );
+        // The guard exists before the call is sent: a cancelled or timed-out call still
+        // removes whatever the script may have added.
+        let lease = SharedLease {
+            cluster: self.clone(),
+            key: key.clone(),
+            member: Some(member.clone()),
+        };
+        lock(&self.held).insert(
+            member.clone(),
+            Held {
+                key: key.clone(),
+                task: None,
+                opened: Instant::now(),
+                in_redis: true,
+            },
+        );
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(scripts::ACQUIRE)
+            .arg(1)
+            .arg(self.layout.leases(&key))
+            .arg(&member)
+            .arg(limit)
+            .arg(self.lease_ttl_ms());
+        let (granted, _held): (u32, u32) = self.call(Op::Acquire, cmd).await?;
+        if granted == 1 {
+            Ok(Admit::Granted(lease))
+        } else {
+            drop(lease);
+            Ok(Admit::Full)
+        }
+    }
+
+    /// Records that `key` created `task` for the token named `token` (empty: none): the
+    /// submit's lease becomes the task's and the pin is written, in one round trip, before
+    /// the caller gets the id. Without Redis the pin waits in the backlog and the lease is
+    /// put back when Redis returns.
+    pub async fn pin(&self, lease: Option<SharedLease>, task: &TaskId, key: &str, token: &str) {
+        let task_text = task.to_string();
+        let member = Layout::task_lease(&task_text);
+        let old = lease.and_then(|mut lease| lease.member.take());
+        let value = format!("{key}\t{token}");
+        let in_redis = if let (Some(old), true) = (&old, self.is_shared()) {
+            let mut pipe = redis::pipe();
+            pipe.cmd("EVAL")
+                .arg(scripts::RENAME)
+                .arg(1)
+                .arg(self.layout.leases(key))
+                .arg(old)
+                .arg(&member)
+                .arg(self.lease_ttl_ms())
+                .ignore()
+                .cmd("SET")
+                .arg(self.layout.pin(&task_text))
+                .arg(&value)
+                .arg("EX")
+                .arg(self.pin_ttl.as_secs().max(1))
+                .ignore();
+            self.call_pipe::<()>(Op::Pin, pipe).await.is_ok()
+        } else {
+            false
+        };
+        let mut held = lock(&self.held);
+        if let Some(old) = &old {
+            held.remove(old);
+        }
+        held.insert(
+            member,
+            Held {
+                key: Arc::from(key),
+                task: Some(task.clone()),
+                opened: Instant::now(),
+                in_redis,
+            },
+        );
+        drop(held);
+        if !in_redis {
+            let mut backlog = lock(&self.backlog);
+            if backlog.len() >= MAX_BACKLOG {
+                backlog.pop_front();
+            }
+            backlog.push_back(PendingPin {
+                task: task_text,
+                value,
+            });
+        }
+    }
+
+    /// The pin another replica wrote for `task`, if Redis has one.
+    ///
+    /// # Errors
+    /// Redis did not answer in time.
+    pub async fn lookup(&self, task: &TaskId) -> Result<Option<SharedPin>, ClusterError> {
+        if !self.is_shared() {
+            return Err(ClusterError::Degraded);
+        }
+        let mut cmd = redis::cmd("GET");
+        cmd.arg(self.layout.pin(&task.to_string()));
+        let value: Option<String> = self.call(Op::Lookup, cmd).await?;
+        Ok(value.and_then(|value| {
+            let (key, token) = value.split_once('\t')?;
+            Some(SharedPin {
+                key: key.to_owned(),
+                token: token.to_owned(),
+            })
+        }))
+    }
+
+    /// `task` had its final answer (or went stale): its thread goes back to the fleet,
+    /// whichever replica created it.
+    pub fn release_task(self: &Arc<Self>, key: &str, task: &TaskId) {
+        let member = Layout::task_lease(&task.to_string());
+        lock(&self.held).remove(&member);
+        if self.up.load(Ordering::Acquire) {
+            let this = self.clone();
+            let leases = self.layout.leases(key);
+            tokio::spawn(async move {
+                let mut cmd = redis::cmd("ZREM");
+                cmd.arg(leases).arg(member);
+                let _ = this.call::<u32>(Op::Release, cmd).await;
+            });
+        }
+    }
+
+    /// Announces a key's new health to the fleet.
+    pub async fn publish_health(
+        &self,
+        key: &str,
+        state: &str,
+        reason: &str,
+        until: Option<SystemTime>,
+    ) {
+        if !self.up.load(Ordering::Acquire) {
+            return;
+        }
+        let until_ms = until.map_or(0, unix_ms);
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(scripts::HEALTH)
+            .arg(1)
+            .arg(self.layout.health(key))
+            .arg(state)
+            .arg(reason)
+            .arg(until_ms)
+            .arg(&self.config.replica);
+        let _ = self.call::<u64>(Op::Health, cmd).await;
+    }
+
+    /// Announces the IP-ban pause to the fleet.
+    pub async fn publish_pause(&self, until: SystemTime) {
+        if !self.up.load(Ordering::Acquire) {
+            return;
+        }
+        let ms = until
+            .duration_since(SystemTime::now())
+            .unwrap_or_default()
+            .as_millis()
+            .max(1) as u64;
+        let mut cmd = redis::cmd("SET");
+        cmd.arg(self.layout.pause())
+            .arg(unix_ms(until))
+            .arg("PX")
+            .arg(ms);
+        let _ = self.call::<()>(Op::Pause, cmd).await;
+    }
+
+    /// The refresher writes what it read of a key for the fleet.
+    pub async fn publish_readings(&self, key: &str, readings: Readings) {
+        if !self.is_shared() {
+            return;
+        }
+        let mut cmd = redis::cmd("HSET");
+        cmd.arg(self.layout.readings(key))
+            .arg("balance")
+            .arg(readings.balance.map(|b| b.to_string()).unwrap_or_default())
+            .arg("threads")
+            .arg(
+                readings
+                    .threads
+                    .map(|t| t.0.to_string())
+                    .unwrap_or_default(),
+            )
+            .arg("working")
+            .arg(
+                readings
+                    .threads
+                    .map(|t| t.1.to_string())
+                    .unwrap_or_default(),
+            )
+            .arg("external")
+            .arg(readings.external)
+            .arg("at")
+            .arg(unix_ms(SystemTime::now()));
+        let _ = self.call::<()>(Op::Sync, cmd).await;
+    }
+
+    /// Leases held across the fleet for `key`, now.
+    ///
+    /// # Errors
+    /// Redis did not answer in time.
+    pub async fn held(&self, key: &str) -> Result<u32, ClusterError> {
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(scripts::COUNT).arg(1).arg(self.layout.leases(key));
+        self.call(Op::Sync, cmd).await
+    }
+
+    /// Reads every named key's shared health, readings and lease count, and the pause, in
+    /// one round trip.
+    ///
+    /// # Errors
+    /// Redis did not answer in time.
+    pub async fn sync(&self, keys: &[Arc<str>]) -> Result<Synced, ClusterError> {
+        let mut pipe = redis::pipe();
+        for key in keys {
+            pipe.cmd("HGETALL").arg(self.layout.health(key));
+            pipe.cmd("HGETALL").arg(self.layout.readings(key));
+            pipe.cmd("EVAL")
+                .arg(scripts::COUNT)
+                .arg(1)
+                .arg(self.layout.leases(key));
+        }
+        pipe.cmd("GET").arg(self.layout.pause());
+        let values: Vec<Value> = self.call_pipe(Op::Sync, pipe).await?;
+        let mut values = values.into_iter();
+        let mut synced = Synced::default();
+        for _ in keys {
+            let health: HashMap<String, String> = from_value(values.next());
+            let readings: HashMap<String, String> = from_value(values.next());
+            let held: u32 = from_value(values.next());
+            synced.keys.push(KeySync {
+                health: parse_health(&health),
+                readings: parse_readings(&readings),
+                held,
+            });
+        }
+        let pause: Option<u64> = from_value(values.next());
+        synced.pause_until_ms = pause.filter(|&until| until > unix_ms(SystemTime::now()));
+        Ok(synced)
+    }
+
+    /// The heartbeat, run every third of `replica_timeout`: records this replica as alive,
+    /// reads the live ones, renews this replica's leases, takes or keeps the refresher
+    /// lease, and, when Redis has come back, puts back what was admitted without it.
+    /// Returns the tasks whose leases another replica released (their final answer was
+    /// polled there), for the caller to end locally.
+    pub async fn heartbeat(
+        &self,
+        refresh_interval: Duration,
+        stale_after: Duration,
+    ) -> Vec<TaskId> {
+        let was_up = self.up.load(Ordering::Acquire);
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(scripts::HEARTBEAT)
+            .arg(1)
+            .arg(self.layout.replicas())
+            .arg(&self.config.replica)
+            .arg(self.config.replica_timeout.as_millis() as u64);
+        let live: Vec<String> = match self.call_raw(Op::Heartbeat, cmd).await {
+            Ok(live) => live,
+            Err(_) => return Vec::new(),
+        };
+        let mut live = live;
+        live.pop(); // Redis's time
+        lock(&self.fleet).live = live;
+        let lost_data = self.check_epoch().await;
+        if !was_up {
+            self.mark_up();
+        }
+        self.drop_stale(stale_after).await;
+        let ended = self.renew(lost_data || !was_up).await;
+        if !was_up {
+            self.flush_backlog().await;
+            *lock(&self.shared_from) = Some(Instant::now() + self.renew_period());
+            tracing::info!(replica = %self.config.replica, "redis is back; shared mode after one renewal period");
+        }
+        self.take_refresher(refresh_interval).await;
+        ended
+    }
+
+    /// How often [`Cluster::heartbeat`] runs.
+    pub fn renew_period(&self) -> Duration {
+        self.config.replica_timeout / 3
+    }
+
+    /// Whether Redis lost its data since this replica last looked: the epoch it knew is
+    /// gone. The first replica to find none sets one.
+    async fn check_epoch(&self) -> bool {
+        let mut cmd = redis::cmd("GET");
+        cmd.arg(self.layout.epoch());
+        let Ok(current) = self.call::<Option<String>>(Op::Heartbeat, cmd).await else {
+            return false;
+        };
+        let known = lock(&self.epoch).clone();
+        let current = match current {
+            Some(current) => current,
+            None => {
+                let fresh = format!("{:016x}", rand::random::<u64>());
+                let mut cmd = redis::cmd("SET");
+                cmd.arg(self.layout.epoch()).arg(&fresh).arg("NX");
+                let _ = self.call::<Option<String>>(Op::Heartbeat, cmd).await;
+                let mut cmd = redis::cmd("GET");
+                cmd.arg(self.layout.epoch());
+                match self.call::<Option<String>>(Op::Heartbeat, cmd).await {
+                    Ok(Some(current)) => current,
+                    _ => return false,
+                }
+            }
+        };
+        *lock(&self.epoch) = Some(current.clone());
+        match known {
+            Some(known) if known != current => {
+                tracing::warn!("redis lost its data; putting this replica's leases back");
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Gives back the fleet's threads of tasks open longer than `stale_after`, as the local
+    /// count gives back its own: abandoned tasks must not hold threads for ever.
+    async fn drop_stale(&self, stale_after: Duration) {
+        let Some(cutoff) = Instant::now().checked_sub(stale_after) else {
+            return;
+        };
+        let stale: Vec<(String, Arc<str>)> = {
+            let mut held = lock(&self.held);
+            let members: Vec<String> = held
+                .iter()
+                .filter(|(_, h)| h.task.is_some() && h.opened <= cutoff)
+                .map(|(member, _)| member.clone())
+                .collect();
+            members
+                .into_iter()
+                .filter_map(|member| held.remove(&member).map(|h| (member, h.key)))
+                .collect()
+        };
+        if stale.is_empty() {
+            return;
+        }
+        let mut pipe = redis::pipe();
+        for (member, key) in &stale {
+            pipe.cmd("ZREM")
+                .arg(self.layout.leases(key))
+                .arg(member)
+                .ignore();
+        }
+        let _ = self.call_pipe::<()>(Op::Release, pipe).await;
+    }
+
+    /// Renews every lease this replica holds; with `restore`, adds back any that Redis no
+    /// longer has. Returns the tasks whose leases are gone.
+    async fn renew(&self, restore: bool) -> Vec<TaskId> {
+        let mut by_key: HashMap<Arc<str>, Vec<String>> = HashMap::new();
+        let mut upload: HashMap<Arc<str>, Vec<String>> = HashMap::new();
+        for (member, held) in lock(&self.held).iter() {
+            let list = if held.in_redis || restore {
+                &mut by_key
+            } else {
+                &mut upload
+            };
+            list.entry(held.key.clone())
+                .or_default()
+                .push(member.clone());
+        }
+        let mut ended = Vec::new();
+        for (list, restore) in [(by_key, restore), (upload, true)] {
+            for (key, members) in list {
+                let mut cmd = redis::cmd("EVAL");
+                cmd.arg(scripts::RENEW)
+                    .arg(1)
+                    .arg(self.layout.leases(&key))
+                    .arg(self.lease_ttl_ms())
+                    .arg(if restore { "1" } else { "0" })
+                    .arg(&members);
+                let Ok(missing) = self.call::<Vec<String>>(Op::Renew, cmd).await else {
+                    return ended;
+                };
+                let mut held = lock(&self.held);
+                for member in &members {
+                    if let Some(entry) = held.get_mut(member) {
+                        entry.in_redis = true;
+                    }
+                }
+                for member in missing {
+                    // A pending lease is its request's until the request ends; only tasks'
+                    // leases are released by other replicas.
+                    if member.starts_with("t:") {
+                        if let Some(Held {
+                            task: Some(task), ..
+                        }) = held.remove(&member)
+                        {
+                            ended.push(task);
+                        }
+                    }
+                }
+            }
+        }
+        ended
+    }
+
+    async fn flush_backlog(&self) {
+        loop {
+            let batch: Vec<PendingPin> = {
+                let mut backlog = lock(&self.backlog);
+                let n = backlog.len().min(500);
+                backlog.drain(..n).collect()
+            };
+            if batch.is_empty() {
+                return;
+            }
+            let mut pipe = redis::pipe();
+            for pin in &batch {
+                pipe.cmd("SET")
+                    .arg(self.layout.pin(&pin.task))
+                    .arg(&pin.value)
+                    .arg("EX")
+                    .arg(self.pin_ttl.as_secs().max(1))
+                    .ignore();
+            }
+            if self.call_pipe::<()>(Op::Pin, pipe).await.is_err() {
+                let mut backlog = lock(&self.backlog);
+                for pin in batch.into_iter().rev() {
+                    backlog.push_front(pin);
+                }
+                return;
+            }
+        }
+    }
+
+    async fn take_refresher(&self, refresh_interval: Duration) {
+        let ttl = (refresh_interval * 3).max(self.config.replica_timeout);
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(scripts::REFRESHER)
+            .arg(1)
+            .arg(self.layout.refresher())
+            .arg(&self.config.replica)
+            .arg(ttl.as_millis() as u64);
+        let held = self
+            .call::<u32>(Op::Refresher, cmd)
+            .await
+            .is_ok_and(|r| r == 1);
+        self.refresher.store(held, Ordering::Release);
+    }
+
+    /// Pins waiting for Redis to return.
+    pub fn backlog_len(&self) -> usize {
+        lock(&self.backlog).len()
+    }
+
+    fn lease_ttl_ms(&self) -> u64 {
+        self.config.replica_timeout.as_millis() as u64
+    }
+
+    fn mark_up(&self) {
+        self.up.store(true, Ordering::Release);
+        *lock(&self.down_reason) = None;
+    }
+
+    fn mark_down(&self, op: Op, error: &ClusterError) {
+        self.errors[op as usize].fetch_add(1, Ordering::Relaxed);
+        let was_up = self.up.swap(false, Ordering::AcqRel);
+        *lock(&self.shared_from) = None;
+        *lock(&self.down_reason) = Some(error.to_string());
+        self.refresher.store(false, Ordering::Release);
+        if was_up {
+            tracing::warn!(op = op.label(), error = %error, "redis unavailable; serving on this replica's share of each key");
+        }
+    }
+
+    async fn call<T: redis::FromRedisValue>(
+        &self,
+        op: Op,
+        cmd: redis::Cmd,
+    ) -> Result<T, ClusterError> {
+        self.call_raw(op, cmd).await
+    }
+
+    async fn call_raw<T: redis::FromRedisValue>(
+        &self,
+        op: Op,
+        cmd: redis::Cmd,
+    ) -> Result<T, ClusterError> {
+        let mut conn = self.conn.clone();
+        let result =
+            tokio::time::timeout(self.config.timeout, cmd.query_async::<T>(&mut conn)).await;
+        self.judge(op, result)
+    }
+
+    async fn call_pipe<T: redis::FromRedisValue>(
+        &self,
+        op: Op,
+        pipe: redis::Pipeline,
+    ) -> Result<T, ClusterError> {
+        let mut conn = self.conn.clone();
+        let result =
+            tokio::time::timeout(self.config.timeout, pipe.query_async::<T>(&mut conn)).await;
+        self.judge(op, result)
+    }
+
+    fn judge<T>(
+        &self,
+        op: Op,
+        result: Result<redis::RedisResult<T>, tokio::time::error::Elapsed>,
+    ) -> Result<T, ClusterError> {
+        let error = match result {
+            Ok(Ok(value)) => return Ok(value),
+            Ok(Err(e)) => redis_error(op, &e),
+            Err(_) => ClusterError::Timeout {
+                op: op.label(),
+                after: self.config.timeout,
+            },
+        };
+        self.mark_down(op, &error);
+        Err(error)
+    }
+}
+
+/// One of the fleet's threads of a key, held by a submit on its way upstream. Dropped
+/// without [`Cluster::pin`], the thread goes back at once.
+#[must_use = "a shared lease not kept for a task is given back when dropped"]
+pub struct SharedLease {
+    cluster: Arc<Cluster>,
+    key: Arc<str>,
+    member: Option<String>,
+}
+
+impl Drop for SharedLease {
+    fn drop(&mut self) {
+        let Some(member) = self.member.take() else {
+            return;
+        };
+        lock(&self.cluster.held).remove(&member);
+        let cluster = self.cluster.clone();
+        let leases = cluster.layout.leases(&self.key);
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let mut cmd = redis::cmd("ZREM");
+                cmd.arg(leases).arg(member);
+                let _ = cluster.call::<u32>(Op::Release, cmd).await;
+            });
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn redis_error(op: Op, e: &redis::RedisError) -> ClusterError {
+    // The category only: a connection error's text can quote the URL, password included.
+    ClusterError::Redis {
+        op: op.label(),
+        category: e.category().to_owned(),
+    }
+}
+
+pub fn unix_ms(at: SystemTime) -> u64 {
+    at.duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis() as u64
+}
+
+fn from_value<T: redis::FromRedisValue + Default>(value: Option<Value>) -> T {
+    value
+        .and_then(|v| redis::from_redis_value(v).ok())
+        .unwrap_or_default()
+}
+
+fn parse_health(fields: &HashMap<String, String>) -> Option<SharedHealth> {
+    Some(SharedHealth {
+        version: fields.get("v")?.parse().ok()?,
+        state: fields.get("state")?.clone(),
+        reason: fields.get("reason").cloned().unwrap_or_default(),
+        until_ms: fields
+            .get("until")
+            .and_then(|u| u.parse().ok())
+            .unwrap_or(0),
+        by: fields.get("by").cloned().unwrap_or_default(),
+    })
+}
+
+fn parse_readings(fields: &HashMap<String, String>) -> Option<Readings> {
+    fields.get("at")?;
+    let number = |name: &str| fields.get(name).and_then(|v| v.parse::<u32>().ok());
+    Some(Readings {
+        balance: fields.get("balance").and_then(|v| v.parse().ok()),
+        threads: number("threads").zip(number("working")),
+        external: number("external").unwrap_or(0),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cluster(replica: &str) -> Cluster {
+        let config = config::Cluster {
+            redis: config::RedisUrl::new("redis://127.0.0.1:1/0"),
+            replica: replica.to_owned(),
+            prefix: "kr".to_owned(),
+            replica_timeout: Duration::from_secs(15),
+            timeout: Duration::from_millis(50),
+            sync_interval: Duration::from_millis(500),
+        };
+        Cluster::new(config, Duration::from_secs(60)).expect("valid url")
+    }
+
+    #[tokio::test]
+    async fn shares_add_up_to_the_threads_whatever_the_fleet() {
+        for fleet_size in 1..=5usize {
+            let names: Vec<String> = (0..fleet_size).map(|i| format!("r{i}")).collect();
+            for threads in 0..=11u32 {
+                let total: u32 = names
+                    .iter()
+                    .map(|me| {
+                        let c = cluster(me);
+                        lock(&c.fleet).live = names.clone();
+                        c.share(threads)
+                    })
+                    .sum();
+                assert_eq!(total, threads, "{fleet_size} replicas, {threads} threads");
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_replica_that_never_reached_redis_is_degraded_and_says_why() {
+        let c = Arc::new(cluster("r0"));
+        assert!(!c.is_shared());
+        assert!(c.degraded_reason().is_some());
+        assert!(matches!(
+            c.acquire("a", 5).await,
+            Err(ClusterError::Degraded)
+        ));
+    }
+
+    #[test]
+    fn redis_errors_never_quote_the_url() {
+        let e =
+            redis::RedisError::from((redis::ErrorKind::Io, "connect to redis://:hunter2@x failed"));
+        let shown = redis_error(Op::Acquire, &e).to_string();
+        assert!(!shown.contains("hunter2"), "{shown}");
+    }
+}

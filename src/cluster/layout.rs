@@ -1,0 +1,88 @@
+//! The name of every Redis key keyrelay writes, all under one prefix. A pool key's own state
+//! carries its name as a hash tag (`{name}`), so that on Redis Cluster each key's leases,
+//! health and readings live in one slot and its scripts never cross slots.
+
+/// Redis key names for one prefix. docs/cluster.md lists each with its type and lifetime.
+#[derive(Clone, Debug)]
+pub struct Layout {
+    prefix: String,
+}
+
+impl Layout {
+    pub fn new(prefix: &str) -> Layout {
+        Layout {
+            prefix: prefix.to_owned(),
+        }
+    }
+
+    /// Sorted set: the key's thread leases, scored by expiry.
+    pub fn leases(&self, key: &str) -> String {
+        format!("{}:key:{{{key}}}:leases", self.prefix)
+    }
+
+    /// Hash: the key's shared health (`state`, `reason`, `until`, `by`, `v`).
+    pub fn health(&self, key: &str) -> String {
+        format!("{}:key:{{{key}}}:health", self.prefix)
+    }
+
+    /// Hash: the refresher's last reading of the key (`balance`, `threads`, `working`,
+    /// `external`, `at`).
+    pub fn readings(&self, key: &str) -> String {
+        format!("{}:key:{{{key}}}:readings", self.prefix)
+    }
+
+    /// String, with the pin TTL: `key name \t token name` of a task.
+    pub fn pin(&self, task: &str) -> String {
+        format!("{}:pin:{task}", self.prefix)
+    }
+
+    /// Sorted set: live replicas, scored by their last heartbeat (Redis time, ms).
+    pub fn replicas(&self) -> String {
+        format!("{}:replicas", self.prefix)
+    }
+
+    /// String with a TTL: the replica that runs the balance and thread refresh.
+    pub fn refresher(&self) -> String {
+        format!("{}:refresher", self.prefix)
+    }
+
+    /// String with a TTL: the end (unix ms) of the IP-ban pause.
+    pub fn pause(&self) -> String {
+        format!("{}:pause", self.prefix)
+    }
+
+    /// String: set once by the first replica to find it missing; a different or missing
+    /// value later means Redis lost its data.
+    pub fn epoch(&self) -> String {
+        format!("{}:epoch", self.prefix)
+    }
+
+    /// The lease member of a task once created: any replica can release it by task id.
+    pub fn task_lease(task: &str) -> String {
+        format!("t:{task}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_name_starts_with_the_prefix_and_key_state_carries_a_hash_tag() {
+        let layout = Layout::new("kr");
+        for name in [
+            layout.leases("a"),
+            layout.health("a"),
+            layout.readings("a"),
+            layout.pin("123"),
+            layout.replicas(),
+            layout.refresher(),
+            layout.pause(),
+            layout.epoch(),
+        ] {
+            assert!(name.starts_with("kr:"), "{name}");
+        }
+        assert_eq!(layout.leases("client-a"), "kr:key:{client-a}:leases");
+        assert_eq!(layout.health("client-a"), "kr:key:{client-a}:health");
+    }
+}

@@ -1,0 +1,103 @@
+//! The Lua scripts that take, rename, renew and count thread leases on Redis's own clock, so
+//! that the check and the change are one atomic step whatever the replicas' clocks say.
+//!
+//! A key's leases are one sorted set: each member is a lease, scored by the Redis time (ms)
+//! at which it expires unless renewed. Every script first drops the expired members, so an
+//! abandoned lease costs nothing once its time is up.
+
+/// KEYS[1] the key's lease set. ARGV: member, limit, ttl ms.
+/// Returns `{granted (0/1), leases held after}`.
+pub const ACQUIRE: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local held = redis.call('ZCARD', KEYS[1])
+if held >= tonumber(ARGV[2]) then
+  return {0, held}
+end
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
+redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]) * 4)
+return {1, held + 1}
+";
+
+/// KEYS[1] the key's lease set. ARGV: old member, new member, ttl ms. The lease a submit
+/// took becomes its task's, under a name any replica can release. Returns 1, or 0 if the
+/// old lease had expired (it is then taken again: the task exists upstream and holds a
+/// thread whatever Redis thought).
+pub const RENAME: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local had = redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[2])
+redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]) * 4)
+return had
+";
+
+/// KEYS[1] the key's lease set. ARGV: ttl ms, restore (0/1), then members. Pushes each
+/// member's expiry forward; a member that is gone (released by the replica that saw its
+/// task's final answer, or expired) is returned, unless `restore`, which adds it back
+/// (after Redis lost its data). Returns the missing members.
+pub const RENEW: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local ttl = tonumber(ARGV[1])
+local restore = ARGV[2] == '1'
+local missing = {}
+for i = 3, #ARGV do
+  if redis.call('ZSCORE', KEYS[1], ARGV[i]) or restore then
+    redis.call('ZADD', KEYS[1], now + ttl, ARGV[i])
+  else
+    missing[#missing + 1] = ARGV[i]
+  end
+end
+if #ARGV > 2 then
+  redis.call('PEXPIRE', KEYS[1], ttl * 4)
+end
+return missing
+";
+
+/// KEYS[1] the key's lease set. Returns the live leases' count.
+pub const COUNT: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+return redis.call('ZCARD', KEYS[1])
+";
+
+/// KEYS[1] the replica set. ARGV: this replica, its timeout ms. Records the heartbeat,
+/// forgets replicas silent longer than the timeout, and returns the live ones, sorted, with
+/// the Redis time (ms) as the last element.
+pub const HEARTBEAT: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZADD', KEYS[1], now, ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[2]))
+local live = redis.call('ZRANGE', KEYS[1], 0, -1)
+table.sort(live)
+live[#live + 1] = tostring(now)
+return live
+";
+
+/// KEYS[1] the refresher lease. ARGV: this replica, ttl ms. Takes the lease if free, or
+/// extends it if this replica holds it. Returns 1 if this replica is the refresher.
+pub const REFRESHER: &str = r"
+local holder = redis.call('GET', KEYS[1])
+if not holder then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 1
+end
+if holder == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 0
+";
+
+/// KEYS[1] a key's health hash. ARGV: state, reason, until (unix ms, 0: none), replica.
+/// Bumps the version, so that every replica can tell a change it has not seen.
+pub const HEALTH: &str = r"
+local v = redis.call('HINCRBY', KEYS[1], 'v', 1)
+redis.call('HSET', KEYS[1], 'state', ARGV[1], 'reason', ARGV[2], 'until', ARGV[3], 'by', ARGV[4])
+return v
+";

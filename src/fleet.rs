@@ -1,0 +1,159 @@
+//! A cluster replica's background work: the heartbeat (liveness, lease renewal, the
+//! refresher lease, and Redis's return), and the sync that adopts what other replicas
+//! announced: key health, the refresher's readings and the IP-ban pause.
+//!
+//! Changes are written to Redis as they happen (`App::record_health`, `pause_upstream`,
+//! the refresher's `publish_readings`) and read back here every `sync_interval`, so that a
+//! benched key is out of rotation on every replica within one interval of the bench, with
+//! no message to be missed.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use tokio::time::Instant;
+
+use crate::app::App;
+use crate::cluster::{unix_ms, Cluster, KeySync, SharedHealth};
+use crate::health::{HealthEvent, StateKind, TRANSIENT_REASON};
+use crate::pool::KeyEntry;
+
+/// Heartbeats while Redis is away are this frequent at least, so that its return is seen
+/// soon whatever `replica_timeout` is.
+const DOWN_RETRY: Duration = Duration::from_secs(1);
+
+/// Runs the heartbeat and the sync until the task is dropped; nothing without `[cluster]`.
+pub async fn run(app: App) {
+    let Some(cluster) = app.cluster().cloned() else {
+        return;
+    };
+    tokio::join!(heartbeats(&app, &cluster), syncs(&app, &cluster));
+}
+
+async fn heartbeats(app: &App, cluster: &Arc<Cluster>) {
+    loop {
+        let snapshot = app.snapshot();
+        let ended = cluster
+            .heartbeat(
+                snapshot.config.refresh_interval,
+                snapshot.config.capacity.stale_after,
+            )
+            .await;
+        for task in &ended {
+            app.finished_elsewhere(task);
+        }
+        if !ended.is_empty() {
+            app.capacity().nudge();
+        }
+        let period = if cluster.is_shared() {
+            cluster.renew_period()
+        } else {
+            cluster.renew_period().min(DOWN_RETRY)
+        };
+        tokio::time::sleep(period).await;
+    }
+}
+
+async fn syncs(app: &App, cluster: &Arc<Cluster>) {
+    let mut seen: HashMap<String, u64> = HashMap::new();
+    loop {
+        tokio::time::sleep(cluster.config().sync_interval).await;
+        if cluster.is_shared() {
+            sync_once(app, cluster, &mut seen).await;
+        }
+    }
+}
+
+/// One read of the fleet's shared state, applied here. `seen` holds the health version last
+/// adopted per key.
+pub async fn sync_once(app: &App, cluster: &Cluster, seen: &mut HashMap<String, u64>) {
+    let snapshot = app.snapshot();
+    let keys = snapshot.pool.keys();
+    let names: Vec<Arc<str>> = keys.iter().map(|k| Arc::from(k.name.as_str())).collect();
+    let Ok(synced) = cluster.sync(&names).await else {
+        return;
+    };
+    let mut freed = false;
+    for (key, state) in keys.iter().zip(&synced.keys) {
+        if let Some(health) = &state.health {
+            let newer = seen.get(&key.name).is_none_or(|&v| health.version > v);
+            if newer {
+                seen.insert(key.name.clone(), health.version);
+                if health.by != cluster.replica() {
+                    adopt_health(app, key, health);
+                }
+            }
+        }
+        freed |= adopt_counts(app, cluster, key, state);
+    }
+    if let Some(until) = synced.pause_until_ms {
+        let left = until.saturating_sub(unix_ms(SystemTime::now()));
+        if left > 0 && app.upstream_paused().is_none() {
+            app.adopt_pause(Duration::from_millis(left));
+        }
+    }
+    if freed {
+        app.capacity().nudge();
+    }
+}
+
+/// The refresher's readings, for every other replica; and whether a key the fleet had full
+/// has a free thread again.
+fn adopt_counts(app: &App, cluster: &Cluster, key: &KeyEntry, state: &KeySync) -> bool {
+    if let Some(readings) = state.readings.filter(|_| !cluster.is_refresher()) {
+        key.stats.set_balance(readings.balance);
+        key.stats.set_threads(readings.threads);
+        key.stats
+            .fleet
+            .external
+            .store(readings.external, Ordering::Relaxed);
+    }
+    key.stats.fleet.held.store(state.held, Ordering::Relaxed);
+    let full = key.stats.fleet.full_until().is_some();
+    if full && state.held < app.snapshot().pool.fleet_limit(key) {
+        key.stats.fleet.set_full(None);
+        return true;
+    }
+    false
+}
+
+/// Applies another replica's change of a key's state here, as if this replica had seen
+/// the answer itself.
+fn adopt_health(app: &App, key: &KeyEntry, shared: &SharedHealth) {
+    let now = Instant::now();
+    let reason = static_reason(&shared.reason);
+    let local = app.health().view(key.id, now).state;
+    let event = match shared.state.as_str() {
+        "benched" => HealthEvent::Bench { reason },
+        "cooling" => {
+            let left = shared.until_ms.saturating_sub(unix_ms(SystemTime::now()));
+            if left == 0 {
+                return;
+            }
+            HealthEvent::Cool {
+                reason,
+                duration: Duration::from_millis(left),
+            }
+        }
+        "active" if local != StateKind::Active => HealthEvent::Restore,
+        _ => return,
+    };
+    if let Some(transition) = app.adopt_health(key, event) {
+        tracing::info!(
+            key = %key.name,
+            by = %shared.by,
+            to = transition.to.label(),
+            "key state adopted from the fleet"
+        );
+    }
+}
+
+/// Health reasons are a closed set of static codes; one another replica wrote is mapped
+/// back onto it.
+fn static_reason(reason: &str) -> &'static str {
+    if reason == TRANSIENT_REASON {
+        return TRANSIENT_REASON;
+    }
+    crate::captcha::known_code(reason).unwrap_or("fleet")
+}
