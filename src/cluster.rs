@@ -173,6 +173,8 @@ pub struct Cluster {
     boot: String,
     seq: AtomicU64,
     up: AtomicBool,
+    /// Set at the first heartbeat that got through.
+    ever_up: AtomicBool,
     /// Shared mode starts this long after Redis returned (every replica has had a renewal
     /// period to put back what it admitted alone); before: still on the share.
     shared_from: Mutex<Option<Instant>>,
@@ -211,6 +213,7 @@ impl Cluster {
             boot,
             seq: AtomicU64::new(0),
             up: AtomicBool::new(false),
+            ever_up: AtomicBool::new(false),
             shared_from: Mutex::new(None),
             down_reason: Mutex::new(Some("not connected yet".to_owned())),
             held: Mutex::new(HashMap::new()),
@@ -519,6 +522,12 @@ impl Cluster {
                 .arg(self.layout.leases(key));
         }
         pipe.cmd("GET").arg(self.layout.pause());
+        // The heartbeats prune the dead; a replica that just died still counts here, which
+        // only makes the shares smaller.
+        pipe.cmd("ZRANGE")
+            .arg(self.layout.replicas())
+            .arg(0)
+            .arg(-1);
         let values: Vec<Value> = self.call_pipe(Op::Sync, pipe).await?;
         let mut values = values.into_iter();
         let mut synced = Synced::default();
@@ -534,6 +543,11 @@ impl Cluster {
         }
         let pause: Option<u64> = from_value(values.next());
         synced.pause_until_ms = pause.filter(|&until| until > unix_ms(SystemTime::now()));
+        let mut live: Vec<String> = from_value(values.next());
+        if !live.is_empty() {
+            live.sort();
+            lock(&self.fleet).live = live;
+        }
         Ok(synced)
     }
 
@@ -566,11 +580,22 @@ impl Cluster {
             self.mark_up();
         }
         self.drop_stale(stale_after).await;
+        let admitted_alone =
+            self.backlog_len() > 0 || lock(&self.held).values().any(|h| !h.in_redis);
         let ended = self.renew(lost_data || !was_up).await;
+        self.flush_backlog().await;
         if !was_up {
-            self.flush_backlog().await;
-            *lock(&self.shared_from) = Some(Instant::now() + self.renew_period());
-            tracing::info!(replica = %self.config.replica, "redis is back; shared mode after one renewal period");
+            // Other replicas that served alone put back what they admitted within one
+            // renewal period of Redis's return; until then the shares still apply. A fresh
+            // start that admitted nothing alone has no outage to wait out.
+            let after_outage = self.ever_up.swap(true, Ordering::AcqRel);
+            let settle = if after_outage || admitted_alone {
+                self.renew_period()
+            } else {
+                Duration::ZERO
+            };
+            *lock(&self.shared_from) = Some(Instant::now() + settle);
+            tracing::info!(replica = %self.config.replica, settle = ?settle, "redis is reachable; shared mode");
         }
         self.take_refresher(refresh_interval).await;
         ended

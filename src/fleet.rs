@@ -23,6 +23,25 @@ use crate::pool::KeyEntry;
 /// soon whatever `replica_timeout` is.
 const DOWN_RETRY: Duration = Duration::from_secs(1);
 
+/// One heartbeat and one sync, awaited before the listeners accept: a replica that can
+/// reach Redis starts in shared mode with the fleet's state, not on a share. Bounded by the
+/// Redis timeouts; without Redis it returns at the first failed call.
+pub async fn join(app: &App) {
+    let Some(cluster) = app.cluster().cloned() else {
+        return;
+    };
+    let snapshot = app.snapshot();
+    cluster
+        .heartbeat(
+            snapshot.config.refresh_interval,
+            snapshot.config.capacity.stale_after,
+        )
+        .await;
+    if cluster.is_shared() {
+        sync_once(app, &cluster, &mut HashMap::new()).await;
+    }
+}
+
 /// Runs the heartbeat and the sync until the task is dropped; nothing without `[cluster]`.
 pub async fn run(app: App) {
     let Some(cluster) = app.cluster().cloned() else {

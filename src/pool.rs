@@ -363,14 +363,16 @@ impl KeyPool {
         self.capacity.try_hold(key.id, self.local_limit(key))
     }
 
-    /// The threads this replica may hold of the key: all of them, alone or while Redis
-    /// counts for the fleet; its share while Redis is away.
+    /// The threads this replica may hold of the key: all of them when alone; none of its
+    /// own while Redis counts for the fleet (the lease set is the one check, and a local
+    /// count of tasks finished on other replicas lags); its share while Redis is away.
     fn local_limit(&self, key: &KeyEntry) -> Option<u32> {
         let capacity = key.thread_capacity()?;
-        Some(match &self.cluster {
-            Some(cluster) if !cluster.is_shared() => cluster.share(self.fleet_limit(key)),
-            _ => capacity,
-        })
+        match &self.cluster {
+            None => Some(capacity),
+            Some(cluster) if cluster.is_shared() => None,
+            Some(cluster) => Some(cluster.share(self.fleet_limit(key))),
+        }
     }
 
     /// The limit the fleet's lease set is checked against: the key's threads less what the

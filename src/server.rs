@@ -92,6 +92,7 @@ pub async fn run_with(
     let listener = listeners.proxy;
     let limits = app.snapshot().config.limits.clone();
     let header_timer = HeaderTimer::new();
+    fleet::join(&app).await;
     let mut background = JoinSet::new();
     background.spawn(refresh::run(app.clone()));
     background.spawn(fleet::run(app.clone()));

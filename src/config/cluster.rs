@@ -51,16 +51,33 @@ impl RedisUrl {
         &self.0
     }
 
-    /// The URL with anything between `://` and the last `@` of the authority replaced.
+    /// The URL with its user info (`user:password@`) and any `pass=` or `password=`
+    /// query value (the unix-socket form's) replaced by `***`.
     pub fn redacted(&self) -> String {
         let Some((scheme, rest)) = self.0.split_once("://") else {
             return "<unparsable redis url>".to_owned();
         };
-        let authority_end = rest.find('/').unwrap_or(rest.len());
-        match rest[..authority_end].rfind('@') {
-            Some(at) => format!("{scheme}://***@{}", &rest[at + 1..]),
-            None => self.0.clone(),
+        let (path, query) = match rest.split_once('?') {
+            Some((path, query)) => (path, Some(query)),
+            None => (rest, None),
+        };
+        let authority_end = path.find('/').unwrap_or(path.len());
+        let mut shown = match path[..authority_end].rfind('@') {
+            Some(at) => format!("{scheme}://***@{}", &path[at + 1..]),
+            None => format!("{scheme}://{path}"),
+        };
+        if let Some(query) = query {
+            let pairs: Vec<String> = query
+                .split('&')
+                .map(|pair| match pair.split_once('=') {
+                    Some((name, _)) if matches!(name, "pass" | "password") => format!("{name}=***"),
+                    _ => pair.to_owned(),
+                })
+                .collect();
+            shown.push('?');
+            shown.push_str(&pairs.join("&"));
         }
+        shown
     }
 }
 
@@ -206,5 +223,37 @@ fn safe_char(c: char) -> char {
         c
     } else {
         '-'
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RedisUrl;
+
+    #[test]
+    fn a_redis_url_never_shows_its_password() {
+        for (url, shown) in [
+            (
+                "redis://:hunter2@10.0.0.5:6379/0",
+                "redis://***@10.0.0.5:6379/0",
+            ),
+            (
+                "rediss://kr:hunter2@redis.internal/1",
+                "rediss://***@redis.internal/1",
+            ),
+            ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"),
+            (
+                "redis+unix:///run/redis.sock?db=1&pass=hunter2",
+                "redis+unix:///run/redis.sock?db=1&pass=***",
+            ),
+            (
+                "unix:///r.sock?password=hunter2",
+                "unix:///r.sock?password=***",
+            ),
+        ] {
+            let url = RedisUrl::new(url);
+            assert_eq!(url.redacted(), shown);
+            assert!(!format!("{url:?} {url}").contains("hunter2"));
+        }
     }
 }

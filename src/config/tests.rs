@@ -1133,4 +1133,5 @@ proptest::proptest! {
     }
 }
 
+mod cluster;
 mod exposure;

@@ -1,0 +1,601 @@
+//! Several replicas as one pool on a real `redis-server` (issue 14): threads never overfill
+//! a key across the fleet, every poll finds its key on any replica without a probe, a
+//! benched key leaves every replica's rotation, a killed replica's threads come back, a
+//! Redis outage is served on shares and recovered from, and no request leaks a lease.
+//!
+//! `redis-server` runs on a unix socket in a temp dir (no TCP port at all). Without it the
+//! tests say so and pass, so that `cargo test` works on a fresh machine; `.ci/run` installs
+//! it and runs the suite with `CI=true`, which (as `KEYRELAY_REQUIRE_REDIS=1` does) turns its
+//! absence into a failure.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use keyrelay::config::{Cluster, Config, RedisUrl};
+use keyrelay::health::StateKind;
+use keyrelay::sim::{SimHandle, SimKey, SimKeyState, Simulator};
+use rand::Rng;
+
+const THREADS: u32 = 5;
+const KEYS: [(&str, &str); 3] = [("a", KEY_A), ("b", KEY_B), ("c", KEY_C)];
+
+/// A `redis-server` of the test's own, on a unix socket in a temp dir.
+struct Redis {
+    child: Option<Child>,
+    dir: tempfile::TempDir,
+}
+
+impl Redis {
+    /// `None` (with a note) when `redis-server` is not installed and not required.
+    fn start() -> Option<Redis> {
+        if Command::new("redis-server")
+            .arg("--version")
+            .output()
+            .is_err()
+        {
+            let required = std::env::var_os("KEYRELAY_REQUIRE_REDIS").is_some()
+                || std::env::var("CI").is_ok_and(|ci| ci == "true");
+            assert!(
+                !required,
+                "redis-server is required here (CI) but not installed"
+            );
+            eprintln!("redis-server is not installed: skipping (apt-get install redis-server)");
+            return None;
+        }
+        let mut redis = Redis {
+            child: None,
+            dir: tempfile::tempdir().expect("temp dir"),
+        };
+        redis.launch();
+        Some(redis)
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.dir.path().join("redis.sock")
+    }
+
+    fn url(&self) -> String {
+        format!("redis+unix://{}", self.socket().display())
+    }
+
+    /// Starts (or restarts) the server with an append-only file, so a restart keeps data.
+    fn launch(&mut self) {
+        let _ = std::fs::remove_file(self.socket());
+        let child = Command::new("redis-server")
+            .args(["--port", "0", "--unixsocket"])
+            .arg(self.socket())
+            .args([
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+                "--save",
+                "",
+            ])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server starts");
+        self.child = Some(child);
+        let client = redis::Client::open(self.url()).expect("redis url");
+        for _ in 0..500 {
+            if let Ok(mut conn) = client.get_connection() {
+                if redis::cmd("PING").query::<String>(&mut conn).is_ok() {
+                    return;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("redis-server did not come up");
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    fn conn(&self) -> redis::Connection {
+        redis::Client::open(self.url())
+            .expect("redis url")
+            .get_connection()
+            .expect("redis connection")
+    }
+
+    /// Every lease member of a key's set (expired ones included).
+    fn leases(&self, key: &str) -> Vec<String> {
+        redis::cmd("ZRANGE")
+            .arg(format!("keyrelay:key:{{{key}}}:leases"))
+            .arg(0)
+            .arg(-1)
+            .query(&mut self.conn())
+            .expect("ZRANGE")
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+async fn sim() -> SimHandle {
+    let mut sim = Simulator::new().polls_to_ready(2);
+    for (_, key) in KEYS {
+        let mut k = SimKey::valid(key);
+        k.threads = THREADS;
+        sim = sim.key(k);
+    }
+    sim.spawn().await.expect("simulator binds 127.0.0.1:0")
+}
+
+fn replica_config(sim: &SimHandle, redis: &Redis, name: &str) -> Config {
+    let keys: Vec<(&str, &str, f64)> = KEYS.iter().map(|(n, k)| (*n, *k, 1.0)).collect();
+    let mut config = config_for(sim, &keys);
+    for key in &mut config.keys {
+        key.threads = Some(THREADS);
+    }
+    config.capacity.queue_timeout = Duration::from_secs(60);
+    config.cluster = Some(Cluster {
+        redis: RedisUrl::new(redis.url()),
+        replica: name.to_owned(),
+        prefix: "keyrelay".to_owned(),
+        replica_timeout: Duration::from_secs(3),
+        timeout: Duration::from_millis(250),
+        sync_interval: Duration::from_millis(500),
+    });
+    config
+}
+
+/// Three in-process replicas on one simulator and one Redis, each in shared mode.
+async fn fleet(sim: &SimHandle, redis: &Redis) -> Vec<Harness> {
+    let mut replicas = Vec::new();
+    for name in ["kr-1", "kr-2", "kr-3"] {
+        let config = replica_config(sim, redis, name);
+        replicas.push(Harness::start_without_refresh_wait(sim.clone(), config).await);
+    }
+    for replica in &replicas {
+        wait_shared(replica).await;
+    }
+    wait_fleet(&replicas, 3).await;
+    replicas
+}
+
+async fn wait_shared(replica: &Harness) {
+    let app = replica.app.clone();
+    eventually("replica in shared mode", move || {
+        app.cluster().is_some_and(|c| c.is_shared())
+    })
+    .await;
+}
+
+/// Waits until every replica has seen all `count` of them alive.
+async fn wait_fleet(replicas: &[Harness], count: usize) {
+    for replica in replicas {
+        let app = replica.app.clone();
+        eventually("the whole fleet seen alive", move || {
+            app.cluster()
+                .is_some_and(|c| c.live_replicas().len() == count)
+        })
+        .await;
+    }
+}
+
+/// Submits through `via` until accepted; the task id and the key that served it.
+async fn submit(via: &Harness) -> (u64, String) {
+    let answer = via
+        .get("/in.php?key=callerkey&method=userrecaptcha&googlekey=site&pageurl=https://x.test&json=1")
+        .await;
+    let json = answer.json();
+    assert_eq!(json["status"], 1, "submit refused: {}", answer.text());
+    let id: u64 = match &json["request"] {
+        serde_json::Value::Number(n) => n.as_u64().expect("numeric id"),
+        serde_json::Value::String(s) => s.parse().expect("numeric id"),
+        other => panic!("no task id in {other}"),
+    };
+    let key = answer
+        .headers
+        .get("x-keyrelay-key")
+        .and_then(|v| v.to_str().ok())
+        .expect("X-Keyrelay-Key on a relayed answer")
+        .to_owned();
+    (id, key)
+}
+
+/// Polls `id` through `via` once; whether the answer is final, and the key it went with.
+async fn poll(via: &Harness, id: u64) -> (bool, Option<String>) {
+    let answer = via
+        .get(&format!("/res.php?key=callerkey&action=get&id={id}&json=1"))
+        .await;
+    let json = answer.json();
+    let key = answer
+        .headers
+        .get("x-keyrelay-key")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let done = json["status"] == 1;
+    assert!(
+        done || json["request"] == "CAPCHA_NOT_READY",
+        "poll of {id} answered {}",
+        answer.text()
+    );
+    (done, key)
+}
+
+fn probes(replica: &Harness) -> f64 {
+    let text = replica.app.render_metrics();
+    text.lines()
+        .filter(|l| l.starts_with("keyrelay_probes_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+fn key_value(name: &str) -> &'static str {
+    KEYS.iter().find(|(n, _)| *n == name).expect("a pool key").1
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_hundred_loops_over_three_replicas_never_overfill_a_key_and_never_probe() {
+    let Some(redis) = Redis::start() else { return };
+    let sim = sim().await;
+    let replicas = Arc::new(fleet(&sim, &redis).await);
+    let loops = (0..200).map(|_| {
+        let replicas = replicas.clone();
+        let sim = sim.clone();
+        tokio::spawn(async move {
+            let pick = || rand::rng().random_range(0..replicas.len());
+            let (id, key) = submit(&replicas[pick()]).await;
+            assert_eq!(
+                sim.task_owner(id).as_deref(),
+                Some(key_value(&key)),
+                "the header names the key that created {id}"
+            );
+            for _ in 0..50 {
+                let (done, polled_with) = poll(&replicas[pick()], id).await;
+                assert_eq!(
+                    polled_with.as_deref(),
+                    Some(key.as_str()),
+                    "task {id} polled with its creating key"
+                );
+                if done {
+                    return;
+                }
+            }
+            panic!("task {id} never got ready");
+        })
+    });
+    for handle in loops.collect::<Vec<_>>() {
+        handle.await.expect("loop finished");
+    }
+    for (_, key) in KEYS {
+        let peak = sim.peak_threads(key);
+        assert!(peak <= THREADS, "peak {peak} threads on one key");
+        assert!(peak > 0, "every key was used");
+    }
+    for replica in replicas.iter() {
+        assert_eq!(probes(replica), 0.0, "no replica probed");
+    }
+    // The simulator refuses a task beyond its threads, so its peak alone proves nothing:
+    // what matters is that it never had to refuse one.
+    for replica in replicas.iter() {
+        let text = replica.app.render_metrics();
+        for (name, _) in KEYS {
+            let series =
+                format!("keyrelay_key_submits_total{{key=\"{name}\",outcome=\"key_full\"}}");
+            assert_eq!(
+                metric(&text, &series).unwrap_or(0.0),
+                0.0,
+                "the upstream never said no free thread ({series})"
+            );
+        }
+    }
+    // Every thread went back: the final answers released the leases wherever they landed.
+    eventually_async_leases(&redis, 0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_key_benched_on_one_replica_gets_no_task_from_any_replica_a_second_later() {
+    let Some(redis) = Redis::start() else { return };
+    let sim = sim().await;
+    let replicas = fleet(&sim, &redis).await;
+    sim.set_state(KEY_B, SimKeyState::Unknown);
+    // Tasks through the first replica until one lands on b and benches it there; each is
+    // polled to its end, so that the other keys' threads stay free.
+    let b = replicas[0].app.snapshot().pool.keys()[1].clone();
+    assert_eq!(b.name, "b");
+    let benched = |app: &keyrelay::App| {
+        app.health().view(b.id, tokio::time::Instant::now()).state == StateKind::Benched
+    };
+    for _ in 0..100 {
+        if benched(&replicas[0].app) {
+            break;
+        }
+        solve(&replicas[0]).await;
+    }
+    let benched_at = std::time::Instant::now();
+    assert_eq!(
+        replicas[0]
+            .app
+            .health()
+            .view(b.id, tokio::time::Instant::now())
+            .state,
+        StateKind::Benched
+    );
+    for replica in &replicas[1..] {
+        let app = replica.app.clone();
+        let id = b.id;
+        eventually("b benched on every replica", move || {
+            app.health().view(id, tokio::time::Instant::now()).state == StateKind::Benched
+        })
+        .await;
+    }
+    assert!(
+        benched_at.elapsed() <= Duration::from_secs(1),
+        "took {:?} to reach every replica",
+        benched_at.elapsed()
+    );
+    for i in 0..30 {
+        let key = solve(&replicas[1 + i % 2]).await;
+        assert_ne!(key, "b");
+    }
+}
+
+/// A task submitted and polled to its end through `via`; the key that served it.
+async fn solve(via: &Harness) -> String {
+    let (id, key) = submit(via).await;
+    for _ in 0..50 {
+        if poll(via, id).await.0 {
+            return key;
+        }
+    }
+    panic!("task {id} never got ready");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn submits_whose_callers_leave_leave_no_lease_behind() {
+    let Some(redis) = Redis::start() else { return };
+    let sim = sim().await;
+    let mut replicas = Vec::new();
+    for name in ["kr-1", "kr-2"] {
+        let mut config = replica_config(&sim, &redis, name);
+        config.capacity.queue_timeout = Duration::from_millis(200);
+        replicas.push(Harness::start_without_refresh_wait(sim.clone(), config).await);
+    }
+    for replica in &replicas {
+        wait_shared(replica).await;
+    }
+    let addrs: Vec<_> = replicas.iter().map(|r| r.addr).collect();
+    let callers = (0..1000).map(|i| {
+        let addr = addrs[i % addrs.len()];
+        tokio::spawn(async move {
+            use tokio::io::AsyncWriteExt;
+            let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+            let request = "GET /in.php?key=k&method=userrecaptcha&googlekey=site&pageurl=https://x.test HTTP/1.1\r\nhost: x\r\n\r\n";
+            stream.write_all(request.as_bytes()).await.expect("send");
+            // The caller leaves at once, or a moment later: mid-queue or mid-upstream.
+            if i % 2 == 1 {
+                tokio::task::yield_now().await;
+            }
+            drop(stream);
+        })
+    });
+    for caller in callers.collect::<Vec<_>>() {
+        caller.await.expect("caller");
+    }
+    // Every request ends by itself (accepted, or refused when the queue wait runs out).
+    for replica in &replicas {
+        let app = replica.app.clone();
+        eventually("every request finished", move || {
+            app.capacity().queued() == 0
+        })
+        .await;
+    }
+    // What is left is one lease per task the service is working on, and nothing else.
+    let tasks: usize = KEYS
+        .iter()
+        .map(|(_, key)| sim.working_threads(key) as usize)
+        .sum();
+    assert!(
+        tasks > 0,
+        "some submits were accepted before their wait ran out"
+    );
+    eventually_async_leases(&redis, tasks).await;
+}
+
+/// Waits until only tasks' leases are left, one per task the simulator is working on.
+async fn eventually_async_leases(redis: &Redis, tasks: usize) {
+    for _ in 0..500 {
+        let leases: Vec<String> = KEYS
+            .iter()
+            .flat_map(|(name, _)| redis.leases(name))
+            .collect();
+        if leases.iter().all(|m| m.starts_with("t:")) && leases.len() == tasks {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let leases: Vec<String> = KEYS
+        .iter()
+        .flat_map(|(name, _)| redis.leases(name))
+        .collect();
+    panic!("leases left behind: {leases:?}, tasks working: {tasks}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn without_redis_replicas_serve_on_their_shares_and_return_to_shared_mode() {
+    let Some(mut redis) = Redis::start() else {
+        return;
+    };
+    let sim = sim().await;
+    let replicas = Arc::new(fleet(&sim, &redis).await);
+    // A task made before the outage.
+    let (before, before_key) = submit(&replicas[0]).await;
+    redis.kill();
+    for replica in replicas.iter() {
+        let app = replica.app.clone();
+        eventually("degraded", move || {
+            app.cluster().is_some_and(|c| !c.is_shared())
+        })
+        .await;
+        let status = replica.get("/status").await.json();
+        assert_eq!(status["cluster"]["mode"], "degraded");
+        assert!(status["cluster"]["degraded_reason"].is_string());
+    }
+    // Work during the outage: every answer is well formed, and the shares hold the keys.
+    let mut during = Vec::new();
+    let work = (0..30).map(|i| {
+        let replicas = replicas.clone();
+        tokio::spawn(async move {
+            let via = &replicas[i % 3];
+            let (id, key) = submit(via).await;
+            // Polled where it was made: without Redis only that replica knows the pin.
+            loop {
+                let (done, polled) = poll(via, id).await;
+                assert_eq!(polled.as_deref(), Some(key.as_str()));
+                if done {
+                    return (id, key);
+                }
+            }
+        })
+    });
+    for handle in work.collect::<Vec<_>>() {
+        during.push(handle.await.expect("outage work"));
+    }
+    for (_, key) in KEYS {
+        assert!(sim.peak_threads(key) <= THREADS);
+    }
+    redis.launch();
+    for replica in replicas.iter() {
+        wait_shared(replica).await;
+    }
+    // The pin made before the outage is still found from every replica.
+    for replica in replicas.iter() {
+        let (_, key) = poll(replica, before).await;
+        assert_eq!(key.as_deref(), Some(before_key.as_str()));
+    }
+    let metrics = replicas[0].app.render_metrics();
+    assert_eq!(
+        metric(&metrics, "keyrelay_cluster_up{replica=\"kr-1\"}"),
+        Some(1.0)
+    );
+    let errors: f64 = metrics
+        .lines()
+        .filter(|l| l.starts_with("keyrelay_cluster_errors_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert!(errors >= 1.0, "the outage was counted:\n{metrics}");
+    assert_eq!(during.len(), 30);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_killed_replicas_threads_come_back_and_its_tasks_stay_pollable() {
+    let Some(redis) = Redis::start() else { return };
+    let sim = sim().await;
+    let survivors = fleet(&sim, &redis).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config_path = write_binary_config(dir.path(), &sim, &redis);
+    let mut doomed = Binary::spawn(
+        &[
+            "--config",
+            config_path.to_str().expect("utf-8 path"),
+            "--log",
+            "info",
+        ],
+        &[],
+    );
+    let addr = doomed.wait_for_addr();
+    let client = reqwest_free_get(&addr);
+    let mut made = Vec::new();
+    for _ in 0..6 {
+        made.push(client(
+            "/in.php?key=k&method=userrecaptcha&googlekey=site&pageurl=https://x.test&json=1",
+        ));
+    }
+    let held_before: usize = KEYS.iter().map(|(n, _)| redis.leases(n).len()).sum();
+    assert_eq!(held_before, made.len(), "one lease per task made");
+    // kill -9: no shutdown, no release.
+    let pid = doomed.pid();
+    Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .expect("kill");
+    let _ = doomed.stop();
+    let killed_at = std::time::Instant::now();
+    for _ in 0..1000 {
+        let held: usize = KEYS.iter().map(|(n, _)| redis.leases(n).len()).sum();
+        if held == 0 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let held: usize = KEYS.iter().map(|(n, _)| redis.leases(n).len()).sum();
+    assert_eq!(held, 0, "the dead replica's leases expired");
+    assert!(
+        killed_at.elapsed() <= Duration::from_secs(6),
+        "within twice replica_timeout"
+    );
+    for (id, key) in made {
+        let (_, polled) = poll(&survivors[0], id).await;
+        assert_eq!(polled.as_deref(), Some(key.as_str()));
+    }
+    for replica in &survivors {
+        assert_eq!(probes(replica), 0.0, "found through Redis, not by probing");
+    }
+}
+
+fn write_binary_config(dir: &Path, sim: &SimHandle, redis: &Redis) -> PathBuf {
+    let mut text = format!(
+        "listen = \"127.0.0.1:0\"\nupstream = \"{}\"\ndata_dir = \"{}\"\n\n",
+        sim.url(),
+        dir.join("data").display()
+    );
+    for (name, key) in KEYS {
+        text.push_str(&format!(
+            "[[keys]]\nname = \"{name}\"\nkey = \"{key}\"\nthreads = {THREADS}\n\n"
+        ));
+    }
+    text.push_str(&format!(
+        "[cluster]\nredis = \"{}\"\nreplica = \"kr-doomed\"\nreplica_timeout = \"3s\"\n",
+        redis.url()
+    ));
+    let path = dir.join("proxy.toml");
+    std::fs::write(&path, text).expect("write config");
+    path
+}
+
+/// A blocking submit through a plain TCP connection to `addr`: the task id and its key.
+fn reqwest_free_get(addr: &str) -> impl Fn(&str) -> (u64, String) + '_ {
+    move |path| {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(addr).expect("connect");
+        write!(
+            stream,
+            "GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
+        )
+        .expect("send");
+        let mut text = String::new();
+        stream.read_to_string(&mut text).expect("read");
+        let key = text
+            .lines()
+            .find_map(|l| l.strip_prefix("x-keyrelay-key: "))
+            .expect("key header")
+            .trim()
+            .to_owned();
+        let body = text.split("\r\n\r\n").nth(1).expect("body");
+        let json: serde_json::Value = serde_json::from_str(body).expect("json body");
+        let id = match &json["request"] {
+            serde_json::Value::Number(n) => n.as_u64().expect("numeric id"),
+            serde_json::Value::String(s) => s.parse().expect("numeric id"),
+            other => panic!("no task id in {other}"),
+        };
+        (id, key)
+    }
+}
