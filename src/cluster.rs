@@ -389,6 +389,23 @@ impl Cluster {
         }
     }
 
+    /// Shares a pin found by probing (no lease: keyrelay did not see the task submitted), so
+    /// that no other replica probes for it again. Best effort, in the background.
+    pub fn share_found_pin(self: &Arc<Self>, task: &TaskId, key: &str, token: &str) {
+        if !self.is_shared() {
+            return;
+        }
+        let mut cmd = redis::cmd("SET");
+        cmd.arg(self.layout.pin(&task.to_string()))
+            .arg(format!("{key}\t{token}"))
+            .arg("EX")
+            .arg(self.pin_ttl.as_secs().max(1));
+        let this = self.clone();
+        tokio::spawn(async move {
+            let _ = this.call::<()>(Op::Pin, cmd).await;
+        });
+    }
+
     /// The pin another replica wrote for `task`, if Redis has one.
     ///
     /// # Errors

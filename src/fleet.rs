@@ -26,9 +26,10 @@ const DOWN_RETRY: Duration = Duration::from_secs(1);
 /// One heartbeat and one sync, awaited before the listeners accept: a replica that can
 /// reach Redis starts in shared mode with the fleet's state, not on a share. Bounded by the
 /// Redis timeouts; without Redis it returns at the first failed call.
-pub async fn join(app: &App) {
+pub async fn join(app: &App) -> Seen {
+    let mut seen = Seen::new();
     let Some(cluster) = app.cluster().cloned() else {
-        return;
+        return seen;
     };
     let snapshot = app.snapshot();
     cluster
@@ -38,16 +39,20 @@ pub async fn join(app: &App) {
         )
         .await;
     if cluster.is_shared() {
-        sync_once(app, &cluster, &mut HashMap::new()).await;
+        sync_once(app, &cluster, &mut seen).await;
     }
+    seen
 }
 
+/// The health version last adopted per key name.
+pub type Seen = HashMap<String, u64>;
+
 /// Runs the heartbeat and the sync until the task is dropped; nothing without `[cluster]`.
-pub async fn run(app: App) {
+pub async fn run(app: App, seen: Seen) {
     let Some(cluster) = app.cluster().cloned() else {
         return;
     };
-    tokio::join!(heartbeats(&app, &cluster), syncs(&app, &cluster));
+    tokio::join!(heartbeats(&app, &cluster), syncs(&app, &cluster, seen));
 }
 
 async fn heartbeats(app: &App, cluster: &Arc<Cluster>) {
@@ -74,8 +79,7 @@ async fn heartbeats(app: &App, cluster: &Arc<Cluster>) {
     }
 }
 
-async fn syncs(app: &App, cluster: &Arc<Cluster>) {
-    let mut seen: HashMap<String, u64> = HashMap::new();
+async fn syncs(app: &App, cluster: &Arc<Cluster>, mut seen: Seen) {
     loop {
         tokio::time::sleep(cluster.config().sync_interval).await;
         if cluster.is_shared() {
@@ -86,7 +90,7 @@ async fn syncs(app: &App, cluster: &Arc<Cluster>) {
 
 /// One read of the fleet's shared state, applied here. `seen` holds the health version last
 /// adopted per key.
-pub async fn sync_once(app: &App, cluster: &Cluster, seen: &mut HashMap<String, u64>) {
+pub async fn sync_once(app: &App, cluster: &Cluster, seen: &mut Seen) {
     let snapshot = app.snapshot();
     let keys = snapshot.pool.keys();
     let names: Vec<Arc<str>> = keys.iter().map(|k| Arc::from(k.name.as_str())).collect();
@@ -96,10 +100,13 @@ pub async fn sync_once(app: &App, cluster: &Cluster, seen: &mut HashMap<String, 
     let mut freed = false;
     for (key, state) in keys.iter().zip(&synced.keys) {
         if let Some(health) = &state.health {
+            let first = !seen.contains_key(&key.name);
             let newer = seen.get(&key.name).is_none_or(|&v| health.version > v);
             if newer {
                 seen.insert(key.name.clone(), health.version);
-                if health.by != cluster.replica() {
+                // This replica's own changes are already applied, except at its first
+                // sync: a restarted replica has forgotten what it announced before.
+                if health.by != cluster.replica() || first {
                     adopt_health(app, key, health);
                 }
             }

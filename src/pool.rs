@@ -345,6 +345,21 @@ impl KeyPool {
         self.capacity.load(key.id)
     }
 
+    /// The key's threads in use as selection weighs them: this replica's count, or in a
+    /// cluster sharing through Redis the fleet's (leases and others' use, as last synced)
+    /// when that is higher, so that least-loaded spreads the fleet's load, not one replica's.
+    pub fn in_use(&self, key: &KeyEntry) -> u32 {
+        let local = self.load(key).in_use();
+        match &self.cluster {
+            Some(cluster) if cluster.is_shared() => {
+                let fleet = &key.stats.fleet;
+                let held = fleet.held.load(Ordering::Relaxed);
+                local.max(held.saturating_add(fleet.external.load(Ordering::Relaxed)))
+            }
+            _ => local,
+        }
+    }
+
     /// Every thread of the key is in use (never, for a key without a known capacity).
     pub fn is_full(&self, key: &KeyEntry) -> bool {
         if self.cluster.is_some() && key.stats.fleet.is_full(Instant::now()) {

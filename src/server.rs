@@ -92,10 +92,10 @@ pub async fn run_with(
     let listener = listeners.proxy;
     let limits = app.snapshot().config.limits.clone();
     let header_timer = HeaderTimer::new();
-    fleet::join(&app).await;
+    let seen = fleet::join(&app).await;
     let mut background = JoinSet::new();
     background.spawn(refresh::run(app.clone()));
-    background.spawn(fleet::run(app.clone()));
+    background.spawn(fleet::run(app.clone(), seen));
     background.spawn(sweep_pins(app.clone()));
     background.spawn(sync_pins(app.clone()));
     background.spawn(release_stale(app.clone()));

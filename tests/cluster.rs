@@ -429,15 +429,86 @@ async fn eventually_async_leases(redis: &Redis, tasks: usize) {
     panic!("leases left behind: {leases:?}, tasks working: {tasks}");
 }
 
+/// Tasks made and polled to their end by `loops` loops over random replicas until `stop`;
+/// every task made, with its key. Without Redis a poll on another replica may probe, so
+/// loops accept "not ready" for as long as it takes.
+fn run_loops(
+    replicas: &Arc<Vec<Harness>>,
+    loops: usize,
+    stop: &Arc<std::sync::atomic::AtomicBool>,
+    done: &Arc<std::sync::atomic::AtomicUsize>,
+) -> Vec<tokio::task::JoinHandle<Vec<(u64, String)>>> {
+    use std::sync::atomic::Ordering;
+    (0..loops)
+        .map(|_| {
+            let (replicas, stop, done) = (replicas.clone(), stop.clone(), done.clone());
+            tokio::spawn(async move {
+                let mut made = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    let pick = || rand::rng().random_range(0..replicas.len());
+                    let (id, key) = submit(&replicas[pick()]).await;
+                    made.push((id, key.clone()));
+                    loop {
+                        let (finished, polled) = poll(&replicas[pick()], id).await;
+                        if let Some(polled) = polled {
+                            assert_eq!(polled, key, "task {id} polled with its creating key");
+                        }
+                        if finished {
+                            break;
+                        }
+                    }
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+                made
+            })
+        })
+        .collect()
+}
+
+async fn wait_done(done: &std::sync::atomic::AtomicUsize, at_least: usize) {
+    for _ in 0..3000 {
+        if done.load(std::sync::atomic::Ordering::Relaxed) >= at_least {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the loops stalled below {at_least} tasks");
+}
+
+fn assert_never_overfilled(sim: &SimHandle, replicas: &[Harness]) {
+    for (_, key) in KEYS {
+        assert!(sim.peak_threads(key) <= THREADS);
+    }
+    for replica in replicas {
+        let text = replica.app.render_metrics();
+        for (name, _) in KEYS {
+            let series =
+                format!("keyrelay_key_submits_total{{key=\"{name}\",outcome=\"key_full\"}}");
+            assert_eq!(
+                metric(&text, &series).unwrap_or(0.0),
+                0.0,
+                "the upstream never said no free thread ({series})"
+            );
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn without_redis_replicas_serve_on_their_shares_and_return_to_shared_mode() {
+async fn redis_killed_mid_run_then_restarted_loses_nothing_and_overfills_nothing() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     let Some(mut redis) = Redis::start() else {
         return;
     };
     let sim = sim().await;
     let replicas = Arc::new(fleet(&sim, &redis).await);
-    // A task made before the outage.
+    // A task made before the outage and never polled: it holds its thread throughout.
     let (before, before_key) = submit(&replicas[0]).await;
+    let (stop, done) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicUsize::new(0)),
+    );
+    let loops = run_loops(&replicas, 24, &stop, &done);
+    wait_done(&done, 20).await;
     redis.kill();
     for replica in replicas.iter() {
         let app = replica.app.clone();
@@ -449,38 +520,38 @@ async fn without_redis_replicas_serve_on_their_shares_and_return_to_shared_mode(
         assert_eq!(status["cluster"]["mode"], "degraded");
         assert!(status["cluster"]["degraded_reason"].is_string());
     }
-    // Work during the outage: every answer is well formed, and the shares hold the keys.
-    let mut during = Vec::new();
-    let work = (0..30).map(|i| {
-        let replicas = replicas.clone();
-        tokio::spawn(async move {
-            let via = &replicas[i % 3];
-            let (id, key) = submit(via).await;
-            // Polled where it was made: without Redis only that replica knows the pin.
-            loop {
-                let (done, polled) = poll(via, id).await;
-                assert_eq!(polled.as_deref(), Some(key.as_str()));
-                if done {
-                    return (id, key);
-                }
-            }
-        })
-    });
-    for handle in work.collect::<Vec<_>>() {
-        during.push(handle.await.expect("outage work"));
-    }
-    for (_, key) in KEYS {
-        assert!(sim.peak_threads(key) <= THREADS);
-    }
+    let at_outage = done.load(Ordering::Relaxed);
+    wait_done(&done, at_outage + 30).await;
     redis.launch();
     for replica in replicas.iter() {
         wait_shared(replica).await;
     }
-    // The pin made before the outage is still found from every replica.
-    for replica in replicas.iter() {
-        let (_, key) = poll(replica, before).await;
-        assert_eq!(key.as_deref(), Some(before_key.as_str()));
+    let at_return = done.load(Ordering::Relaxed);
+    wait_done(&done, at_return + 30).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut made = vec![(before, before_key)];
+    for handle in loops {
+        made.extend(handle.await.expect("a loop"));
     }
+    assert_never_overfilled(&sim, &replicas);
+    // No pin is lost: every task, made before, during or after the outage, is polled with
+    // its creating key from a replica that did not make it, through Redis, not a probe.
+    let probes_before: f64 = replicas.iter().map(probes).sum();
+    for (i, (id, key)) in made.iter().enumerate() {
+        let answer = replicas[i % 3]
+            .get(&format!("/res.php?key=callerkey&action=get&id={id}&json=1"))
+            .await;
+        let polled = answer
+            .headers
+            .get("x-keyrelay-key")
+            .and_then(|v| v.to_str().ok());
+        assert_eq!(polled, Some(key.as_str()), "task {id}: {}", answer.text());
+    }
+    let probes_after: f64 = replicas.iter().map(probes).sum();
+    assert_eq!(
+        probes_after, probes_before,
+        "every pin was in Redis or in the replica"
+    );
     let metrics = replicas[0].app.render_metrics();
     assert_eq!(
         metric(&metrics, "keyrelay_cluster_up{replica=\"kr-1\"}"),
@@ -492,7 +563,63 @@ async fn without_redis_replicas_serve_on_their_shares_and_return_to_shared_mode(
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum();
     assert!(errors >= 1.0, "the outage was counted:\n{metrics}");
-    assert_eq!(during.len(), 30);
+    // Every cluster metric the shipped alerts name is exported by a replica.
+    let alerts = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/prometheus/alerts.yml"),
+    )
+    .expect("shipped alerts");
+    let mut named = 0;
+    for (at, _) in alerts.match_indices("keyrelay_cluster_") {
+        let name: String = alerts[at..]
+            .chars()
+            .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+            .collect();
+        named += 1;
+        assert!(
+            metrics.contains(&format!("# TYPE {name} ")),
+            "alerts.yml uses {name}, which a replica does not export"
+        );
+    }
+    assert!(named >= 2, "the cluster alert names its metrics");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_that_lost_its_data_gets_every_open_lease_back() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let Some(redis) = Redis::start() else { return };
+    let sim = sim().await;
+    let replicas = Arc::new(fleet(&sim, &redis).await);
+    // Open tasks, never polled: each holds a thread of its key until the end of the test.
+    let mut open = Vec::new();
+    for i in 0..6 {
+        open.push(submit(&replicas[i % 3]).await);
+    }
+    let leases = || -> usize { KEYS.iter().map(|(n, _)| redis.leases(n).len()).sum() };
+    assert_eq!(leases(), open.len());
+    redis::cmd("FLUSHALL")
+        .query::<()>(&mut redis.conn())
+        .expect("FLUSHALL");
+    assert_eq!(leases(), 0);
+    // Each replica notices at its next heartbeat (a third of replica_timeout) and puts its
+    // leases back.
+    for _ in 0..500 {
+        if leases() == open.len() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(leases(), open.len(), "every open task's lease is back");
+    let (stop, done) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicUsize::new(0)),
+    );
+    let loops = run_loops(&replicas, 24, &stop, &done);
+    wait_done(&done, 40).await;
+    stop.store(true, Ordering::Relaxed);
+    for handle in loops {
+        handle.await.expect("a loop");
+    }
+    assert_never_overfilled(&sim, &replicas);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -144,7 +144,7 @@ impl<'a, R: Rng> Candidates<'a, R> {
             let key = &pool.keys[i];
             let capacity = key.thread_capacity().map_or(fallback, f64::from);
             let usable = capacity * pool.slow_start_by(&views[i], self.now);
-            let ratio = f64::from(pool.load(key).in_use()) / usable.max(f64::MIN_POSITIVE);
+            let ratio = f64::from(pool.in_use(key)) / usable.max(f64::MIN_POSITIVE);
             (ratio, key.weight)
         };
         let scored: PerKey<(usize, (f64, f64))> = eligible.iter().map(|&i| (i, score(i))).collect();

@@ -3,7 +3,6 @@
 //! does not know are forwarded with a key in rotation. A caller token limited to some keys
 //! sees only those: the totals of its keys, its pingbacks set on its keys.
 
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use futures_util::future::join_all;
@@ -70,13 +69,8 @@ pub(super) fn threads(ctx: &Ctx) -> Handled {
     let (mut threads, mut working) = (0u64, 0u64);
     let keys = pool.keys().iter();
     for key in keys.filter(|k| ctx.may_use(k) && pool.in_rotation(k, now)) {
-        let mut used = u64::from(pool.load(key).in_use());
-        if ctx.app.cluster().is_some_and(|c| c.is_shared()) {
-            // The whole fleet's use, as last synced: every replica answers the same.
-            let fleet = &key.stats.fleet;
-            let held = fleet.held.load(Ordering::Relaxed) + fleet.external.load(Ordering::Relaxed);
-            used = used.max(u64::from(held));
-        }
+        // In a cluster, the whole fleet's use as last synced: every replica answers alike.
+        let used = u64::from(pool.in_use(key));
         match key.thread_capacity().map(u64::from) {
             Some(capacity) => {
                 threads += capacity;

@@ -148,6 +148,10 @@ pub(super) async fn probe(
                 ctx.app
                     .pins()
                     .pin_for(task.clone(), key.id, token, Instant::now());
+                if let Some(cluster) = ctx.app.cluster() {
+                    let token = ctx.token.as_ref().map_or("", |t| &*t.name);
+                    cluster.share_found_pin(task, &key.name, token);
+                }
                 misses.forget(task);
                 count(ctx, ProbeResult::Found);
                 tracing::info!(key = %key.name, task_id = %task, "unknown task found on a key and pinned");
