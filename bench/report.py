@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""Turns bench/run.sh's raw figures into the markdown table of bench/results/latest.md.
+"""Turns bench/run.sh's raw figures into the markdown tables of bench/results/latest.md.
 
-Input: one figure per line, tab-separated: round, target (A B C M D), scenario, metric,
-value. Targets M (keyrelay with pins in memory) and D (the hyper pass-through floor) are
-optional: raw files without them give a table without their columns.
+Input: one figure per line, tab-separated: round, target (A B C M D, and B P N K F in the
+TLS scenarios), scenario, metric, value. Targets M (keyrelay with pins in memory) and D
+(the hyper pass-through floor) are optional: raw files without them give a table without
+their columns. The TLS scenarios (tls-keepalive-<rate>, tls-handshake-<rate>) get a table
+of their own after the first, and are all there is with BENCH_TLS=only (bench/tls.sh).
 Round 0 holds one-off figures (memory, startup); rounds 1..N the interleaved runs, of which
 the median is shown, with the spread across rounds beside the figures compared most.
 Errors are summed over rounds rather than taken as a median.
@@ -112,30 +114,105 @@ class Table:
         self.row("errors (non-2xx + socket), all rounds", [fmt(sums[t]) for t in TARGETS])
 
 
-def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("raw")
-    p.add_argument("--command", required=True)
-    p.add_argument("--seconds", type=int, required=True)
-    p.add_argument("--rate", type=int, required=True)
-    p.add_argument("--connections", required=True)
-    p.add_argument("--poll-connections", default="",
-                   help="closed-loop connection counts of the poll runs")
-    p.add_argument("--rounds", type=int, required=True)
-    p.add_argument("--duration", type=int, required=True)
-    p.add_argument("--open-rounds", type=int)
-    p.add_argument("--open-duration", type=int)
-    p.add_argument("--server-cpu", required=True)
-    p.add_argument("--client-cpu", required=True)
-    p.add_argument("--versions", required=True)
-    a = p.parse_args()
-    runs, once = load(a.raw)
-    global TARGETS, VERSUS
-    present = {t for (t, _, _) in runs}
-    TARGETS = ("A", "B", "C") + tuple(t for t in ("M", "D") if t in present)
-    VERSUS = tuple(t for t in TARGETS if t in ("C", "M", "D"))
-    open_rounds = a.open_rounds or a.rounds
-    open_duration = a.open_duration or a.duration
+# The TLS table's columns, in table order, and the plain reference each TLS target's own
+# share is read against.
+TLS_TARGETS = ("B", "P", "N", "K", "F")
+TLS_NAMES = {"B": "B: nginx plain", "P": "P: keyrelay plain", "N": "N: nginx ssl",
+             "K": "K: keyrelay [tls]", "F": "F: keyrelay CONNECT"}
+TLS_PLAIN = {"N": "B", "K": "P", "F": "P"}
+# The issue's goal: K's CPU per request at the fixed rate with keep-alive, against N's.
+TLS_GOAL = 1.2
+
+
+def tls_table(runs, a):
+    """The TLS rows: a section per measurement, ratios to N; [] without TLS figures."""
+    modes = []
+    for sc in sorted({s for (_, s, _) in runs if s.startswith("tls-")}):
+        mode, rate = sc[len("tls-"):].rsplit("-", 1)
+        modes.append((0 if mode == "keepalive" else 1, mode, int(rate), sc))
+    tab = Table(runs)
+
+    def med(t, sc, metric):
+        return tab.med(t, sc, metric)
+
+    def cell(t, sc, metric, digits, with_range=True):
+        m = med(t, sc, metric)
+        if m is None:
+            return "n/a"
+        text = fmt(m, digits)
+        if with_range and len(runs.get((t, sc, metric), [])) > 1:
+            low, high = tab.extremes(t, sc, metric)
+            text += f" ({fmt(low, digits)}–{fmt(high, digits)})"
+        return text
+
+    def vs_n(t, sc, metric):
+        x, n = med(t, sc, metric), med("N", sc, metric)
+        return f"{x / n:.2f}×" if x is not None and n else ""
+
+    rows = []
+    blank = " |" * (len(TLS_TARGETS) + 3)
+    for _, mode, rate, sc in sorted(modes):
+        if mode == "keepalive":
+            title = (f"GET /in.php?…, fixed rate {rate:,} req/s, oha -c{a.oha_connections}, "
+                     "keep-alive")
+        else:
+            title = (f"GET /in.php?…, fixed rate {rate:,}/s, oha -c{a.oha_connections} "
+                     "--disable-keepalive: a new connection and TLS handshake per request "
+                     "(F: a new CONNECT too)")
+        rows.append(f"| **{title}** |" + blank)
+        goal = ""
+        k, n = med("K", sc, "cpu_us"), med("N", sc, "cpu_us")
+        if mode == "keepalive" and k is not None and n:
+            goal = f"K ≤ {TLS_GOAL}× N {mark(k <= TLS_GOAL * n)}"
+        rows.append("| server CPU µs/req (min–max) | "
+                    + " | ".join(cell(t, sc, "cpu_us", 1) for t in TLS_TARGETS)
+                    + f" | {vs_n('K', sc, 'cpu_us')} | {vs_n('F', sc, 'cpu_us')} | {goal} |")
+        # TLS's own share: each TLS target's median minus its plain reference's.
+        share = {}
+        for t, plain in TLS_PLAIN.items():
+            x, y = med(t, sc, "cpu_us"), med(plain, sc, "cpu_us")
+            share[t] = x - y if x is not None and y is not None else None
+        text = {t: "n/a" if v is None else fmt(v, 1) for t, v in share.items()}
+        rel = {t: f"{share[t] / share['N']:.2f}×" if share[t] is not None and share["N"] else ""
+               for t in ("K", "F")}
+        rows.append(f"| TLS's share, µs/req (N − B, K − P, F − P) | — | — | {text['N']} | "
+                    f"{text['K']} | {text['F']} | {rel['K']} | {rel['F']} | |")
+        rows.append("| req/s achieved | " + " | ".join(
+            cell(t, sc, "rps", 0, False) for t in TLS_TARGETS) + " | | | |")
+        for metric, name in (("p50_us", "p50 µs"), ("p99_us", "p99 µs")):
+            rows.append(f"| {name} | " + " | ".join(
+                cell(t, sc, metric, 0, False) for t in TLS_TARGETS)
+                + f" | {vs_n('K', sc, metric)} | {vs_n('F', sc, metric)} | |")
+        rows.append("| errors (non-2xx + socket), all rounds | " + " | ".join(
+            fmt(sum(runs.get((t, sc, "errors"), []))) for t in TLS_TARGETS) + " | | | |")
+    return rows
+
+
+def print_tls(rows, a, headline):
+    negotiated = [line.strip() or "?" for line in a.negotiated.splitlines()] + ["?", "?"]
+    if headline:
+        print(f"- Rounds: {a.tls_rounds} interleaved ({' '.join(TLS_TARGETS)}) of "
+              f"{a.tls_duration} s per run, medians and (min–max) across rounds.")
+    print(f"- Negotiated (openssl s_client): N: {negotiated[0]}; K: {negotiated[1]}.")
+    if not headline:
+        print("- A: nginx stub answering `OK|<a new task id>`; B: nginx `proxy_pass` to A.")
+    print("- N: nginx `ssl` (TLS 1.3 only) `proxy_pass` to A, as B; K: keyrelay's `[tls]` "
+          "listener on the same certificate and key files (self-signed ECDSA P-256), a "
+          "keyrelay of its own with the shipped defaults (3 keys, durable journal) plus "
+          "`[tls]`; "
+          f"F: the same keyrelay's forward proxy, `CONNECT {a.forward_host}:443` to its plain "
+          "listener and TLS inside with a cached leaf from its local CA; P: the same "
+          "keyrelay's plain listener. B and P are the plain references of TLS's share. "
+          "oha runs with `--insecure` for every target; CPU is the server's own, not the "
+          "stub's.\n")
+    print("| measurement | " + " | ".join(TLS_NAMES[t] for t in TLS_TARGETS)
+          + " | K vs N | F vs N | goal |")
+    print("| --- |" + " --: |" * (len(TLS_TARGETS) + 2) + " --- |")
+    print("\n".join(rows))
+
+
+def headline_rows(runs, once, a):
+    """The table of A B C (M D): closed loop, fixed rate, memory and startup."""
     tab = Table(runs)
 
     for mode, label in REQUESTS:
@@ -206,6 +283,42 @@ def main():
     inphp = once.get(("startup", "inphp_ms"))
     if inphp is not None:
         tab.row("exec → first in.php relayed", ["", "", f"{inphp:.1f} ms"])
+    return tab.rows
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("raw")
+    p.add_argument("--command", required=True)
+    p.add_argument("--seconds", type=int, required=True)
+    p.add_argument("--rate", type=int, required=True)
+    p.add_argument("--connections", required=True)
+    p.add_argument("--poll-connections", default="",
+                   help="closed-loop connection counts of the poll runs")
+    p.add_argument("--rounds", type=int, required=True)
+    p.add_argument("--duration", type=int, required=True)
+    p.add_argument("--open-rounds", type=int)
+    p.add_argument("--open-duration", type=int)
+    p.add_argument("--tls-rounds", type=int, default=0)
+    p.add_argument("--tls-duration", type=int, default=0)
+    p.add_argument("--handshake-rate", type=int, default=0)
+    p.add_argument("--oha-connections", type=int, default=16)
+    p.add_argument("--forward-host", default="ocr.captchaai.com")
+    p.add_argument("--negotiated", default="", help="N's line, then K's, from openssl s_client")
+    p.add_argument("--server-cpu", required=True)
+    p.add_argument("--client-cpu", required=True)
+    p.add_argument("--versions", required=True)
+    a = p.parse_args()
+    runs, once = load(a.raw)
+    tls_rows = tls_table(runs, a)
+    headline = any(not sc.startswith("tls-") for (_, sc, _) in runs) or bool(once)
+    global TARGETS, VERSUS
+    present = {t for (t, sc, _) in runs if not sc.startswith("tls-")}
+    TARGETS = ("A", "B", "C") + tuple(t for t in ("M", "D") if t in present)
+    VERSUS = tuple(t for t in TARGETS if t in ("C", "M", "D"))
+    open_rounds = a.open_rounds or a.rounds
+    open_duration = a.open_duration or a.duration
+    rows = headline_rows(runs, once, a) if headline else []
 
     steal = [v for (t, sc, m), vs in runs.items() if m == "steal_pct" for v in vs]
     other = [v for (t, sc, m), vs in runs.items() if m == "other_pct" for v in vs]
@@ -216,12 +329,19 @@ def main():
             break
 
     today = datetime.date.today().isoformat()
-    print(f"### Results of {today}\n")
+    print(f"### Results of {today}\n" if headline else f"### TLS results of {today}\n")
     print(f"- Machine: {os.cpu_count()} cores ({cpu_model}), Linux {platform.release()}; "
           f"servers pinned to core {a.server_cpu}, load generator to core {a.client_cpu}.")
-    print(f"- Command: `{a.command}`: {a.rounds} interleaved rounds ({' '.join(TARGETS)}) of "
-          f"{a.duration} s per closed-loop run and {open_rounds} of {open_duration} s per "
-          f"fixed-rate run, medians; the whole run took {a.seconds} s.")
+    what = []
+    if headline:
+        what.append(f"{a.rounds} interleaved rounds ({' '.join(TARGETS)}) of {a.duration} s "
+                    f"per closed-loop run and {open_rounds} of {open_duration} s per "
+                    "fixed-rate run, medians")
+    if tls_rows:
+        spread = "" if headline else ", medians and (min–max) across rounds"
+        what.append(f"{a.tls_rounds} interleaved rounds ({' '.join(TLS_TARGETS)}) of "
+                    f"{a.tls_duration} s per TLS run{spread}")
+    print(f"- Command: `{a.command}`: {'; '.join(what)}; the whole run took {a.seconds} s.")
     print(f"- Versions: {a.versions}.")
     if steal:
         print(f"- Steal time over the runs: median {statistics.median(steal):.2f} %, "
@@ -231,6 +351,15 @@ def main():
         print(f"- Other load (CPU used by anything but the servers and the load generator) "
               f"during the runs: median {statistics.median(other):.1f} %, max "
               f"{max(other):.1f} % of all CPU time; {noisy} of {len(other)} runs above 5 %.")
+    if headline:
+        print_headline(rows, runs)
+    if tls_rows:
+        if headline:
+            print("\n#### TLS and the forward proxy\n")
+        print_tls(tls_rows, a, headline)
+
+
+def print_headline(rows, runs):
     memory = ("; M: the same keyrelay with pins in memory (`[pins] durable = false`), so "
               "C − M is the journal's cost") if "M" in TARGETS else ""
     floor = ("; D: benches/passthrough.rs, hyper's server and client relaying to A "
@@ -248,7 +377,7 @@ def main():
     print("| measurement | " + " | ".join(names[t] for t in TARGETS) + " | "
           + " | ".join(f"{t} vs B" for t in VERSUS) + " | goal |")
     print("| --- |" + " --: |" * (len(TARGETS) + len(VERSUS)) + " --- |")
-    print("\n".join(tab.rows))
+    print("\n".join(rows))
 
 
 if __name__ == "__main__":

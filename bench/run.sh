@@ -20,6 +20,26 @@
 # target and polls the id it was answered.
 # Each measurement runs A B C M D, A B C M D, ... for BENCH_ROUNDS rounds (the fixed-rate
 # runs for BENCH_OPEN_ROUNDS); the table shows medians and the spread across rounds.
+#
+# Then the TLS rows (issue 13 §5; BENCH_TLS=0 leaves them out), in front of the same stub A:
+#   N  nginx `listen ... ssl` (TLS 1.3 only, nginx's TLS defaults otherwise) proxy_pass to
+#      A as B does: the yardstick;
+#   K  keyrelay's `[tls]` listener on the same certificate and key files (a self-signed
+#      ECDSA P-256 one for localhost, made with openssl in the temp dir): a keyrelay of its
+#      own, C's config (durable journal, 3 keys) plus `[tls]`, so that C stays the shipped
+#      defaults;
+#   F  the same keyrelay's forward proxy: `CONNECT ocr.captchaai.com:443` to its plain
+#      listener, then the requests over TLS inside, with the leaf its local CA issues for
+#      that host (once, then cached);
+#   P  the same keyrelay's plain listener, and B again: the plain references TLS's own share
+#      is read against (N - B, K - P, F - P). Not C: by then C has served millions of
+#      submits and holds a full pin table, K and P as few as each other.
+# Two measurements, B P N K F in turn for BENCH_TLS_ROUNDS rounds: keepalive, the GET
+# submit at BENCH_RATE with keep-alive (CPU per request once the connections are up);
+# handshake, the same at BENCH_TLS_HANDSHAKE_RATE with --disable-keepalive, a new TCP
+# connection and TLS handshake per request (for F a new CONNECT too). oha (rustls) runs
+# with --insecure for every target: the client's work is not measured anyway.
+# bench/tls.sh runs these rows alone (BENCH_TLS=only).
 # See bench/README.md for what is measured and docs/performance.md for how to read it.
 #
 # Knobs (environment):
@@ -28,19 +48,26 @@
 #   BENCH_CONNECTIONS="16 64"  closed-loop connection counts (get and post)
 #   BENCH_POLL_CONNECTIONS=16  closed-loop connection counts for poll ("" for none); the
 #                           fixed-rate runs poll in every round
-#   BENCH_RATE=2000         open-loop request rate (req/s)
-#   BENCH_OHA_CONNECTIONS=16  oha connections for the open loop
+#   BENCH_RATE=2000         open-loop request rate (req/s), the TLS keepalive runs' too
+#   BENCH_OHA_CONNECTIONS=16  oha connections for the open loop and the TLS runs
 #   BENCH_OPEN_ROUNDS=5     rounds of the fixed-rate runs (get, post, poll each), medians
 #   BENCH_OPEN_DURATION=20  seconds per fixed-rate run
-#   BENCH_WARMUP=2          seconds of warm-up load per target (get, then post) before round 1
+#   BENCH_WARMUP=2          seconds of warm-up load per target (get, then post) before round 1,
+#                           and per TLS target and measurement before the TLS rounds
 #   BENCH_SKIP_PINS=0       1 skips the 1M-pin memory step
 #   BENCH_PINS=1000000      pins to reach in the memory step
 #   BENCH_PINS_TIMEOUT=300  seconds the memory step may take at most
 #   BENCH_STARTUP_RUNS=5    keyrelay starts timed for the startup figure
+#   BENCH_TLS=1             1: the TLS rows too; 0: without them; only: the TLS rows alone
+#                           (with A and B), as bench/tls.sh runs them
+#   BENCH_TLS_ROUNDS=3      interleaved rounds of the TLS runs (B P N K F each)
+#   BENCH_TLS_DURATION=10   seconds per TLS run
+#   BENCH_TLS_HANDSHAKE_RATE=200  new connections (= requests) per second, handshake runs
 #   BENCH_SERVER_CPU=0      core for the servers (stub nginx, proxy under test)
 #   BENCH_CLIENT_CPU=1      core for the load generator
 #   BENCH_MAX_RUNTIME=3600  seconds after which the whole run is stopped (build excluded)
-#   BENCH_RESULTS=bench/results/latest.md  where the table is written
+#   BENCH_RESULTS=bench/results/latest.md  where the table is written (with BENCH_TLS=only,
+#                           bench/results/latest-tls.md)
 #   BENCH_OHA_VERSION=1.16.0  oha version installed when oha is missing
 #   KEYRELAY_BIN=path       use this binary instead of `cargo build --release`
 #   PASSTHROUGH_BIN=path    use this build of benches/passthrough.rs (target D)
@@ -48,13 +75,15 @@
 #
 # It listens on 127.0.0.1 only, on free ports, stops every process it started and removes
 # its temp dir on any exit (normal, error, Ctrl-C, SIGTERM). Missing tools are installed:
-# nginx, wrk (and curl, python3, util-linux, procps) with apt-get, oha with
-# `cargo install --locked` into bench/.tools, once.
+# nginx, wrk, openssl (and curl, python3, util-linux, procps) with apt-get, oha with
+# `cargo install --locked` into bench/.tools, once. bench/lib.sh holds those helpers.
 
 set -euo pipefail
 
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(dirname "$BENCH_DIR")
+# shellcheck source=SCRIPTDIR/lib.sh
+source "$BENCH_DIR/lib.sh"
 
 DURATION=${BENCH_DURATION:-10}
 ROUNDS=${BENCH_ROUNDS:-3}
@@ -69,10 +98,16 @@ SKIP_PINS=${BENCH_SKIP_PINS:-0}
 PINS=${BENCH_PINS:-1000000}
 PINS_TIMEOUT=${BENCH_PINS_TIMEOUT:-300}
 STARTUP_RUNS=${BENCH_STARTUP_RUNS:-5}
+TLS=${BENCH_TLS:-1}
+TLS_ROUNDS=${BENCH_TLS_ROUNDS:-3}
+TLS_DURATION=${BENCH_TLS_DURATION:-10}
+TLS_HANDSHAKE_RATE=${BENCH_TLS_HANDSHAKE_RATE:-200}
 SERVER_CPU=${BENCH_SERVER_CPU:-0}
 CLIENT_CPU=${BENCH_CLIENT_CPU:-1}
 MAX_RUNTIME=${BENCH_MAX_RUNTIME:-3600}
-RESULTS=${BENCH_RESULTS:-$BENCH_DIR/results/latest.md}
+if [[ $TLS == only ]]; then RESULTS=${BENCH_RESULTS:-$BENCH_DIR/results/latest-tls.md}
+else RESULTS=${BENCH_RESULTS:-$BENCH_DIR/results/latest.md}
+fi
 OHA_VERSION=${BENCH_OHA_VERSION:-1.16.0}
 
 # The pool: three fake 32-character keys. The key a client sends is replaced by keyrelay,
@@ -81,153 +116,37 @@ POOL_KEYS=(benchkey000000000000000000000001 benchkey000000000000000000000002
            benchkey000000000000000000000003)
 CLIENT_KEY=0123456789abcdef0123456789abcdef
 GET_QUERY="key=$CLIENT_KEY&method=userrecaptcha&googlekey=6Le-wvkSAAAAAPBMRTvw0Q4Muexq9bi0DJwx_mJ-&pageurl=https%3A%2F%2Fexample.com%2Flogin&json=1"
-# nginx's connection serial and its request count on that connection, joined by eight zeros,
-# which neither holds: a new id per request, up to 18 digits, so a numeric id to keyrelay.
-STUB_ANSWER='OK|${connection}00000000${connection_requests}'
-STUB_ANSWER_RE='^OK\|[1-9][0-9]*00000000[1-9][0-9]*$'
-# The stub's answer to every /res.php request: a poll of a task not solved yet. keyrelay's
-# own getbalance and threadsinfo reads get it too, which leaves balances and threads unknown.
-STUB_POLL_ANSWER=CAPCHA_NOT_READY
 TARGETS=(A B C M D)
+[[ $TLS != only ]] || TARGETS=(A B)
+TLS_TARGETS=(B P N K F)
+# The host F's CONNECT names, one keyrelay intercepts by default (`[forward] intercept`),
+# so the pool serves what comes through the tunnel.
+FORWARD_HOST=ocr.captchaai.com
 
 check_knobs() {
   local name
   for name in DURATION ROUNDS RATE OHA_CONNECTIONS OPEN_ROUNDS OPEN_DURATION WARMUP PINS \
-    PINS_TIMEOUT STARTUP_RUNS SERVER_CPU CLIENT_CPU MAX_RUNTIME; do
+    PINS_TIMEOUT STARTUP_RUNS TLS_ROUNDS TLS_DURATION TLS_HANDSHAKE_RATE SERVER_CPU \
+    CLIENT_CPU MAX_RUNTIME; do
     [[ ${!name} =~ ^[0-9]+$ ]] || die "BENCH_$name must be a whole number, got '${!name}'"
   done
   ((DURATION > 0 && ROUNDS > 0 && RATE > 0 && STARTUP_RUNS > 0 && OPEN_ROUNDS > 0 &&
-    OPEN_DURATION > 0)) ||
-    die "BENCH_DURATION, BENCH_ROUNDS, BENCH_OPEN_ROUNDS, BENCH_OPEN_DURATION, BENCH_RATE" \
-      "and BENCH_STARTUP_RUNS must be > 0"
+    OPEN_DURATION > 0 && TLS_ROUNDS > 0 && TLS_DURATION > 0 && TLS_HANDSHAKE_RATE > 0)) ||
+    die "BENCH_DURATION, BENCH_ROUNDS, BENCH_OPEN_ROUNDS, BENCH_OPEN_DURATION, BENCH_RATE," \
+      "BENCH_STARTUP_RUNS, BENCH_TLS_ROUNDS, BENCH_TLS_DURATION and" \
+      "BENCH_TLS_HANDSHAKE_RATE must be > 0"
   [[ $CONNECTIONS =~ ^[0-9]+( [0-9]+)*$ ]] ||
     die "BENCH_CONNECTIONS must be numbers separated by spaces, got '$CONNECTIONS'"
   [[ -z $POLL_CONNECTIONS || $POLL_CONNECTIONS =~ ^[0-9]+( [0-9]+)*$ ]] ||
     die "BENCH_POLL_CONNECTIONS must be numbers separated by spaces (or empty)," \
       "got '$POLL_CONNECTIONS'"
   [[ $SKIP_PINS == [01] ]] || die "BENCH_SKIP_PINS must be 0 or 1, got '$SKIP_PINS'"
-}
-
-log() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-die() { log "error: $*"; exit 1; }
-
-# --- process bookkeeping ----------------------------------------------------------------
-# Every process is started with setsid, so it leads its own process group: one kill of
-# the group reaches all of it (nginx's workers, oha's threads, wrk under timeout), and a
-# Ctrl-C on the terminal reaches only this script, whose trap then stops the rest.
-
-# setsid(1) forks, so that $! would no longer be the new group's id, only when its caller
-# leads a process group; without job control (the default in a script) a background
-# child never does.
-set +m
-
-PGIDS=()    # process groups still running
-TMP=""      # temp dir, removed on exit
-LAST_PID="" # pid (= process group) of the last start_bg
-
-forget_pg() {
-  local keep=() pg
-  for pg in "${PGIDS[@]}"; do [[ $pg == "$1" ]] || keep+=("$pg"); done
-  PGIDS=("${keep[@]}")
-}
-
-stop_pg() {
-  local pg=$1 i
-  # The pid too: a child stopped right after its fork has not called setsid yet.
-  kill -TERM -- "-$pg" "$pg" 2>/dev/null || true
-  for i in $(seq 50); do
-    kill -0 -- "-$pg" 2>/dev/null || break
-    sleep 0.1
-  done
-  kill -KILL -- "-$pg" "$pg" 2>/dev/null || true
-  wait "$pg" 2>/dev/null || true
-  forget_pg "$pg"
-}
-
-cleanup() {
-  local rc=$? pg
-  trap - EXIT INT TERM
-  for pg in "${PGIDS[@]}"; do stop_pg "$pg"; done
-  [[ -n $TMP && -d $TMP ]] && rm -rf "$TMP"
-  exit "$rc"
-}
-trap cleanup EXIT
-trap 'log "interrupted"; exit 130' INT
-trap 'log "terminated"; exit 143' TERM
-
-# start_bg LOG CMD...: starts CMD in the background in a new session; sets LAST_PID.
-start_bg() {
-  local logfile=$1
-  shift
-  setsid "$@" >"$logfile" 2>&1 </dev/null &
-  LAST_PID=$!
-  PGIDS+=("$LAST_PID")
-}
-
-# run_fg LOG CMD...: like start_bg, then waits for it. `wait` returns at once on a signal,
-# so Ctrl-C is handled at once, not after the load generator's run.
-run_fg() {
-  start_bg "$@"
-  local pid=$LAST_PID rc=0
-  wait "$pid" || rc=$?
-  forget_pg "$pid"
-  return "$rc"
-}
-
-# A watchdog bounds the run: after MAX_RUNTIME it sends this script SIGTERM.
-start_watchdog() {
-  start_bg /dev/null bash -c "sleep $MAX_RUNTIME; kill -TERM $$"
+  [[ $TLS == [01] || $TLS == only ]] || die "BENCH_TLS must be 0, 1 or only, got '$TLS'"
 }
 
 # --- tools ------------------------------------------------------------------------------
 
-NGINX="" OHA="" BIN="" FLOOR_BIN="" OHA_JSON=() OHA_THREADS=()
-
-as_root() {
-  if [[ $(id -u) == 0 ]]; then "$@"
-  elif command -v sudo >/dev/null; then sudo "$@"
-  else die "need root (or sudo) to run: $*"
-  fi
-}
-
-find_nginx() { command -v nginx || { [[ -x /usr/sbin/nginx ]] && echo /usr/sbin/nginx; } || true; }
-
-ensure_tools() {
-  local missing=()
-  [[ -n $(find_nginx) ]] || missing+=(nginx)
-  command -v wrk >/dev/null || missing+=(wrk)
-  command -v curl >/dev/null || missing+=(curl)
-  command -v python3 >/dev/null || missing+=(python3)
-  command -v taskset >/dev/null && command -v setsid >/dev/null || missing+=(util-linux)
-  command -v pgrep >/dev/null || missing+=(procps)
-  if ((${#missing[@]})); then
-    command -v apt-get >/dev/null || die "missing ${missing[*]} and no apt-get to install them"
-    # Debian's nginx-light is only a transitional package pulling in nginx plus a module
-    # since bookworm, so install nginx itself. Its package scripts may start the system
-    # nginx service on port 80; this script neither uses nor stops that service.
-    log "installing ${missing[*]} with apt-get"
-    as_root apt-get update -qq
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >&2
-  fi
-  NGINX=$(find_nginx)
-  [[ -n $NGINX ]] || die "nginx not found after install"
-
-  OHA=$(command -v oha || true)
-  [[ -n $OHA ]] || OHA=$BENCH_DIR/.tools/bin/oha
-  if [[ ! -x $OHA ]]; then
-    log "installing oha $OHA_VERSION into bench/.tools (a few minutes, once)"
-    cargo install oha --version "$OHA_VERSION" --locked --root "$BENCH_DIR/.tools" >&2
-  fi
-  # JSON output is --output-format json in oha >= 1.5 and -j before.
-  local help
-  help=$("$OHA" --help)
-  if grep -q -- '--output-format' <<<"$help"; then OHA_JSON=(--output-format json)
-  else OHA_JSON=(-j)
-  fi
-  # oha's default is one thread per physical core, whatever its affinity: with one core
-  # to itself, one thread is right.
-  if grep -q -- '--worker-threads' <<<"$help"; then OHA_THREADS=(--worker-threads 1); fi
-}
+FLOOR_BIN=""
 
 # D, the floor: benches/passthrough.rs, keyrelay's hyper server and upstream client with
 # none of keyrelay's work.
@@ -241,109 +160,20 @@ build_floor() {
   [[ -x $FLOOR_BIN ]] || die "no passthrough binary at ${FLOOR_BIN:-?}"
 }
 
-build_keyrelay() {
-  if [[ -n ${KEYRELAY_BIN:-} ]]; then
-    BIN=$KEYRELAY_BIN
-  else
-    log "cargo build --release (target dir: ${CARGO_TARGET_DIR:-default})"
-    (cd "$REPO" && cargo build --release --bin keyrelay >&2)
-    local target_dir
-    target_dir=$(cd "$REPO" && cargo metadata --format-version 1 --no-deps |
-      python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
-    BIN=$target_dir/release/keyrelay
-  fi
-  [[ -x $BIN ]] || die "no keyrelay binary at $BIN"
-}
+# --- measurement helpers ----------------------------------------------------------------
 
-check_cpus() {
-  local n
-  n=$(nproc)
-  if ((n < 2)); then
-    log "warning: only $n core; servers and load generator share it, figures are contended"
-    SERVER_CPU=0 CLIENT_CPU=0
-  elif [[ $SERVER_CPU == "$CLIENT_CPU" ]]; then
-    log "warning: BENCH_SERVER_CPU = BENCH_CLIENT_CPU; servers and load generator share a core"
-  fi
-  { taskset -c "$SERVER_CPU" true && taskset -c "$CLIENT_CPU" true; } ||
-    die "cannot pin to cores $SERVER_CPU and $CLIENT_CPU"
-}
-
-# --- measurements helpers ---------------------------------------------------------------
-
-# free_ports N: N distinct free loopback ports (all bound at once, so no repeats).
-free_ports() {
-  python3 - "$1" <<'EOF'
-import socket, sys
-socks = [socket.socket() for _ in range(int(sys.argv[1]))]
-for s in socks:
-    s.bind(("127.0.0.1", 0))
-print(" ".join(str(s.getsockname()[1]) for s in socks))
-EOF
-}
-
-# cpu_ns PGID...: for each process group, the CPU time (user + system) of its processes in
-# nanoseconds, threads that have exited included; one figure per group, on one line. Read
-# from each process's own CPU clock (clock_getcpuclockid) just before and just after a run,
-# so a run's figure is the CPU the process was charged, not a sample: /proc/<pid>/stat's
-# utime + stime would count the same time in 10 ms ticks, too coarse for a few thousand
-# requests at 20 µs each. Falls back to the ticks if the clock is refused.
-cpu_ns() {
-  python3 - "$@" <<'EOF'
-import ctypes, ctypes.util, os, sys, time
-libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-tick_ns = 10**9 // os.sysconf("SC_CLK_TCK")
-groups = {int(g): 0 for g in sys.argv[1:]}
-for pid in filter(str.isdigit, os.listdir("/proc")):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()  # fields from the 3rd on
-        pgrp = int(fields[2])
-        if pgrp not in groups:
-            continue
-        clock = ctypes.c_int()
-        if libc.clock_getcpuclockid(int(pid), ctypes.byref(clock)) == 0:
-            groups[pgrp] += time.clock_gettime_ns(clock.value)
-        else:
-            groups[pgrp] += (int(fields[11]) + int(fields[12])) * tick_ns
-    except OSError:
-        pass  # exited meanwhile
-print(" ".join(str(groups[int(g)]) for g in sys.argv[1:]))
-EOF
-}
-
-# server_cpu TARGET: "<target's CPU ns> <all servers' CPU ns>".
+# server_cpu TARGET: "<target's CPU ns> <all servers' CPU ns>" (each process group once:
+# some targets share one).
 server_cpu() {
-  local ns t groups=() sum=0 i
-  for t in "${TARGETS[@]}"; do groups+=("${PG[$t]}"); done
+  local ns pg groups=() sum=0 i
+  local -A seen=()
+  for pg in "${PG[@]}"; do
+    [[ -n ${seen[$pg]:-} ]] || groups+=("$pg")
+    seen[$pg]=1
+  done
   read -r -a ns <<<"$(cpu_ns "${PG[$1]}" "${groups[@]}")"
   for ((i = 1; i < ${#ns[@]}; i++)); do sum=$((sum + ns[i])); done
   echo "${ns[0]} $sum"
-}
-
-# machine_now: "total steal busy children" in clock ticks: all cores' time, steal, time
-# spent running anything (user nice system irq softirq), from the first line of
-# /proc/stat; and the CPU of this shell's reaped children (cutime + cstime of $$), which
-# is the load generator's once it has exited. Other load during a run is then
-# busy - servers - load generator.
-machine_now() {
-  local _ user nice system idle iowait irq softirq steal f
-  read -r _ user nice system idle iowait irq softirq steal _ </proc/stat
-  read -r -a f <<<"$(sed 's/.*) //' "/proc/$$/stat")"
-  echo "$((user + nice + system + idle + iowait + irq + softirq + steal)) $steal" \
-    "$((user + nice + system + irq + softirq)) $((f[13] + f[14]))"
-}
-
-rss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
-
-# wait_http URL PID WHAT: bounded wait (10 s) until URL answers 2xx; fails early if PID died.
-wait_http() {
-  local url=$1 pid=$2 what=$3 i
-  for i in $(seq 200); do
-    curl -sf -o /dev/null --max-time 1 "$url" && return 0
-    kill -0 "$pid" 2>/dev/null || die "$what exited during startup (log: $(tail -5 "$TMP/$what.log"))"
-    sleep 0.05
-  done
-  die "$what did not answer $url within 10 s"
 }
 
 # expect_stub_answer URL WHAT: one request through a target must give the stub's answer.
@@ -432,46 +262,18 @@ record() { printf '%s\t%s\t%s\t%s\t%s\n' "$@" >>"$RAW"; }
 
 # --- servers ----------------------------------------------------------------------------
 
-declare -A PG=()   # target (A B C M D) -> process group whose CPU is charged to it
+declare -A PG=()   # target -> process group whose CPU is charged to it
 declare -A URL=()  # target -> base URL
+# target -> curl's and oha's options for it (TLS targets: --insecure, F's proxy), as words
+declare -A CURL_ARGS=() OHA_ARGS=()
 PORT_A="" PORT_B="" PORT_C="" PORT_M="" PORT_D="" PORT_SIM="" PORT_PINS="" PORT_START=""
+PORT_N="" PORT_P="" PORT_K=""
+TLS_INFO="" # what N and K negotiate, from openssl s_client
 
-# nginx_conf NAME SERVER-BLOCKS: a minimal single-worker config kept inside the temp dir.
-nginx_conf() {
-  local name=$1 servers=$2
-  local dir=$TMP/nginx-$name
-  mkdir -p "$dir/tmp"
-  cat >"$dir/nginx.conf" <<EOF
-worker_processes 1;
-pid $dir/nginx.pid;
-error_log $dir/error.log warn;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  # Temp paths inside the prefix: Debian's defaults under /var/lib/nginx need root.
-  client_body_temp_path $dir/tmp/body;
-  proxy_temp_path $dir/tmp/proxy;
-  fastcgi_temp_path $dir/tmp/fastcgi;
-  uwsgi_temp_path $dir/tmp/uwsgi;
-  scgi_temp_path $dir/tmp/scgi;
-  # nginx closes a keep-alive connection after 1000 requests by default; raised so that
-  # no target pays reconnects the others do not.
-  keepalive_requests 1000000;
-$servers
-}
-EOF
-}
-
-start_nginx() {
-  local name=$1 port=$2 dir=$TMP/nginx-$1
-  start_bg "$TMP/nginx-$name.log" taskset -c "$SERVER_CPU" \
-    "$NGINX" -p "$dir" -e "$dir/error.log" -c "$dir/nginx.conf" -g 'daemon off;'
-  wait_http "http://127.0.0.1:$port/healthz" "$LAST_PID" "nginx-$name"
-}
-
-# keyrelay_conf FILE LISTEN-PORT UPSTREAM-PORT PINS: PINS is "durable" for the shipped
-# default (the pin journal, in a data_dir of the config's own in the temp dir) or "memory"
-# for `[pins] durable = false`. Every other setting is left at its default.
+# keyrelay_conf FILE LISTEN-PORT UPSTREAM-PORT PINS [TLS-PORT]: PINS is "durable" for the
+# shipped default (the pin journal, in a data_dir of the config's own in the temp dir) or
+# "memory" for `[pins] durable = false`; TLS-PORT adds a `[tls]` listener on make_cert's
+# files. Every other setting is left at its default.
 keyrelay_conf() {
   {
     printf 'listen = "127.0.0.1:%s"\nupstream = "http://127.0.0.1:%s"\n' "$2" "$3"
@@ -482,58 +284,47 @@ keyrelay_conf() {
       printf '\n[[keys]]\nname = "bench-%s"\nkey = "%s"\n' "$i" "$k"
     done
     [[ $4 == durable ]] || printf '\n[pins]\ndurable = false\n'
+    [[ -z ${5:-} ]] || printf '\n[tls]\nlisten = "127.0.0.1:%s"\ncert = "%s"\nkey = "%s"\n' \
+      "$5" "$TMP/cert.pem" "$TMP/key.pem"
   } >"$1"
 }
 
 start_keyrelay() { # NAME CONFIG PORT
   start_bg "$TMP/$1.log" taskset -c "$SERVER_CPU" "$BIN" --config "$2" --log warn
-  wait_http "http://127.0.0.1:$3/healthz" "$LAST_PID" "$1"
+  wait_http "$LAST_PID" "$1" "http://127.0.0.1:$3/healthz"
 }
 
+# A, B, and unless BENCH_TLS=only C, M and D.
 start_targets() {
-  read -r PORT_A PORT_B PORT_C PORT_M PORT_D PORT_SIM PORT_PINS PORT_START <<<"$(free_ports 8)"
+  read -r PORT_A PORT_B PORT_C PORT_M PORT_D PORT_SIM PORT_PINS PORT_START PORT_N PORT_P \
+    PORT_K <<<"$(free_ports 11)"
 
-  nginx_conf stub "  server {
-    listen 127.0.0.1:$PORT_A;
-    default_type text/plain;
-    location / { return 200 \"$STUB_ANSWER\"; }
-    location = /res.php { return 200 \"$STUB_POLL_ANSWER\"; }
-  }"
-  start_nginx stub "$PORT_A"
+  nginx_conf stub "$(stub_server "$PORT_A")"
+  start_nginx stub "http://127.0.0.1:$PORT_A/healthz"
   PG[A]=$LAST_PID URL[A]=http://127.0.0.1:$PORT_A
 
-  nginx_conf proxy "  upstream stub {
-    server 127.0.0.1:$PORT_A;
-    keepalive 64;
-    keepalive_requests 1000000;
-  }
-  server {
-    listen 127.0.0.1:$PORT_B;
-    location / {
-      proxy_pass http://stub;
-      proxy_http_version 1.1;
-      proxy_set_header Connection \"\";
-    }
-  }"
-  start_nginx proxy "$PORT_B"
+  nginx_conf proxy "$(proxy_server "$PORT_A" "    listen 127.0.0.1:$PORT_B;")"
+  start_nginx proxy "http://127.0.0.1:$PORT_B/healthz"
   PG[B]=$LAST_PID URL[B]=http://127.0.0.1:$PORT_B
 
-  keyrelay_conf "$TMP/proxy.toml" "$PORT_C" "$PORT_A" durable
-  start_keyrelay keyrelay "$TMP/proxy.toml" "$PORT_C"
-  PG[C]=$LAST_PID URL[C]=http://127.0.0.1:$PORT_C
-  # Idle RSS: after startup and its first balance refresh, before any load.
-  sleep 2
-  record 0 C memory idle_rss_kb "$(rss_kb "${PG[C]}")"
+  if [[ $TLS != only ]]; then
+    keyrelay_conf "$TMP/proxy.toml" "$PORT_C" "$PORT_A" durable
+    start_keyrelay keyrelay "$TMP/proxy.toml" "$PORT_C"
+    PG[C]=$LAST_PID URL[C]=http://127.0.0.1:$PORT_C
+    # Idle RSS: after startup and its first balance refresh, before any load.
+    sleep 2
+    record 0 C memory idle_rss_kb "$(rss_kb "${PG[C]}")"
 
-  keyrelay_conf "$TMP/memory.toml" "$PORT_M" "$PORT_A" memory
-  start_keyrelay keyrelay-memory "$TMP/memory.toml" "$PORT_M"
-  PG[M]=$LAST_PID URL[M]=http://127.0.0.1:$PORT_M
+    keyrelay_conf "$TMP/memory.toml" "$PORT_M" "$PORT_A" memory
+    start_keyrelay keyrelay-memory "$TMP/memory.toml" "$PORT_M"
+    PG[M]=$LAST_PID URL[M]=http://127.0.0.1:$PORT_M
 
-  start_bg "$TMP/passthrough.log" taskset -c "$SERVER_CPU" "$FLOOR_BIN" \
-    --serve "127.0.0.1:$PORT_D" "http://127.0.0.1:$PORT_A"
-  # It relays every path, so /healthz is the stub's answer.
-  wait_http "http://127.0.0.1:$PORT_D/healthz" "$LAST_PID" passthrough
-  PG[D]=$LAST_PID URL[D]=http://127.0.0.1:$PORT_D
+    start_bg "$TMP/passthrough.log" taskset -c "$SERVER_CPU" "$FLOOR_BIN" \
+      --serve "127.0.0.1:$PORT_D" "http://127.0.0.1:$PORT_A"
+    # It relays every path, so /healthz is the stub's answer.
+    wait_http "$LAST_PID" passthrough "http://127.0.0.1:$PORT_D/healthz"
+    PG[D]=$LAST_PID URL[D]=http://127.0.0.1:$PORT_D
+  fi
 
   local t
   for t in "${TARGETS[@]}"; do
@@ -541,9 +332,55 @@ start_targets() {
     expect_stub_post "${URL[$t]}/in.php" "target $t"
     poll_url "$t"
   done
-  log "targets up: A stub :$PORT_A  B nginx :$PORT_B  C keyrelay :$PORT_C" \
-    " M keyrelay (pins in memory) :$PORT_M  D passthrough :$PORT_D" \
-    "(servers on core $SERVER_CPU, load on core $CLIENT_CPU)"
+  local up="A stub :$PORT_A  B nginx :$PORT_B"
+  [[ $TLS == only ]] ||
+    up+="  C keyrelay :$PORT_C  M keyrelay (pins in memory) :$PORT_M  D passthrough :$PORT_D"
+  log "targets up: $up (servers on core $SERVER_CPU, load on core $CLIENT_CPU)"
+}
+
+# N, and K, P and F in one keyrelay; B is start_targets'. They are started with the others,
+# so that a TLS listener that does not come up stops the run before its 40 minutes, not after.
+start_tls_targets() {
+  make_cert
+  # nginx's TLS defaults otherwise: session tickets on, no shared session cache.
+  nginx_conf tls "$(proxy_server "$PORT_A" "    listen 127.0.0.1:$PORT_N ssl;
+    ssl_certificate $TMP/cert.pem;
+    ssl_certificate_key $TMP/key.pem;
+    ssl_protocols TLSv1.3;")"
+  start_nginx tls -k "https://localhost:$PORT_N/healthz"
+  PG[N]=$LAST_PID URL[N]=https://localhost:$PORT_N CURL_ARGS[N]=-k OHA_ARGS[N]=--insecure
+
+  # The local CA that signs F's leaves is made in data_dir at start.
+  keyrelay_conf "$TMP/tls.toml" "$PORT_P" "$PORT_A" durable "$PORT_K"
+  start_keyrelay keyrelay-tls "$TMP/tls.toml" "$PORT_P"
+  wait_http "$LAST_PID" keyrelay-tls -k "https://localhost:$PORT_K/healthz"
+  PG[P]=$LAST_PID PG[K]=$LAST_PID PG[F]=$LAST_PID
+  URL[P]=http://127.0.0.1:$PORT_P
+  URL[K]=https://localhost:$PORT_K CURL_ARGS[K]=-k OHA_ARGS[K]=--insecure
+  URL[F]=https://$FORWARD_HOST
+  CURL_ARGS[F]="-k -x http://127.0.0.1:$PORT_P"
+  # No DNS lookup of the target host: the proxy is dialled, never the host.
+  OHA_ARGS[F]="--insecure -x http://127.0.0.1:$PORT_P --no-pre-lookup"
+
+  # Each answers the stub's answer, and through keyrelay (P, K, F) from its pool: an answer
+  # F's tunnel had taken somewhere else would carry no X-Keyrelay-Key.
+  local t body args
+  for t in "${TLS_TARGETS[@]}"; do
+    read -r -a args <<<"${CURL_ARGS[$t]:-}"
+    body=$(curl -sf --max-time 3 -D "$TMP/tls.headers" "${args[@]}" \
+      "${URL[$t]}/in.php?$GET_QUERY") || die "target $t: request failed: ${URL[$t]}/in.php"
+    [[ $body =~ $STUB_ANSWER_RE ]] || die "target $t: unexpected answer ${body:0:80}"
+    [[ $t != [PKF] ]] || grep -qi '^x-keyrelay-key: bench-' "$TMP/tls.headers" ||
+      die "target $t: the answer carries no X-Keyrelay-Key; not served by the pool"
+  done
+  local port
+  for port in "$PORT_N" "$PORT_K"; do
+    TLS_INFO+="$(openssl s_client -connect "127.0.0.1:$port" -servername localhost -brief \
+      </dev/null 2>&1 | awk -F': *' '/^Protocol version|^Ciphersuite/ { printf "%s ", $2 }')"$'\n'
+  done
+  log "TLS targets up: N nginx ssl :$PORT_N  K keyrelay tls :$PORT_K  P its plain listener" \
+    ":$PORT_P  F CONNECT $FORWARD_HOST:443 via :$PORT_P"
+  log "negotiated (openssl s_client): N: ${TLS_INFO%%$'\n'*}  K: $(sed -n 2p <<<"$TLS_INFO")"
 }
 
 # --- closed loop: wrk -------------------------------------------------------------------
@@ -596,28 +433,22 @@ run_wrk() {
 
 # --- open loop: oha ---------------------------------------------------------------------
 
-run_oha() { # ROUND TARGET MODE(get|post|poll) SECONDS
-  local round=$1 t=$2 mode=$3 secs=$4 out=$TMP/oha.json cpu0 cpu1 m0 m1 request
-  case $mode in
-    post)
-      request=(-m POST -H "Content-Type: $POST_TYPE" -d "$POST_BODY" "${URL[$t]}/in.php")
-      ;;
-    poll)
-      poll_url "$t"
-      request=("$POLL_URL")
-      ;;
-    *) request=("${URL[$t]}/in.php?$GET_QUERY") ;;
-  esac
+# run_oha ROUND TARGET SCENARIO RATE SECONDS OHA-ARGS...: one fixed-rate oha run of
+# OHA-ARGS (options and the request) at RATE req/s; ROUND 0 is warm-up, not kept.
+run_oha() {
+  local round=$1 t=$2 scenario=$3 rate=$4 secs=$5 out=$TMP/oha.json cpu0 cpu1 m0 m1
+  shift 5
   cpu0=$(server_cpu "$t")
   m0=$(machine_now)
   # -w waits for requests in flight at the deadline instead of counting them as errors.
   run_fg "$TMP/oha.log" timeout $((secs + 30)) taskset -c "$CLIENT_CPU" \
-    "$OHA" -q "$RATE" -z "${secs}s" -c "$OHA_CONNECTIONS" -w --latency-correction \
-    --no-tui "${OHA_THREADS[@]}" "${OHA_JSON[@]}" -o "$out" "${request[@]}" ||
+    "$OHA" -q "$rate" -z "${secs}s" -c "$OHA_CONNECTIONS" -w --latency-correction \
+    --no-tui "${OHA_THREADS[@]}" "${OHA_JSON[@]}" -o "$out" "$@" ||
     die "oha failed: $(tail -3 "$TMP/oha.log")"
   m1=$(machine_now)
   cpu1=$(server_cpu "$t")
-  python3 - "$out" >"$TMP/oha.stats" <<'EOF'
+  ((round > 0)) || return 0
+  python3 - "$out" >"$TMP/oha.stats" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
 codes = {int(k): v for k, v in d.get("statusCodeDistribution", {}).items()}
@@ -627,16 +458,32 @@ errors += sum(d.get("errorDistribution", {}).values())
 pct = d["latencyPercentiles"]
 print(f"requests {n}")
 print(f"rps {n / d['summary']['total']:.1f}")
+# A percentile is null when no request was answered: 0 then, and the errors say why.
 for name, key in (("p50_us", "p50"), ("p99_us", "p99"), ("p999_us", "p99.9")):
-    print(f"{name} {pct[key] * 1e6:.1f}")
+    print(f"{name} {(pct[key] or 0) * 1e6:.1f}")
 print(f"errors {errors}")
-EOF
+PY
   local n
   n=$(awk '$1 == "requests" { print $2 }' "$TMP/oha.stats")
   {
     grep -v '^requests ' "$TMP/oha.stats"
     run_stats "$cpu0" "$cpu1" "$m0" "$m1" "$n"
-  } | save_run "$round" "$t" "open-$mode-$RATE"
+  } | save_run "$round" "$t" "$scenario"
+}
+
+run_open() { # ROUND TARGET MODE(get|post|poll) SECONDS
+  local request
+  case $3 in
+    post)
+      request=(-m POST -H "Content-Type: $POST_TYPE" -d "$POST_BODY" "${URL[$2]}/in.php")
+      ;;
+    poll)
+      poll_url "$2"
+      request=("$POLL_URL")
+      ;;
+    *) request=("${URL[$2]}/in.php?$GET_QUERY") ;;
+  esac
+  run_oha "$1" "$2" "open-$3-$RATE" "$RATE" "$4" "${request[@]}"
 }
 
 run_rounds() {
@@ -663,10 +510,38 @@ run_rounds() {
   for r in $(seq "$OPEN_ROUNDS"); do
     log "fixed rate, round $r/$OPEN_ROUNDS"
     for mode in get post poll; do
-      for t in "${TARGETS[@]}"; do run_oha "$r" "$t" "$mode" "$OPEN_DURATION"; done
+      for t in "${TARGETS[@]}"; do run_open "$r" "$t" "$mode" "$OPEN_DURATION"; done
     done
   done
   record 0 C memory loaded_rss_kb "$(rss_kb "${PG[C]}")"
+}
+
+# --- TLS --------------------------------------------------------------------------------
+
+# run_tls ROUND TARGET MODE(keepalive|handshake) SECONDS: the GET submit at BENCH_RATE over
+# kept-alive connections, or at BENCH_TLS_HANDSHAKE_RATE on a new connection each.
+run_tls() {
+  local rate=$RATE args
+  read -r -a args <<<"${OHA_ARGS[$2]:-}"
+  if [[ $3 == handshake ]]; then rate=$TLS_HANDSHAKE_RATE args+=(--disable-keepalive); fi
+  run_oha "$1" "$2" "tls-$3-$rate" "$rate" "$4" "${args[@]}" "${URL[$2]}/in.php?$GET_QUERY"
+}
+
+run_tls_rounds() {
+  local t r mode
+  if ((WARMUP > 0)); then
+    log "TLS warm-up: ${WARMUP}s per target and measurement"
+    for t in "${TLS_TARGETS[@]}"; do
+      run_tls 0 "$t" keepalive "$WARMUP"
+      run_tls 0 "$t" handshake "$WARMUP"
+    done
+  fi
+  for r in $(seq "$TLS_ROUNDS"); do
+    log "TLS, round $r/$TLS_ROUNDS"
+    for mode in keepalive handshake; do
+      for t in "${TLS_TARGETS[@]}"; do run_tls "$r" "$t" "$mode" "$TLS_DURATION"; done
+    done
+  done
 }
 
 # --- memory per pin ---------------------------------------------------------------------
@@ -756,47 +631,70 @@ versions() {
   tree=$(git -C "$REPO" describe --always --dirty 2>/dev/null || echo unknown)
   # A binary given with KEYRELAY_BIN was not built from this tree: say so, not the tree's hash.
   [[ -n ${KEYRELAY_BIN:-} ]] && tree="$KEYRELAY_BIN (KEYRELAY_BIN; the script at $tree)"
-  printf 'keyrelay %s, nginx %s, wrk %s, oha %s' \
-    "$tree" \
-    "$("$NGINX" -v 2>&1 | sed 's|.*/||')" \
-    "$(wrk -v 2>&1 | awk 'NR == 1 { print $2 }')" \
-    "$("$OHA" --version | awk '{ print $2 }')"
+  printf 'keyrelay %s, nginx %s' "$tree" "$("$NGINX" -v 2>&1 | sed 's|.*/||')"
+  [[ $TLS == 0 ]] || printf ', %s' "$(openssl version | awk '{ print $1, $2 }')"
+  [[ $TLS == only ]] || printf ', wrk %s' "$(wrk -v 2>&1 | awk 'NR == 1 { print $2 }')"
+  printf ', oha %s' "$("$OHA" --version | awk '{ print $2 }')"
+}
+
+# command_line: the knobs of this run as a command that repeats it.
+command_line() {
+  local knobs=""
+  if [[ $TLS != only ]]; then
+    knobs="BENCH_DURATION=$DURATION BENCH_ROUNDS=$ROUNDS"
+    knobs+=" BENCH_OPEN_DURATION=$OPEN_DURATION BENCH_OPEN_ROUNDS=$OPEN_ROUNDS"
+    [[ $SKIP_PINS == 1 ]] && knobs+=" BENCH_SKIP_PINS=1"
+    [[ $PINS == 1000000 ]] || knobs+=" BENCH_PINS=$PINS"
+    [[ $CONNECTIONS == "16 64" ]] || knobs+=" BENCH_CONNECTIONS=\"$CONNECTIONS\""
+    [[ $POLL_CONNECTIONS == 16 ]] || knobs+=" BENCH_POLL_CONNECTIONS=\"$POLL_CONNECTIONS\""
+    [[ $TLS == 1 ]] || knobs+=" BENCH_TLS=0"
+  fi
+  [[ $TLS == 0 ]] || knobs+=" BENCH_TLS_ROUNDS=$TLS_ROUNDS BENCH_TLS_DURATION=$TLS_DURATION"
+  [[ $TLS == 0 || $TLS_HANDSHAKE_RATE == 200 ]] ||
+    knobs+=" BENCH_TLS_HANDSHAKE_RATE=$TLS_HANDSHAKE_RATE"
+  [[ $RATE == 2000 ]] || knobs+=" BENCH_RATE=$RATE"
+  [[ $OHA_CONNECTIONS == 16 ]] || knobs+=" BENCH_OHA_CONNECTIONS=$OHA_CONNECTIONS"
+  # bench/tls.sh is BENCH_TLS=only bench/run.sh.
+  if [[ $TLS == only ]]; then echo "${knobs# } bench/tls.sh"; else echo "${knobs# } bench/run.sh"; fi
 }
 
 # --- main -------------------------------------------------------------------------------
 
 main() {
-  local t0=$SECONDS
+  local t0=$SECONDS tools=(nginx curl python3 taskset setsid pgrep) oha_needs=()
   check_knobs
-  ensure_tools
+  [[ $TLS == only ]] || tools+=(wrk)
+  [[ $TLS == 0 ]] || tools+=(openssl) oha_needs=(--disable-keepalive --insecure --no-pre-lookup)
+  ensure_tools "${tools[@]}"
+  ensure_oha "$OHA_VERSION" "${oha_needs[@]}"
   build_keyrelay
-  build_floor
+  [[ $TLS == only ]] || build_floor
   check_cpus
   TMP=$(mktemp -d "${TMPDIR:-/tmp}/keyrelay-bench.XXXXXX")
   RAW=$TMP/raw.tsv
   : >"$RAW"
-  start_watchdog
+  start_watchdog "$MAX_RUNTIME"
   start_targets
-  measure_startup
-  run_rounds
-  if [[ $SKIP_PINS == 1 ]]; then log "memory per pin: skipped (BENCH_SKIP_PINS=1)"
-  else measure_pins
+  [[ $TLS == 0 ]] || start_tls_targets
+  if [[ $TLS != only ]]; then
+    measure_startup
+    run_rounds
+    if [[ $SKIP_PINS == 1 ]]; then log "memory per pin: skipped (BENCH_SKIP_PINS=1)"
+    else measure_pins
+    fi
   fi
+  [[ $TLS == 0 ]] || run_tls_rounds
 
   mkdir -p "$(dirname "$RESULTS")"
-  local knobs="BENCH_DURATION=$DURATION BENCH_ROUNDS=$ROUNDS"
-  knobs+=" BENCH_OPEN_DURATION=$OPEN_DURATION BENCH_OPEN_ROUNDS=$OPEN_ROUNDS"
-  [[ $SKIP_PINS == 1 ]] && knobs+=" BENCH_SKIP_PINS=1"
-  [[ $PINS == 1000000 ]] || knobs+=" BENCH_PINS=$PINS"
-  [[ $CONNECTIONS == "16 64" ]] || knobs+=" BENCH_CONNECTIONS=\"$CONNECTIONS\""
-  [[ $POLL_CONNECTIONS == 16 ]] || knobs+=" BENCH_POLL_CONNECTIONS=\"$POLL_CONNECTIONS\""
-  [[ $RATE == 2000 ]] || knobs+=" BENCH_RATE=$RATE"
   python3 "$BENCH_DIR/report.py" "$RAW" \
-    --command "$knobs bench/run.sh" \
+    --command "$(command_line)" \
     --seconds $((SECONDS - t0)) \
     --rate "$RATE" --connections "$CONNECTIONS" --poll-connections "$POLL_CONNECTIONS" \
     --rounds "$ROUNDS" --duration "$DURATION" \
     --open-rounds "$OPEN_ROUNDS" --open-duration "$OPEN_DURATION" \
+    --tls-rounds "$TLS_ROUNDS" --tls-duration "$TLS_DURATION" \
+    --handshake-rate "$TLS_HANDSHAKE_RATE" --oha-connections "$OHA_CONNECTIONS" \
+    --forward-host "$FORWARD_HOST" --negotiated "$TLS_INFO" \
     --server-cpu "$SERVER_CPU" --client-cpu "$CLIENT_CPU" \
     --versions "$(versions)" >"$RESULTS"
   cp "$RAW" "${RESULTS%.md}.tsv"
