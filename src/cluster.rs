@@ -30,6 +30,9 @@ use crate::config;
 /// (they stay in the local journal, and other replicas find them by probing).
 const MAX_BACKLOG: usize = 100_000;
 
+/// How often a replica without Redis tries it again (at least; `fleet` runs the heartbeat).
+pub const DOWN_RETRY: Duration = Duration::from_secs(1);
+
 /// A Redis operation, for error counts and logs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Op {
@@ -181,6 +184,8 @@ pub struct Cluster {
     down_reason: Mutex<Option<String>>,
     held: Mutex<HashMap<String, Held>>,
     backlog: Mutex<VecDeque<PendingPin>>,
+    /// Final answers seen while Redis was away, to release when it returns.
+    released: Mutex<VecDeque<(Arc<str>, String)>>,
     fleet: Mutex<Fleet>,
     epoch: Mutex<Option<String>>,
     refresher: AtomicBool,
@@ -218,6 +223,7 @@ impl Cluster {
             down_reason: Mutex::new(Some("not connected yet".to_owned())),
             held: Mutex::new(HashMap::new()),
             backlog: Mutex::new(VecDeque::new()),
+            released: Mutex::new(VecDeque::new()),
             fleet: Mutex::new(Fleet::default()),
             epoch: Mutex::new(None),
             refresher: AtomicBool::new(false),
@@ -426,20 +432,50 @@ impl Cluster {
         }))
     }
 
-    /// `task` had its final answer (or went stale): its thread goes back to the fleet,
-    /// whichever replica created it.
+    /// `task` had its final answer: its thread goes back to the fleet, whichever replica
+    /// created it, and the fleet remembers that it ended. Without Redis the release waits
+    /// in a backlog for its return.
     pub fn release_task(self: &Arc<Self>, key: &str, task: &TaskId) {
         let member = Layout::task_lease(&task.to_string());
         lock(&self.held).remove(&member);
-        if self.up.load(Ordering::Acquire) {
-            let this = self.clone();
-            let leases = self.layout.leases(key);
-            tokio::spawn(async move {
-                let mut cmd = redis::cmd("ZREM");
-                cmd.arg(leases).arg(member);
-                let _ = this.call::<u32>(Op::Release, cmd).await;
-            });
+        let key: Arc<str> = Arc::from(key);
+        if !self.up.load(Ordering::Acquire) {
+            self.backlog_release(key, member);
+            return;
         }
+        let this = self.clone();
+        tokio::spawn(async move {
+            if this
+                .send_releases(&[(key.clone(), member.clone())])
+                .await
+                .is_err()
+            {
+                this.backlog_release(key, member);
+            }
+        });
+    }
+
+    fn backlog_release(&self, key: Arc<str>, member: String) {
+        let mut released = lock(&self.released);
+        if released.len() >= MAX_BACKLOG {
+            released.pop_front();
+        }
+        released.push_back((key, member));
+    }
+
+    async fn send_releases(&self, releases: &[(Arc<str>, String)]) -> Result<(), ClusterError> {
+        let mut pipe = redis::pipe();
+        for (key, member) in releases {
+            pipe.cmd("EVAL")
+                .arg(scripts::RELEASE)
+                .arg(2)
+                .arg(self.layout.leases(key))
+                .arg(self.layout.released(key))
+                .arg(member)
+                .arg(self.pin_ttl.as_millis() as u64)
+                .ignore();
+        }
+        self.call_pipe::<()>(Op::Release, pipe).await
     }
 
     /// Announces a key's new health to the fleet.
@@ -607,7 +643,7 @@ impl Cluster {
             // start that admitted nothing alone has no outage to wait out.
             let after_outage = self.ever_up.swap(true, Ordering::AcqRel);
             let settle = if after_outage || admitted_alone {
-                self.renew_period()
+                self.settle_period()
             } else {
                 Duration::ZERO
             };
@@ -616,6 +652,13 @@ impl Cluster {
         }
         self.take_refresher(refresh_interval).await;
         ended
+    }
+
+    /// How long a replica stays on its share after Redis returns: long enough for every
+    /// other replica to have seen Redis back (they retry every `DOWN_RETRY`) and put back
+    /// what it admitted alone.
+    fn settle_period(&self) -> Duration {
+        self.renew_period().max(DOWN_RETRY * 2) + DOWN_RETRY
     }
 
     /// How often [`Cluster::heartbeat`] runs.
@@ -708,8 +751,9 @@ impl Cluster {
             for (key, members) in list {
                 let mut cmd = redis::cmd("EVAL");
                 cmd.arg(scripts::RENEW)
-                    .arg(1)
+                    .arg(2)
                     .arg(self.layout.leases(&key))
+                    .arg(self.layout.released(&key))
                     .arg(self.lease_ttl_ms())
                     .arg(if restore { "1" } else { "0" })
                     .arg(&members);
@@ -740,6 +784,14 @@ impl Cluster {
     }
 
     async fn flush_backlog(&self) {
+        let released: Vec<(Arc<str>, String)> = lock(&self.released).drain(..).collect();
+        if !released.is_empty() && self.send_releases(&released).await.is_err() {
+            let mut backlog = lock(&self.released);
+            for release in released.into_iter().rev() {
+                backlog.push_front(release);
+            }
+            return;
+        }
         loop {
             let batch: Vec<PendingPin> = {
                 let mut backlog = lock(&self.backlog);

@@ -15,13 +15,14 @@ use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
 
 use crate::app::App;
-use crate::cluster::{unix_ms, Cluster, KeySync, SharedHealth};
+use crate::cluster::{unix_ms, Cluster, KeySync, SharedHealth, DOWN_RETRY};
 use crate::health::{HealthEvent, StateKind, TRANSIENT_REASON};
 use crate::pool::KeyEntry;
+use crate::refresh;
 
-/// Heartbeats while Redis is away are this frequent at least, so that its return is seen
-/// soon whatever `replica_timeout` is.
-const DOWN_RETRY: Duration = Duration::from_secs(1);
+/// How often, at most, a degraded replica with waiting submits asks the service what its
+/// keys work on.
+const DEGRADED_RECHECK: Duration = Duration::from_secs(2);
 
 /// One heartbeat and one sync, awaited before the listeners accept: a replica that can
 /// reach Redis starts in shared mode with the fleet's state, not on a share. Bounded by the
@@ -56,6 +57,7 @@ pub async fn run(app: App, seen: Seen) {
 }
 
 async fn heartbeats(app: &App, cluster: &Arc<Cluster>) {
+    let mut checked: Option<Instant> = None;
     loop {
         let snapshot = app.snapshot();
         let ended = cluster
@@ -70,6 +72,9 @@ async fn heartbeats(app: &App, cluster: &Arc<Cluster>) {
         if !ended.is_empty() {
             app.capacity().nudge();
         }
+        if !cluster.is_shared() {
+            recheck_threads(app, &mut checked).await;
+        }
         let period = if cluster.is_shared() {
             cluster.renew_period()
         } else {
@@ -77,6 +82,21 @@ async fn heartbeats(app: &App, cluster: &Arc<Cluster>) {
         };
         tokio::time::sleep(period).await;
     }
+}
+
+/// While Redis is away, a task this replica created and another replica finished still
+/// holds its thread here (the release cannot reach it), so its shares fill with tasks that
+/// have ended. When submits wait for a thread, the service's own `threadsinfo` is asked
+/// (at most every `DEGRADED_RECHECK`): what it no longer works on is given back.
+async fn recheck_threads(app: &App, checked: &mut Option<Instant>) {
+    let now = Instant::now();
+    if app.capacity().queued() == 0
+        || checked.is_some_and(|at| now.saturating_duration_since(at) < DEGRADED_RECHECK)
+    {
+        return;
+    }
+    *checked = Some(now);
+    refresh::refresh_all(app).await;
 }
 
 async fn syncs(app: &App, cluster: &Arc<Cluster>, mut seen: Seen) {

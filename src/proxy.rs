@@ -395,6 +395,19 @@ pub(crate) struct Answered {
 }
 
 impl Attempt {
+    /// Whether a poll's answer ends its task: a solution, or a verdict on the task itself
+    /// (unsolvable, unknown id). "Not ready" and failures of the key or the service do not.
+    pub(crate) fn ends_task(&self) -> bool {
+        match self {
+            Attempt::Answered(answered) => match answered.outcome {
+                Outcome::Success => answered.reply != Reply::NotReady,
+                Outcome::CallerError => true,
+                _ => false,
+            },
+            Attempt::Failed(_) => false,
+        }
+    }
+
     pub fn outcome(&self) -> Outcome {
         match self {
             Attempt::Answered(answered) => answered.outcome,

@@ -103,15 +103,18 @@ pub async fn refresh_key(app: &App, key: &KeyEntry, timeout: Duration) {
         key.stats
             .set_threads(threads.map(|t| (t.threads, t.working_threads)));
         match (threads, app.cluster()) {
-            (Some(info), None) => app.reconcile_threads(key, info.working_threads, mark),
-            // The service's `working` counts every replica's tasks: only the fleet's lease
-            // count can be taken from it.
-            (info, Some(cluster)) => {
+            // The service's `working` counts every replica's tasks: in shared mode only
+            // the fleet's lease count can be taken from it.
+            (info, Some(cluster)) if cluster.is_shared() => {
                 share_readings(cluster, key, balance.as_ref().ok().copied(), info).await;
             }
-            (None, None) => {}
+            // Alone, or degraded: a replica whose tasks outnumber everything the service
+            // works on learns that some of them ended (their final answers may have been
+            // polled on other replicas, which cannot say so while Redis is away).
+            (Some(info), _) => app.reconcile_threads(key, info.working_threads, mark),
+            (None, _) => {}
         }
-    } else if let Some(cluster) = app.cluster() {
+    } else if let Some(cluster) = app.cluster().filter(|c| c.is_shared()) {
         share_readings(cluster, key, None, None).await;
     }
     let snapshot = app.snapshot();

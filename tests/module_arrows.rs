@@ -223,7 +223,9 @@ const LAYERS: &[&[&str]] = &[
     &["registry", "metrics"],
     // The bottom of the request path: the shared handle.
     &["app"],
-    &["status", "refresh", "fleet"],
+    &["status", "refresh"],
+    // A cluster replica's heartbeat and sync, which may run a refresh.
+    &["fleet"],
     // The admin API: served by `proxy` (and so `server`), acting through `app` and `refresh`.
     &["admin"],
     &["proxy", "reload"],

@@ -20,6 +20,12 @@ impl Layout {
         format!("{}:key:{{{key}}}:leases", self.prefix)
     }
 
+    /// Sorted set: tasks of the key whose final answer was seen, scored by when (Redis time,
+    /// ms), kept for the pin TTL.
+    pub fn released(&self, key: &str) -> String {
+        format!("{}:key:{{{key}}}:released", self.prefix)
+    }
+
     /// Hash: the key's shared health (`state`, `reason`, `until`, `by`, `v`).
     pub fn health(&self, key: &str) -> String {
         format!("{}:key:{{{key}}}:health", self.prefix)
@@ -72,6 +78,7 @@ mod tests {
         let layout = Layout::new("kr");
         for name in [
             layout.leases("a"),
+            layout.released("a"),
             layout.health("a"),
             layout.readings("a"),
             layout.pin("123"),

@@ -33,10 +33,11 @@ redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]) * 4)
 return had
 ";
 
-/// KEYS[1] the key's lease set. ARGV: ttl ms, restore (0/1), then members. Pushes each
-/// member's expiry forward; a member that is gone (released by the replica that saw its
-/// task's final answer, or expired) is returned, unless `restore`, which adds it back
-/// (after Redis lost its data). Returns the missing members.
+/// KEYS[1] the key's lease set, KEYS[2] its released set. ARGV: ttl ms, restore (0/1),
+/// then members. Pushes each member's expiry forward. A member that is gone (released by the
+/// replica that saw its task's final answer, or expired) is returned. With `restore` (Redis
+/// came back, or lost its data) a gone member is added back instead, unless the released set
+/// says another replica saw its task end. Returns the members gone for good.
 pub const RENEW: &str = r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -45,7 +46,8 @@ local ttl = tonumber(ARGV[1])
 local restore = ARGV[2] == '1'
 local missing = {}
 for i = 3, #ARGV do
-  if redis.call('ZSCORE', KEYS[1], ARGV[i]) or restore then
+  local live = redis.call('ZSCORE', KEYS[1], ARGV[i])
+  if live or (restore and not redis.call('ZSCORE', KEYS[2], ARGV[i])) then
     redis.call('ZADD', KEYS[1], now + ttl, ARGV[i])
   else
     missing[#missing + 1] = ARGV[i]
@@ -55,6 +57,19 @@ if #ARGV > 2 then
   redis.call('PEXPIRE', KEYS[1], ttl * 4)
 end
 return missing
+";
+
+/// KEYS[1] the key's lease set, KEYS[2] its released set. ARGV: member, keep ms. A task's
+/// final answer: its lease goes, and the released set remembers it for `keep`, so that the
+/// replica that created the task does not put it back after an outage.
+pub const RELEASE: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('ZADD', KEYS[2], now, ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - tonumber(ARGV[2]))
+redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[2]))
+return 1
 ";
 
 /// KEYS[1] the key's lease set. Returns the live leases' count.

@@ -9,9 +9,7 @@ use tokio::time::Instant;
 
 use super::probe::{self, Probed};
 use super::{Attempt, Ctx, Handled, Local, NoVerdict};
-use crate::captcha::{
-    self, BadTaskId, Outcome, ParsedRequest, Reply, TaskAction, TaskCommand, TaskId,
-};
+use crate::captcha::{self, BadTaskId, ParsedRequest, TaskAction, TaskCommand, TaskId};
 use crate::failover::{self, Next};
 use crate::metrics::{LocalCode, RequestOutcome};
 use crate::pool::KeyEntry;
@@ -63,7 +61,15 @@ async fn poll_one(ctx: &Ctx, parsed: &ParsedRequest, action: TaskAction, raw: &s
                 key,
                 answer,
                 outcome,
-            } => Handled::relayed(answer, RequestOutcome::relayed(outcome), &key, 1),
+                ends_task,
+            } => {
+                // In a cluster the task may hold a thread its creator counts: whoever sees
+                // the final answer gives it back, here as on a pinned poll.
+                if action.polls() && ends_task {
+                    ctx.app.finish_task(&task);
+                }
+                Handled::relayed(answer, RequestOutcome::relayed(outcome), &key, 1)
+            }
             Probed::Nobody { remembered } => Local::UnknownTask { task, remembered }.into(),
             Probed::Unsure => no_verdict(action, NoVerdict::ProbeUnsure),
             Probed::NoBudget => no_verdict(action, NoVerdict::ProbeBudget),
@@ -79,25 +85,12 @@ async fn poll_one(ctx: &Ctx, parsed: &ParsedRequest, action: TaskAction, raw: &s
         latency_ms = started.elapsed().as_millis() as u64,
         "poll"
     );
-    if action.polls() && is_final(&attempt) {
+    if action.polls() && attempt.ends_task() {
         ctx.app.finish_task(&task);
     }
     match attempt.deliverable() {
         Some(answer) => Handled::relayed(answer, outcome, &key, tries),
         None => no_verdict(action, NoVerdict::Unanswered),
-    }
-}
-
-/// Whether a poll's answer ends its task: a solution, or a verdict on the task itself
-/// (unsolvable, unknown id). "Not ready" and failures of the key or the service do not.
-fn is_final(attempt: &Attempt) -> bool {
-    match attempt {
-        Attempt::Answered(answered) => match answered.outcome {
-            Outcome::Success => answered.reply != Reply::NotReady,
-            Outcome::CallerError => true,
-            _ => false,
-        },
-        Attempt::Failed(_) => false,
     }
 }
 

@@ -40,6 +40,8 @@ pub(super) enum Probed {
         key: Arc<KeyEntry>,
         answer: UpstreamAnswer,
         outcome: Outcome,
+        /// The answer is the task's final one (see [`Attempt::ends_task`]).
+        ends_task: bool,
     },
     /// Every key asked said the task is not theirs, now or moments ago (`remembered`).
     Nobody { remembered: bool },
@@ -137,6 +139,7 @@ pub(super) async fn probe(
             }
             Verdict::Mine => {
                 let outcome = attempt.outcome();
+                let ends_task = attempt.ends_task();
                 let Some(answer) = attempt.deliverable() else {
                     unsure = true;
                     continue;
@@ -165,6 +168,7 @@ pub(super) async fn probe(
                     key: key.clone(),
                     answer,
                     outcome,
+                    ends_task,
                 };
             }
         }

@@ -320,17 +320,18 @@ async fn answer(
         _ => None,
     };
     if let Some(id) = &task_id {
-        if let Some(cluster) = ctx.app.cluster() {
-            // Before the caller has the id: a poll on any replica must find its key.
-            let token = ctx.token.as_ref().map_or("", |t| &*t.name);
-            cluster.pin(shared, id, &key.name, token).await;
-        }
         let now = Instant::now();
         let token = ctx.token.as_ref().map_or(TokenId::NONE, |t| t.id);
         ctx.app.pins().pin_for(id.clone(), key.id, token, now);
         lease.keep_for(id.clone(), now);
         if let Some(hold) = token_hold {
             ctx.app.capacity().keep_token(id.clone(), hold, now);
+        }
+        if let Some(cluster) = ctx.app.cluster() {
+            // Before the caller has the id: a poll on any replica must find its key. After
+            // the local open, so that the fleet never holds a task this replica does not.
+            let token = ctx.token.as_ref().map_or("", |t| &*t.name);
+            cluster.pin(shared, id, &key.name, token).await;
         }
         ctx.app.emit(|| Event::Pinned {
             key: key.name.clone(),
