@@ -97,6 +97,14 @@ pub enum Admit {
     Full,
 }
 
+/// Submits of this replica's on their way upstream, per key name, and how long one may
+/// take at most: for [`Cluster::heartbeat`] to count those admitted while Redis was away.
+#[derive(Clone, Debug, Default)]
+pub struct InFlight {
+    pub pending: Vec<(String, u32)>,
+    pub request_timeout: Duration,
+}
+
 /// A pin as another replica wrote it: the key's and the caller token's names.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SharedPin {
@@ -170,6 +178,7 @@ struct Fleet {
 pub struct Cluster {
     config: config::Cluster,
     layout: Layout,
+    client: redis::Client,
     conn: ConnectionManager,
     /// `replica:boot` prefix of this process's pending lease members: a restarted replica
     /// never renews its predecessor's.
@@ -184,6 +193,11 @@ pub struct Cluster {
     down_reason: Mutex<Option<String>>,
     held: Mutex<HashMap<String, Held>>,
     backlog: Mutex<VecDeque<PendingPin>>,
+    /// Threads of each key held by the other replicas at the last sync. In shared mode a
+    /// replica may hold more than its share; when Redis goes away those threads stay busy,
+    /// so the shares are taken from what they left free, until this replica's own
+    /// `threadsinfo` reconciliation counts them instead.
+    others: Mutex<HashMap<String, u32>>,
     /// Final answers seen while Redis was away, to release when it returns.
     released: Mutex<VecDeque<(Arc<str>, String)>>,
     fleet: Mutex<Fleet>,
@@ -208,12 +222,13 @@ impl Cluster {
             .set_connection_timeout(Some(config.timeout))
             .set_number_of_retries(1)
             .set_max_delay(Duration::from_secs(1));
-        let conn = ConnectionManager::new_lazy_with_config(client, manager)
+        let conn = ConnectionManager::new_lazy_with_config(client.clone(), manager)
             .map_err(|e| redis_error(Op::Heartbeat, &e))?;
         let boot = format!("{}:{:08x}", config.replica, rand::random::<u32>());
         Ok(Cluster {
             layout: Layout::new(&config.prefix),
             config,
+            client,
             conn,
             boot,
             seq: AtomicU64::new(0),
@@ -224,6 +239,7 @@ impl Cluster {
             held: Mutex::new(HashMap::new()),
             backlog: Mutex::new(VecDeque::new()),
             released: Mutex::new(VecDeque::new()),
+            others: Mutex::new(HashMap::new()),
             fleet: Mutex::new(Fleet::default()),
             epoch: Mutex::new(None),
             refresher: AtomicBool::new(false),
@@ -284,6 +300,19 @@ impl Cluster {
             .position(|name| name == &self.config.replica)
             .unwrap_or(fleet.live.len()) as u32;
         threads / count + u32::from(rank < threads % count)
+    }
+
+    /// The most threads of a key of `limit` this replica may take while Redis is away: its
+    /// share, and no more than the other replicas left free at the last sync.
+    pub fn degraded_limit(&self, key: &str, limit: u32) -> u32 {
+        let others = lock(&self.others).get(key).copied().unwrap_or(0);
+        self.share(limit).min(limit.saturating_sub(others))
+    }
+
+    /// The service's own count now covers the other replicas' threads of `key` (a
+    /// reconciliation while degraded put them in the key's outside load).
+    pub fn forget_others(&self, key: &str) {
+        lock(&self.others).remove(key);
     }
 
     /// How many leases of this replica's are live, by key name (for tests and status).
@@ -490,15 +519,49 @@ impl Cluster {
             return;
         }
         let until_ms = until.map_or(0, unix_ms);
-        let mut cmd = redis::cmd("EVAL");
-        cmd.arg(scripts::HEALTH)
+        let mut pipe = redis::pipe();
+        pipe.cmd("EVAL")
+            .arg(scripts::HEALTH)
             .arg(1)
             .arg(self.layout.health(key))
             .arg(state)
             .arg(reason)
             .arg(until_ms)
-            .arg(&self.config.replica);
-        let _ = self.call::<u64>(Op::Health, cmd).await;
+            .arg(&self.config.replica)
+            .ignore()
+            .cmd("PUBLISH")
+            .arg(self.layout.changes())
+            .arg(key)
+            .ignore();
+        let _ = self.call_pipe::<()>(Op::Health, pipe).await;
+    }
+
+    /// A stream that yields whenever a replica announces a change (a key's health), so
+    /// that the sync runs at once rather than at its next interval. A message missed while
+    /// disconnected costs at most one `sync_interval`.
+    ///
+    /// # Errors
+    /// Redis did not answer in time.
+    pub async fn changes(&self) -> Result<impl futures_util::Stream<Item = ()>, ClusterError> {
+        let subscribe = async {
+            let mut pubsub = self.client.get_async_pubsub().await?;
+            pubsub.subscribe(self.layout.changes()).await?;
+            Ok::<_, redis::RedisError>(pubsub)
+        };
+        let pubsub = match tokio::time::timeout(self.config.timeout, subscribe).await {
+            Ok(Ok(pubsub)) => pubsub,
+            Ok(Err(e)) => return Err(redis_error(Op::Sync, &e)),
+            Err(_) => {
+                return Err(ClusterError::Timeout {
+                    op: Op::Sync.label(),
+                    after: self.config.timeout,
+                })
+            }
+        };
+        Ok(futures_util::StreamExt::map(
+            pubsub.into_on_message(),
+            |_| (),
+        ))
     }
 
     /// Announces the IP-ban pause to the fleet.
@@ -584,16 +647,20 @@ impl Cluster {
         let values: Vec<Value> = self.call_pipe(Op::Sync, pipe).await?;
         let mut values = values.into_iter();
         let mut synced = Synced::default();
-        for _ in keys {
+        let mut others = HashMap::with_capacity(keys.len());
+        for key in keys {
             let health: HashMap<String, String> = from_value(values.next());
             let readings: HashMap<String, String> = from_value(values.next());
             let held: u32 = from_value(values.next());
+            let mine = u32::try_from(self.held_by_me(key)).unwrap_or(u32::MAX);
+            others.insert(key.to_string(), held.saturating_sub(mine));
             synced.keys.push(KeySync {
                 health: parse_health(&health),
                 readings: parse_readings(&readings),
                 held,
             });
         }
+        *lock(&self.others) = others;
         let pause: Option<u64> = from_value(values.next());
         synced.pause_until_ms = pause.filter(|&until| until > unix_ms(SystemTime::now()));
         let mut live: Vec<String> = from_value(values.next());
@@ -613,6 +680,7 @@ impl Cluster {
         &self,
         refresh_interval: Duration,
         stale_after: Duration,
+        in_flight: &InFlight,
     ) -> Vec<TaskId> {
         let was_up = self.up.load(Ordering::Acquire);
         let mut cmd = redis::cmd("EVAL");
@@ -638,6 +706,7 @@ impl Cluster {
         let ended = self.renew(lost_data || !was_up).await;
         self.flush_backlog().await;
         if !was_up {
+            self.count_in_flight(in_flight).await;
             // Other replicas that served alone put back what they admitted within one
             // renewal period of Redis's return; until then the shares still apply. A fresh
             // start that admitted nothing alone has no outage to wait out.
@@ -652,6 +721,37 @@ impl Cluster {
         }
         self.take_refresher(refresh_interval).await;
         ended
+    }
+
+    /// Submits admitted alone and still on their way upstream when Redis returns are not in
+    /// the lease sets: each is counted by a placeholder lease that expires when the request
+    /// must have ended, so no replica admits against a count that misses them. Their
+    /// tasks' own leases follow at their pins; until the placeholders expire the fleet
+    /// counts both, which errs towards fewer tasks.
+    async fn count_in_flight(&self, in_flight: &InFlight) {
+        if in_flight.pending.iter().all(|(_, n)| *n == 0) {
+            return;
+        }
+        let mut pipe = redis::pipe();
+        let ttl = in_flight.request_timeout.as_millis() as u64 + 1000;
+        for (key, pending) in &in_flight.pending {
+            for _ in 0..*pending {
+                let member = format!(
+                    "r:{}:{}",
+                    self.boot,
+                    self.seq.fetch_add(1, Ordering::Relaxed)
+                );
+                pipe.cmd("EVAL")
+                    .arg(scripts::ACQUIRE)
+                    .arg(1)
+                    .arg(self.layout.leases(key))
+                    .arg(member)
+                    .arg(u32::MAX)
+                    .arg(ttl)
+                    .ignore();
+            }
+        }
+        let _ = self.call_pipe::<()>(Op::Renew, pipe).await;
     }
 
     /// How long a replica stays on its share after Redis returns: long enough for every

@@ -12,10 +12,12 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use futures_util::StreamExt;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::app::App;
-use crate::cluster::{unix_ms, Cluster, KeySync, SharedHealth, DOWN_RETRY};
+use crate::cluster::{unix_ms, Cluster, InFlight, KeySync, SharedHealth, DOWN_RETRY};
 use crate::health::{HealthEvent, StateKind, TRANSIENT_REASON};
 use crate::pool::KeyEntry;
 use crate::refresh;
@@ -32,13 +34,7 @@ pub async fn join(app: &App) -> Seen {
     let Some(cluster) = app.cluster().cloned() else {
         return seen;
     };
-    let snapshot = app.snapshot();
-    cluster
-        .heartbeat(
-            snapshot.config.refresh_interval,
-            snapshot.config.capacity.stale_after,
-        )
-        .await;
+    heartbeat(app, &cluster).await;
     if cluster.is_shared() {
         sync_once(app, &cluster, &mut seen).await;
     }
@@ -59,13 +55,7 @@ pub async fn run(app: App, seen: Seen) {
 async fn heartbeats(app: &App, cluster: &Arc<Cluster>) {
     let mut checked: Option<Instant> = None;
     loop {
-        let snapshot = app.snapshot();
-        let ended = cluster
-            .heartbeat(
-                snapshot.config.refresh_interval,
-                snapshot.config.capacity.stale_after,
-            )
-            .await;
+        let ended = heartbeat(app, cluster).await;
         for task in &ended {
             app.finished_elsewhere(task);
         }
@@ -84,6 +74,28 @@ async fn heartbeats(app: &App, cluster: &Arc<Cluster>) {
     }
 }
 
+/// One heartbeat, told what this replica has on its way upstream.
+async fn heartbeat(app: &App, cluster: &Cluster) -> Vec<crate::captcha::TaskId> {
+    let snapshot = app.snapshot();
+    let pool = &snapshot.pool;
+    let in_flight = InFlight {
+        pending: pool
+            .keys()
+            .iter()
+            .map(|key| (key.name.clone(), pool.load(key).pending))
+            .collect(),
+        request_timeout: snapshot.config.timeouts.request,
+    };
+    let config = &snapshot.config;
+    cluster
+        .heartbeat(
+            config.refresh_interval,
+            config.capacity.stale_after,
+            &in_flight,
+        )
+        .await
+}
+
 /// While Redis is away, a task this replica created and another replica finished still
 /// holds its thread here (the release cannot reach it), so its shares fill with tasks that
 /// have ended. When submits wait for a thread, the service's own `threadsinfo` is asked
@@ -100,11 +112,35 @@ async fn recheck_threads(app: &App, checked: &mut Option<Instant>) {
 }
 
 async fn syncs(app: &App, cluster: &Arc<Cluster>, mut seen: Seen) {
-    loop {
-        tokio::time::sleep(cluster.config().sync_interval).await;
-        if cluster.is_shared() {
-            sync_once(app, cluster, &mut seen).await;
+    let changed = Notify::new();
+    let sync = async {
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(cluster.config().sync_interval) => {}
+                () = changed.notified() => {}
+            }
+            if cluster.is_shared() {
+                sync_once(app, cluster, &mut seen).await;
+            }
         }
+    };
+    tokio::join!(sync, listen(cluster, &changed));
+}
+
+/// Wakes the sync whenever another replica announces a change, so that a bench reaches
+/// this replica in a round trip rather than a `sync_interval`; resubscribes after any
+/// disconnection. The periodic sync covers what is missed meanwhile.
+async fn listen(cluster: &Cluster, changed: &Notify) {
+    loop {
+        if cluster.is_shared() {
+            if let Ok(changes) = cluster.changes().await {
+                let mut changes = std::pin::pin!(changes);
+                while changes.next().await.is_some() {
+                    changed.notify_one();
+                }
+            }
+        }
+        tokio::time::sleep(DOWN_RETRY).await;
     }
 }
 

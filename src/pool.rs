@@ -380,13 +380,14 @@ impl KeyPool {
 
     /// The threads this replica may hold of the key: all of them when alone; none of its
     /// own while Redis counts for the fleet (the lease set is the one check, and a local
-    /// count of tasks finished on other replicas lags); its share while Redis is away.
+    /// count of tasks finished on other replicas lags); its share while Redis is away, less
+    /// what the others held beyond theirs when it went.
     fn local_limit(&self, key: &KeyEntry) -> Option<u32> {
         let capacity = key.thread_capacity()?;
         match &self.cluster {
             None => Some(capacity),
             Some(cluster) if cluster.is_shared() => None,
-            Some(cluster) => Some(cluster.share(self.fleet_limit(key))),
+            Some(cluster) => Some(cluster.degraded_limit(&key.name, self.fleet_limit(key))),
         }
     }
 

@@ -111,7 +111,12 @@ pub async fn refresh_key(app: &App, key: &KeyEntry, timeout: Duration) {
             // Alone, or degraded: a replica whose tasks outnumber everything the service
             // works on learns that some of them ended (their final answers may have been
             // polled on other replicas, which cannot say so while Redis is away).
-            (Some(info), _) => app.reconcile_threads(key, info.working_threads, mark),
+            (Some(info), cluster) => {
+                app.reconcile_threads(key, info.working_threads, mark);
+                if let Some(cluster) = cluster {
+                    cluster.forget_others(&key.name);
+                }
+            }
             (None, _) => {}
         }
     } else if let Some(cluster) = app.cluster().filter(|c| c.is_shared()) {

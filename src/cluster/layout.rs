@@ -57,6 +57,11 @@ impl Layout {
         format!("{}:pause", self.prefix)
     }
 
+    /// Pub/sub channel: a replica announced a change (a key's name, or `pause`).
+    pub fn changes(&self) -> String {
+        format!("{}:changes", self.prefix)
+    }
+
     /// String: set once by the first replica to find it missing; a different or missing
     /// value later means Redis lost its data.
     pub fn epoch(&self) -> String {
@@ -86,6 +91,7 @@ mod tests {
             layout.refresher(),
             layout.pause(),
             layout.epoch(),
+            layout.changes(),
         ] {
             assert!(name.starts_with("kr:"), "{name}");
         }
