@@ -364,7 +364,11 @@ impl Cluster {
         if granted == 1 {
             Ok(Admit::Granted(lease))
         } else {
-            drop(lease);
+            // The script added nothing: no release to send.
+            let mut lease = lease;
+            if let Some(member) = lease.member.take() {
+                lock(&self.held).remove(&member);
+            }
             Ok(Admit::Full)
         }
     }

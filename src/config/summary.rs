@@ -93,6 +93,16 @@ pub(super) fn render(config: &Config) -> String {
             "no token"
         }
     );
+    if let Some(cluster) = &config.cluster {
+        let _ = writeln!(
+            out,
+            "cluster: replica {} on {} (prefix {}), replica_timeout {}",
+            cluster.replica,
+            cluster.redis,
+            cluster.prefix,
+            format_duration(cluster.replica_timeout)
+        );
+    }
     let count = config.keys.len();
     let _ = writeln!(out, "{count} key{}:", if count == 1 { "" } else { "s" });
 
