@@ -31,7 +31,7 @@ pub use access::{Access, Admin, TokenConfig};
 pub use cluster::{Cluster, RedisUrl};
 pub use redact::ParseError;
 pub use tls::{Ca, Forward, PemFiles, Tls, Tunnel, KNOWN_API_HOSTS};
-pub use upstream::{BadTarget, Upstream};
+pub use upstream::{BadTarget, Target, Upstream};
 
 /// Loopback, so that a fresh install is not an open relay spending the pool's keys.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";

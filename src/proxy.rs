@@ -295,48 +295,52 @@ async fn api(
             let json = json_hint(query, content_type, &[]);
             (Local::BodyUnreadable.into(), json)
         }
-        Ok(bytes) => match ParsedRequest::parse_http(query, &parts.headers, bytes) {
-            Err(e) => {
-                let json = json_hint(query, content_type, &[]);
-                (Local::Unreadable(e).into(), json)
+        Ok(bytes) => {
+            match ParsedRequest::parse_request(parts.uri.path_and_query(), &parts.headers, bytes) {
+                Err(e) => {
+                    let json = json_hint(query, content_type, &[]);
+                    (Local::Unreadable(e).into(), json)
+                }
+                Ok(parsed) => match access::check(&snapshot.tokens, &parsed, &parts.headers) {
+                    Err(denied) => {
+                        app.metrics().count_denied(denied);
+                        // Never forwarded, and slower the more this address was denied lately.
+                        let delay = app.denials().deny(peer.ip(), Instant::now());
+                        if !delay.is_zero() {
+                            tracing::debug!(%peer, delay_ms = delay.as_millis() as u64, "repeated denials; slowing the answer");
+                            tokio::time::sleep(delay).await;
+                        }
+                        let local = match denied {
+                            Denied::Missing => Local::NoToken,
+                            Denied::Wrong => Local::WrongToken,
+                        };
+                        (local.into(), parsed.wants_json())
+                    }
+                    Ok(token) => {
+                        let ctx = Ctx {
+                            json: parsed.wants_json(),
+                            app: app.clone(),
+                            snapshot,
+                            endpoint,
+                            method: parts.method.clone(),
+                            headers: parts.headers,
+                            token,
+                        };
+                        let handled = match endpoint {
+                            Endpoint::In | Endpoint::Solve => submit::submit(&ctx, &parsed).await,
+                            Endpoint::Res => dispatch_res(&ctx, &parsed).await,
+                        };
+                        if let (Some(token), Endpoint::In | Endpoint::Solve) =
+                            (&ctx.token, endpoint)
+                        {
+                            let outcome = TokenSubmit::of(handled.outcome());
+                            app.metrics().count_token_submit(&token.name, outcome);
+                        }
+                        (handled, ctx.json)
+                    }
+                },
             }
-            Ok(parsed) => match access::check(&snapshot.tokens, &parsed, &parts.headers) {
-                Err(denied) => {
-                    app.metrics().count_denied(denied);
-                    // Never forwarded, and slower the more this address was denied lately.
-                    let delay = app.denials().deny(peer.ip(), Instant::now());
-                    if !delay.is_zero() {
-                        tracing::debug!(%peer, delay_ms = delay.as_millis() as u64, "repeated denials; slowing the answer");
-                        tokio::time::sleep(delay).await;
-                    }
-                    let local = match denied {
-                        Denied::Missing => Local::NoToken,
-                        Denied::Wrong => Local::WrongToken,
-                    };
-                    (local.into(), parsed.wants_json())
-                }
-                Ok(token) => {
-                    let ctx = Ctx {
-                        json: parsed.wants_json(),
-                        app: app.clone(),
-                        snapshot,
-                        endpoint,
-                        method: parts.method.clone(),
-                        headers: parts.headers,
-                        token,
-                    };
-                    let handled = match endpoint {
-                        Endpoint::In | Endpoint::Solve => submit::submit(&ctx, &parsed).await,
-                        Endpoint::Res => dispatch_res(&ctx, &parsed).await,
-                    };
-                    if let (Some(token), Endpoint::In | Endpoint::Solve) = (&ctx.token, endpoint) {
-                        let outcome = TokenSubmit::of(handled.outcome());
-                        app.metrics().count_token_submit(&token.name, outcome);
-                    }
-                    (handled, ctx.json)
-                }
-            },
-        },
+        }
     };
     let outcome = handled.outcome();
     let metrics = app.metrics();
@@ -473,17 +477,18 @@ impl Ctx {
             with_extra = own.iter().chain(extra).copied().collect();
             &with_extra
         };
-        let rewritten = parsed.rewrite(set);
+        // The rewritten query is written straight into the upstream request's target.
+        let mut target = key
+            .upstream
+            .target(self.endpoint.path(), parsed.query_len() + 64);
+        let body = parsed.rewrite_into(set, target.query());
         let timeouts = &self.snapshot.config.timeouts;
         let timeout = if self.endpoint == Endpoint::Solve {
             timeouts.solve
         } else {
             timeouts.request
         };
-        let uri = match key
-            .upstream
-            .endpoint(self.endpoint.path(), &rewritten.query)
-        {
+        let uri = match key.upstream.uri(target) {
             Ok(uri) => uri,
             // hyper only hands over queries a URI can carry, and the rewrite only splices
             // urlencoded ASCII into whole pairs, so this cannot happen through the listener;
@@ -498,7 +503,7 @@ impl Ctx {
                 method: self.method.clone(),
                 uri,
                 headers: &self.headers,
-                body: rewritten.body,
+                body,
                 timeout,
             })
             .await;

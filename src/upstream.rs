@@ -6,14 +6,17 @@ mod pool;
 
 pub use account::Account;
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
+use bytes::{Bytes, BytesMut};
+use http_body_util::{BodyExt, Full};
 use hyper::header::{self, HeaderMap};
 use hyper::{Method, Request, StatusCode, Uri};
 use hyper_util::client::legacy::connect::HttpConnector;
+use tokio::time::Instant;
 
 use pool::{Origin, Pool};
 use smallvec::SmallVec;
@@ -110,18 +113,44 @@ impl UpstreamClient {
     /// See [`UpstreamError`]; every failure says whether the request may have arrived.
     pub async fn send(&self, out: Outgoing<'_>) -> Result<UpstreamAnswer, UpstreamError> {
         let timeout = out.timeout;
-        tokio::time::timeout(timeout, self.exchange(out))
-            .await
-            .map_err(|_| UpstreamError::Timeout(timeout))?
+        let now = Instant::now();
+        let deadline = now + timeout;
+        let (origin, request, idle) = self.request_for(out, now)?;
+        // An idle connection brings the timer its last exchange ran under, still
+        // registered: moving its deadline later is an atomic store, where a new timer
+        // is a registration in the timer wheel and a removal again after.
+        let (idle, mut timer) = match idle {
+            Some(pool::Idle { sender, timer, .. }) => {
+                let mut timer = timer;
+                timer.as_mut().reset(deadline);
+                (Some(sender), timer)
+            }
+            None => (None, Box::pin(tokio::time::sleep_until(deadline))),
+        };
+        let result = {
+            let exchange = std::pin::pin!(self.exchange(&origin, request, idle));
+            before(exchange, timer.as_mut()).await
+        };
+        let Some(result) = result else {
+            return Err(UpstreamError::Timeout(timeout));
+        };
+        let (answer, sender) = result?;
+        // The whole answer is read, so the connection can take the next request.
+        self.pool.checkin(origin, sender, timer);
+        Ok(answer)
     }
 
-    async fn exchange(&self, out: Outgoing<'_>) -> Result<UpstreamAnswer, UpstreamError> {
-        let (origin, mut request, mut idle) = self.request_for(out)?;
+    async fn exchange(
+        &self,
+        origin: &Origin,
+        mut request: Request<Full<Bytes>>,
+        mut idle: Option<pool::Sender>,
+    ) -> Result<(UpstreamAnswer, pool::Sender), UpstreamError> {
         loop {
             let reused = idle.is_some();
             let mut sender = match idle.take() {
                 Some(sender) => sender,
-                None => Box::pin(self.pool.connect(&origin))
+                None => Box::pin(self.pool.connect(origin))
                     .await
                     .map_err(|e| UpstreamError::Connect(error_chain(&*e)))?,
             };
@@ -146,34 +175,84 @@ impl UpstreamClient {
                 },
             };
             let (parts, body) = response.into_parts();
-            let body = Limited::new(body, MAX_ANSWER_BYTES)
-                .collect()
-                .await
-                .map_err(|e| {
-                    if e.is::<http_body_util::LengthLimitError>() {
-                        UpstreamError::AnswerTooLarge
-                    } else {
-                        UpstreamError::NoAnswer(e.to_string())
-                    }
-                })?
-                .to_bytes();
-            // The whole answer is read, so the connection can take the next request.
-            self.pool.checkin(origin, sender);
-            return Ok(UpstreamAnswer {
+            let body = read_answer(body).await?;
+            let answer = UpstreamAnswer {
                 status: parts.status,
                 headers: parts.headers,
                 body,
-            });
+            };
+            return Ok((answer, sender));
         }
     }
 }
 
+/// `work`'s output, or `None` if `timer` ends first: `tokio::time::timeout` with a timer
+/// owned by the caller, so that it can be used again. As there, `work` is polled first, and
+/// the timer is polled even when `work` spent the task's budget, so a busy exchange still
+/// times out.
+async fn before<F: Future>(
+    mut work: Pin<&mut F>,
+    mut timer: Pin<&mut tokio::time::Sleep>,
+) -> Option<F::Output> {
+    use std::task::Poll;
+    use tokio::task::coop;
+    futures_util::future::poll_fn(move |cx| {
+        let had_budget = coop::has_budget_remaining();
+        if let Poll::Ready(output) = work.as_mut().poll(cx) {
+            return Poll::Ready(Some(output));
+        }
+        let ended = if had_budget && !coop::has_budget_remaining() {
+            Pin::new(&mut coop::unconstrained(timer.as_mut())).poll(cx)
+        } else {
+            timer.as_mut().poll(cx)
+        };
+        ended.map(|()| None)
+    })
+    .await
+}
+
+/// Reads a whole answer body, up to [`MAX_ANSWER_BYTES`]. An answer comes in one frame, kept
+/// as it is; only an answer in several is copied into one buffer.
+async fn read_answer<B>(mut body: B) -> Result<Bytes, UpstreamError>
+where
+    B: hyper::body::Body<Data = Bytes> + Unpin,
+    B::Error: std::fmt::Display,
+{
+    let mut first: Option<Bytes> = None;
+    let mut joined: Option<BytesMut> = None;
+    let mut len = 0usize;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| UpstreamError::NoAnswer(e.to_string()))?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        if data.len() > MAX_ANSWER_BYTES - len {
+            return Err(UpstreamError::AnswerTooLarge);
+        }
+        len += data.len();
+        match (&mut joined, first.take()) {
+            (Some(joined), _) => joined.extend_from_slice(&data),
+            (None, None) => first = Some(data),
+            (None, Some(earlier)) => {
+                let mut buf = BytesMut::with_capacity(earlier.len() + data.len());
+                buf.extend_from_slice(&earlier);
+                buf.extend_from_slice(&data);
+                joined = Some(buf);
+            }
+        }
+    }
+    Ok(match joined {
+        Some(joined) => joined.freeze(),
+        None => first.unwrap_or_default(),
+    })
+}
+
 /// The request in origin form (`/in.php?…`) with a Host header, where it goes, and an
 /// idle connection there if the pool has one.
-type Prepared = (Origin, Request<Full<Bytes>>, Option<pool::Sender>);
+type Prepared = (Origin, Request<Full<Bytes>>, Option<pool::Idle>);
 
 impl UpstreamClient {
-    fn request_for(&self, out: Outgoing<'_>) -> Result<Prepared, UpstreamError> {
+    fn request_for(&self, out: Outgoing<'_>, now: Instant) -> Result<Prepared, UpstreamError> {
         let parts = out.uri.into_parts();
         let (Some(authority), Some(path)) = (parts.authority, parts.path_and_query) else {
             return Err(UpstreamError::Connect(
@@ -186,7 +265,7 @@ impl UpstreamClient {
         };
         let (host, idle) = self
             .pool
-            .checkout(&origin)
+            .checkout(&origin, now)
             .map_err(|e| UpstreamError::Connect(e.to_string()))?;
         let mut request = Request::new(Full::new(out.body));
         *request.method_mut() = out.method;
@@ -321,13 +400,16 @@ mod tests {
             ("http://[::1]:9/in.php", "[::1]:9"),
         ] {
             let (origin, request, idle) = client
-                .request_for(Outgoing {
-                    method: Method::POST,
-                    uri: uri.parse().unwrap(),
-                    headers: &caller,
-                    body: Bytes::new(),
-                    timeout: Duration::from_secs(1),
-                })
+                .request_for(
+                    Outgoing {
+                        method: Method::POST,
+                        uri: uri.parse().unwrap(),
+                        headers: &caller,
+                        body: Bytes::new(),
+                        timeout: Duration::from_secs(1),
+                    },
+                    Instant::now(),
+                )
                 .unwrap();
             assert_eq!(origin.authority.as_str(), host);
             assert!(idle.is_none(), "nothing was dialled");
@@ -336,6 +418,97 @@ mod tests {
             assert_eq!(request.headers()[header::HOST], host, "{uri}");
             assert_eq!(request.uri().authority(), None, "origin form: {uri}");
         }
+    }
+
+    /// A body of the given frames, as the connection would hand them over.
+    fn frames(
+        chunks: &[&'static [u8]],
+    ) -> impl hyper::body::Body<Data = Bytes, Error = std::convert::Infallible> + Unpin {
+        let frames: Vec<Result<hyper::body::Frame<Bytes>, std::convert::Infallible>> = chunks
+            .iter()
+            .map(|chunk| Ok(hyper::body::Frame::data(Bytes::from_static(chunk))))
+            .collect();
+        http_body_util::StreamBody::new(futures_util::stream::iter(frames))
+    }
+
+    #[tokio::test]
+    async fn answers_in_any_number_of_frames_read_whole() {
+        for chunks in [&[][..], &[&b"OK|123"[..]], &[b"OK", b"|", b"", b"123"]] {
+            let body = read_answer(frames(chunks)).await.unwrap();
+            assert_eq!(body, chunks.concat(), "{chunks:?}");
+        }
+        // One frame is passed on as it came, not copied.
+        let chunk: &'static [u8] = b"OK|1";
+        let body = read_answer(frames(&[chunk])).await.unwrap();
+        assert_eq!(body.as_ptr(), chunk.as_ptr());
+    }
+
+    #[tokio::test]
+    async fn answers_over_the_limit_are_refused_whatever_their_framing() {
+        static BIG: [u8; MAX_ANSWER_BYTES] = [b'a'; MAX_ANSWER_BYTES];
+        assert_eq!(
+            read_answer(frames(&[&BIG])).await.unwrap().len(),
+            MAX_ANSWER_BYTES
+        );
+        for chunks in [
+            &[&BIG[..], b"a"][..],
+            &[b"a", &BIG[..]],
+            &[&BIG[1..], b"ab"],
+        ] {
+            assert!(matches!(
+                read_answer(frames(chunks)).await,
+                Err(UpstreamError::AnswerTooLarge)
+            ));
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_timer_used_again_ends_at_its_new_deadline_and_never_before() {
+        let start = tokio::time::Instant::now();
+        let mut timer = Box::pin(tokio::time::sleep_until(start + Duration::from_secs(1)));
+        // The first exchange ends in time, with its timer registered and not fired.
+        let quick = std::pin::pin!(async { 7 });
+        assert_eq!(before(quick, timer.as_mut()).await, Some(7));
+        // Used again later, with a deadline past the one it was registered for: the old
+        // deadline passes without ending the new exchange.
+        tokio::time::advance(Duration::from_millis(500)).await;
+        timer
+            .as_mut()
+            .reset(tokio::time::Instant::now() + Duration::from_secs(1));
+        let never = std::pin::pin!(std::future::pending::<()>());
+        assert_eq!(before(never, timer.as_mut()).await, None);
+        assert_eq!(start.elapsed(), Duration::from_millis(1500));
+        // And with an earlier deadline than before, too.
+        timer
+            .as_mut()
+            .reset(tokio::time::Instant::now() + Duration::from_secs(5));
+        let quick = std::pin::pin!(async { 8 });
+        assert_eq!(before(quick, timer.as_mut()).await, Some(8));
+        timer
+            .as_mut()
+            .reset(tokio::time::Instant::now() + Duration::from_millis(10));
+        let never = std::pin::pin!(std::future::pending::<()>());
+        assert_eq!(before(never, timer.as_mut()).await, None);
+        assert_eq!(start.elapsed(), Duration::from_millis(1510));
+    }
+
+    // Real time: a task that never stops working never lets paused time move on.
+    #[tokio::test]
+    async fn the_timer_ends_an_exchange_that_spends_the_task_budget() {
+        // Always ready to do more work and never done: tokio's coop budget runs out on
+        // every poll, which must not keep the timer from being looked at.
+        let busy = std::pin::pin!(async {
+            loop {
+                tokio::task::consume_budget().await;
+            }
+        });
+        let mut timer = Box::pin(tokio::time::sleep(Duration::from_millis(100)));
+        // tokio's own timeout looks past a spent budget, so it stops a timer that does not.
+        let ended: Option<()> =
+            tokio::time::timeout(Duration::from_secs(10), before(busy, timer.as_mut()))
+                .await
+                .expect("the timer ended the exchange");
+        assert_eq!(ended, None);
     }
 
     #[test]

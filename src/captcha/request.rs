@@ -9,6 +9,8 @@ use std::ops::Range;
 
 use bytes::Bytes;
 use hyper::header::{HeaderMap, CONTENT_ENCODING, CONTENT_TYPE};
+use hyper::http::uri::PathAndQuery;
+use smallvec::SmallVec;
 
 use super::body_kind::{body_kind, BodyKind};
 use super::param_name::{spells, spells_bytes};
@@ -20,20 +22,53 @@ use super::{json_body, multipart};
 /// [`ParsedRequest::rewrite`] can copy every byte it does not replace.
 #[derive(Clone)]
 pub struct ParsedRequest {
-    query: String,
+    query: Query,
     body: Bytes,
     kind: BodyKind,
     /// Query pairs first, then body pairs, each in wire order; the last match wins. Names
     /// from the query, form and multipart bodies are as PHP keys them
     /// ([`php_name`](super::param_name::php_name)).
     params: Vec<Param>,
+    /// The text of every [`Text::Owned`], by index: empty for the usual request, whose
+    /// names and values all point into its query or body.
+    owned: Vec<String>,
     layout: Layout,
+}
+
+/// The raw query (without `?`).
+#[derive(Clone)]
+enum Query {
+    /// The query of the request target hyper parsed, shared with it rather than copied:
+    /// the target, and where its query starts.
+    Target(PathAndQuery, usize),
+    /// A query given as text.
+    Owned(String),
+}
+
+impl Query {
+    /// The query of `target`, if it has one, without copying it.
+    fn of_target(target: Option<&PathAndQuery>) -> Query {
+        match target.and_then(|t| Some((t, t.query()?.len()))) {
+            Some((target, len)) => Query::Target(target.clone(), target.as_str().len() - len),
+            None => Query::Owned(String::new()),
+        }
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        match self {
+            Query::Target(target, start) => {
+                target.as_str().as_bytes().get(*start..).unwrap_or_default()
+            }
+            Query::Owned(text) => text.as_bytes(),
+        }
+    }
 }
 
 /// One param. Urlencoded names and values point into the query or body rather than being
 /// copied out, because a request is parsed for the few params keyrelay reads and then
-/// forwarded.
-#[derive(Clone)]
+/// forwarded. Small and `Copy`, so that the list for a typical submit is one allocation
+/// that the allocator serves from its fast path.
+#[derive(Clone, Copy)]
 struct Param {
     name: Text,
     value: Text,
@@ -42,12 +77,11 @@ struct Param {
     wire: Option<Wire>,
 }
 
-/// A `name=value` pair as sent: `start..end` is the pair.
+/// A `name=value` pair as sent: `span` is the pair.
 #[derive(Clone, Copy)]
 struct Wire {
     source: Source,
-    start: usize,
-    end: usize,
+    span: Span,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -56,14 +90,35 @@ enum Source {
     Body,
 }
 
-#[derive(Clone)]
+/// A byte range of the query or body; `Range` is not `Copy`.
+#[derive(Clone, Copy)]
+struct Span {
+    start: usize,
+    end: usize,
+}
+
+impl Span {
+    fn of(range: Range<usize>) -> Span {
+        Span {
+            start: range.start,
+            end: range.end,
+        }
+    }
+
+    fn range(self) -> Range<usize> {
+        self.start..self.end
+    }
+}
+
+#[derive(Clone, Copy)]
 enum Text {
     /// Bytes of the query or body that are the text itself: UTF-8 with nothing to decode.
-    Plain(Source, Range<usize>),
+    Plain(Source, Span),
     /// Urlencoded bytes of the query or body, decoded when read.
-    Encoded(Source, Range<usize>),
-    /// Decoded at parse time: multipart and JSON params, and names that had escapes.
-    Owned(String),
+    Encoded(Source, Span),
+    /// Decoded at parse time (multipart and JSON params, and names that had escapes): the
+    /// index of its text in `ParsedRequest::owned`.
+    Owned(usize),
 }
 
 /// What the body was split into at parse time, so that `rewrite` splices without re-parsing.
@@ -96,9 +151,32 @@ impl ParsedRequest {
         headers: &HeaderMap,
         body: Bytes,
     ) -> Result<ParsedRequest, RequestError> {
+        let query = Query::Owned(query.unwrap_or_default().to_owned());
+        ParsedRequest::parse_http_query(query, headers, body)
+    }
+
+    /// [`ParsedRequest::parse_http`] for a request as hyper hands it over: its query is
+    /// read in place in the request target, which the parsed request shares rather than
+    /// copies.
+    ///
+    /// # Errors
+    /// As `parse_http`.
+    pub fn parse_request(
+        target: Option<&PathAndQuery>,
+        headers: &HeaderMap,
+        body: Bytes,
+    ) -> Result<ParsedRequest, RequestError> {
+        ParsedRequest::parse_http_query(Query::of_target(target), headers, body)
+    }
+
+    fn parse_http_query(
+        query: Query,
+        headers: &HeaderMap,
+        body: Bytes,
+    ) -> Result<ParsedRequest, RequestError> {
         if body.is_empty() {
             // Nothing to read, so nothing a header could make keyrelay misread.
-            return ParsedRequest::parse(query, None, body);
+            return ParsedRequest::parse_query(query, None, body);
         }
         let mut types = headers.get_all(CONTENT_TYPE).iter();
         let content_type = match (types.next(), types.next()) {
@@ -124,7 +202,7 @@ impl ParsedRequest {
                 ));
             }
         }
-        ParsedRequest::parse(query, content_type, body)
+        ParsedRequest::parse_query(query, content_type, body)
     }
 
     /// Parses the raw query (no `?`), the Content-Type header value and the body.
@@ -140,25 +218,35 @@ impl ParsedRequest {
         content_type: Option<&str>,
         body: Bytes,
     ) -> Result<ParsedRequest, RequestError> {
-        let query = query.unwrap_or_default().to_owned();
+        let query = Query::Owned(query.unwrap_or_default().to_owned());
+        ParsedRequest::parse_query(query, content_type, body)
+    }
+
+    fn parse_query(
+        query: Query,
+        content_type: Option<&str>,
+        body: Bytes,
+    ) -> Result<ParsedRequest, RequestError> {
         let kind = body_kind(content_type, &body)?;
         // Room for a typical submit, so the list is allocated once.
         let mut params = Vec::with_capacity(12);
-        index_pairs(Source::Query, query.as_bytes(), &mut params);
+        let mut owned = Vec::new();
+        index_pairs(Source::Query, query.as_bytes(), &mut params, &mut owned);
         let layout = match &kind {
             BodyKind::Empty => Layout::Raw,
             BodyKind::Form => {
-                index_pairs(Source::Body, &body, &mut params);
+                index_pairs(Source::Body, &body, &mut params, &mut owned);
                 Layout::Raw
             }
             BodyKind::Multipart { boundary } => {
                 let parts = multipart::split(&body, boundary)?;
-                params.extend(owned_params(multipart::text_params(&body, &parts)));
+                let texts = multipart::text_params(&body, &parts);
+                add_owned_params(texts, &mut params, &mut owned);
                 Layout::Multipart(parts)
             }
             BodyKind::Json => {
                 let members = json_body::parse(&body)?;
-                params.extend(owned_params(json_body::params(&members)));
+                add_owned_params(json_body::params(&members), &mut params, &mut owned);
                 Layout::Json(members)
             }
         };
@@ -167,6 +255,7 @@ impl ParsedRequest {
             body,
             kind,
             params,
+            owned,
             layout,
         })
     }
@@ -181,7 +270,7 @@ impl ParsedRequest {
             .iter()
             .rev()
             .find(|param| self.is_named(param, name))
-            .map(|param| self.text(&param.value))
+            .map(|param| self.text(param.value))
     }
 
     /// Every (name, value) pair, query first then body, in wire order; names as PHP keys
@@ -191,8 +280,8 @@ impl ParsedRequest {
             .iter()
             .map(|param| {
                 (
-                    self.text(&param.name).into_owned(),
-                    self.text(&param.value).into_owned(),
+                    self.text(param.name).into_owned(),
+                    self.text(param.value).into_owned(),
                 )
             })
             .collect()
@@ -237,7 +326,21 @@ impl ParsedRequest {
     /// caller's: a leftover spelling could reach a parser that prefers it, and the key's
     /// owner would be blamed for the caller's request.
     pub fn rewrite(&self, set: &[(&str, &str)]) -> Rewritten {
-        let mut placed = vec![false; set.len()];
+        let mut query = Vec::new();
+        let body = self.rewrite_into(set, &mut query);
+        // Only whole `&`-separated pairs and ASCII were spliced into valid UTF-8, so the
+        // lossy conversion never replaces anything.
+        let query = String::from_utf8(query)
+            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
+        Rewritten { query, body }
+    }
+
+    /// [`ParsedRequest::rewrite`], with the query appended to `query` rather than returned:
+    /// the proxy writes it straight into the upstream request target it is building, so
+    /// the rewritten query is never a buffer of its own. Only what this call appends is the
+    /// query (for where a separator goes); returns the body.
+    pub fn rewrite_into(&self, set: &[(&str, &str)], query: &mut Vec<u8>) -> Bytes {
+        let mut placed: SmallVec<[bool; 4]> = SmallVec::from_elem(false, set.len());
 
         let body = match &self.layout {
             Layout::Raw => self.splice_pairs(Source::Body, set, &mut placed),
@@ -247,22 +350,23 @@ impl ParsedRequest {
         let body = body.map_or_else(|| self.body.clone(), Bytes::from);
 
         // Names the body took are only dropped from the query.
-        let mut query = match self.splice_pairs(Source::Query, set, &mut placed) {
-            // Only whole `&`-separated pairs and ASCII were spliced into valid UTF-8, so the
-            // lossy conversion never replaces anything.
-            Some(spliced) => String::from_utf8(spliced)
-                .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()),
-            None => self.query.clone(),
-        };
+        let start = query.len();
+        if !self.splice_pairs_into(Source::Query, set, &mut placed, query) {
+            query.extend_from_slice(self.query.as_bytes());
+        }
 
         for (i, (name, value)) in set.iter().enumerate() {
             if placed[i] || set[..i].iter().any(|(n, _)| n == name) {
                 continue;
             }
-            urlencoded::push_pair(&mut query, name, value);
+            urlencoded::push_pair(query, start, name, value);
         }
+        body
+    }
 
-        Rewritten { query, body }
+    /// The length of the raw query, for sizing what a rewrite writes.
+    pub fn query_len(&self) -> usize {
+        self.query.as_bytes().len()
     }
 
     /// Replaces the first pair of `source` that spells a name of `set` not yet `placed` with
@@ -276,6 +380,20 @@ impl ParsedRequest {
         set: &[(&str, &str)],
         placed: &mut [bool],
     ) -> Option<Vec<u8>> {
+        let mut out = Vec::new();
+        self.splice_pairs_into(source, set, placed, &mut out)
+            .then_some(out)
+    }
+
+    /// [`ParsedRequest::splice_pairs`], appending the spliced copy to `out`; returns whether
+    /// anything matched (if not, `out` is left as it was).
+    fn splice_pairs_into(
+        &self,
+        source: Source,
+        set: &[(&str, &str)],
+        placed: &mut [bool],
+        out: &mut Vec<u8>,
+    ) -> bool {
         let mut splice: Option<Splice<'_>> = None;
         for param in &self.params {
             let Some(wire) = param.wire.filter(|wire| wire.source == source) else {
@@ -284,23 +402,30 @@ impl ParsedRequest {
             let Some(slot) = set.iter().position(|(n, _)| self.spells(param, n)) else {
                 continue;
             };
-            let splice = splice.get_or_insert_with(|| Splice::new(self.source(source)));
+            let splice = splice
+                .get_or_insert_with(|| Splice::appending(self.source(source), std::mem::take(out)));
             if placed[slot] {
-                splice.remove(wire.start..wire.end);
+                splice.remove(wire.span.range());
             } else {
                 placed[slot] = true;
-                splice.replace(wire.start..wire.end, set[slot].0, set[slot].1);
+                splice.replace(wire.span.range(), set[slot].0, set[slot].1);
             }
         }
-        splice.map(Splice::finish)
+        match splice {
+            Some(splice) => {
+                *out = splice.finish();
+                true
+            }
+            None => false,
+        }
     }
 
     /// Whether `param`'s name is a spelling of `name` to some reader ([`spells`]). Plain
     /// names are read as the bytes they are: they were checked to be UTF-8 when parsed.
     fn spells(&self, param: &Param, name: &str) -> bool {
-        match &param.name {
-            Text::Plain(from, range) => spells_bytes(
-                self.source(*from).get(range.clone()).unwrap_or_default(),
+        match param.name {
+            Text::Plain(from, span) => spells_bytes(
+                self.source(from).get(span.range()).unwrap_or_default(),
                 name,
             ),
             other => spells(&self.text(other), name),
@@ -310,10 +435,8 @@ impl ParsedRequest {
     /// Whether `param` is named `name`. Plain names are compared as bytes: they were
     /// checked to be UTF-8 when parsed, and every lookup compares every name.
     fn is_named(&self, param: &Param, name: &str) -> bool {
-        match &param.name {
-            Text::Plain(from, range) => {
-                self.source(*from).get(range.clone()) == Some(name.as_bytes())
-            }
+        match param.name {
+            Text::Plain(from, span) => self.source(from).get(span.range()) == Some(name.as_bytes()),
             other => self.text(other) == name,
         }
     }
@@ -326,17 +449,17 @@ impl ParsedRequest {
         }
     }
 
-    fn text<'a>(&'a self, text: &'a Text) -> Cow<'a, str> {
+    fn text(&self, text: Text) -> Cow<'_, str> {
         match text {
             // Ranges were cut at ASCII delimiters of text checked to be UTF-8 at parse time.
-            Text::Plain(from, range) => Cow::Borrowed(
-                std::str::from_utf8(self.source(*from).get(range.clone()).unwrap_or_default())
+            Text::Plain(from, span) => Cow::Borrowed(
+                std::str::from_utf8(self.source(from).get(span.range()).unwrap_or_default())
                     .unwrap_or_default(),
             ),
-            Text::Encoded(from, range) => {
-                urlencoded::decode(self.source(*from).get(range.clone()).unwrap_or_default())
+            Text::Encoded(from, span) => {
+                urlencoded::decode(self.source(from).get(span.range()).unwrap_or_default())
             }
-            Text::Owned(text) => Cow::Borrowed(text),
+            Text::Owned(index) => Cow::Borrowed(self.owned.get(index).map_or("", String::as_str)),
         }
     }
 }
@@ -344,11 +467,11 @@ impl ParsedRequest {
 /// Shows param names only: values include the caller's key and can be megabytes of image.
 impl fmt::Debug for ParsedRequest {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let names: Vec<Cow<'_, str>> = self.params.iter().map(|p| self.text(&p.name)).collect();
+        let names: Vec<Cow<'_, str>> = self.params.iter().map(|p| self.text(p.name)).collect();
         f.debug_struct("ParsedRequest")
             .field("kind", &self.kind)
             .field("params", &names)
-            .field("query_len", &self.query.len())
+            .field("query_len", &self.query_len())
             .field("body_len", &self.body.len())
             .finish()
     }
@@ -357,28 +480,44 @@ impl fmt::Debug for ParsedRequest {
 // === urlencoded pairs (query and form bodies) ===
 
 /// Files every pair of `raw` (from `source`) in `params`: its name as PHP keys it, in place
-/// when it needed no decoding, and its value left encoded in place.
-fn index_pairs(source: Source, raw: &[u8], params: &mut Vec<Param>) {
-    params.extend(urlencoded::pairs(raw).map(|pair| Param {
-        name: match pair.name {
-            Name::InPlace(range) => Text::Plain(source, range),
-            Name::Decoded(name) => Text::Owned(name),
-        },
-        value: Text::Encoded(source, pair.value),
-        wire: Some(Wire {
-            source,
-            start: pair.span.start,
-            end: pair.span.end,
-        }),
-    }));
+/// when it needed no decoding (else its text in `owned`), and its value left encoded in
+/// place.
+fn index_pairs(source: Source, raw: &[u8], params: &mut Vec<Param>, owned: &mut Vec<String>) {
+    for pair in urlencoded::pairs(raw) {
+        let name = match pair.name {
+            Name::InPlace(range) => Text::Plain(source, Span::of(range)),
+            Name::Decoded(name) => own(name, owned),
+        };
+        params.push(Param {
+            name,
+            value: Text::Encoded(source, Span::of(pair.value)),
+            wire: Some(Wire {
+                source,
+                span: Span::of(pair.span),
+            }),
+        });
+    }
 }
 
-fn owned_params(pairs: Vec<(String, String)>) -> impl Iterator<Item = Param> {
-    pairs.into_iter().map(|(name, value)| Param {
-        name: Text::Owned(name),
-        value: Text::Owned(value),
-        wire: None,
-    })
+fn add_owned_params(
+    pairs: Vec<(String, String)>,
+    params: &mut Vec<Param>,
+    owned: &mut Vec<String>,
+) {
+    for (name, value) in pairs {
+        let name = own(name, owned);
+        let value = own(value, owned);
+        params.push(Param {
+            name,
+            value,
+            wire: None,
+        });
+    }
+}
+
+fn own(text: String, owned: &mut Vec<String>) -> Text {
+    owned.push(text);
+    Text::Owned(owned.len() - 1)
 }
 
 #[cfg(test)]

@@ -42,7 +42,15 @@ pub(super) fn pairs(raw: &[u8]) -> impl Iterator<Item = Pair> + '_ {
         }
         let name_len = memchr::memchr(b'=', pair).unwrap_or(pair.len());
         let value_start = (name_len + 1).min(pair.len());
-        let name = match decode(&pair[..name_len]) {
+        let raw_name = &pair[..name_len];
+        if is_its_own_php_name(raw_name) {
+            return Some(Pair {
+                span: pair_start..end,
+                name: Name::InPlace(pair_start..pair_start + name_len),
+                value: pair_start + value_start..end,
+            });
+        }
+        let name = match decode(raw_name) {
             Cow::Borrowed(decoded) => {
                 // Normalising only cuts a borrowed name shorter, so it stays a range of `raw`.
                 let normal = php_name(decoded);
@@ -58,6 +66,16 @@ pub(super) fn pairs(raw: &[u8]) -> impl Iterator<Item = Pair> + '_ {
             value: pair_start + value_start..end,
         })
     })
+}
+
+/// Whether a raw name is, byte for byte, what [`decode`] and [`php_name`] make of it: ASCII
+/// with nothing to decode (`%`, `+`), no NUL or `[` to cut it at, no leading space. Nearly
+/// every name is, and one pass over it is cheaper than decoding and normalising it.
+fn is_its_own_php_name(raw: &[u8]) -> bool {
+    raw.first() != Some(&b' ')
+        && raw
+            .iter()
+            .all(|&b| b.is_ascii() && !matches!(b, b'%' | b'+' | 0 | b'['))
 }
 
 /// Decodes one urlencoded name or value: `+` is a space, `%XX` a byte, and invalid UTF-8 is
@@ -88,15 +106,15 @@ pub(super) fn append_encoded(out: &mut Vec<u8>, value: &str) {
     }
 }
 
-/// Appends the pair `name=value`, both form-urlencoded, to the `&`-joined `list`, with an
-/// `&` before it unless `list` is empty or already ends with one.
-pub(super) fn push_pair(list: &mut String, name: &str, value: &str) {
-    if !list.is_empty() && !list.ends_with('&') {
-        list.push('&');
+/// Appends the pair `name=value`, both form-urlencoded, to the `&`-joined list that is
+/// `buf[start..]`, with an `&` before it unless that list is empty or already ends with one.
+pub(super) fn push_pair(buf: &mut Vec<u8>, start: usize, name: &str, value: &str) {
+    if buf.len() > start && buf.last() != Some(&b'&') {
+        buf.push(b'&');
     }
-    list.extend(form_urlencoded::byte_serialize(name.as_bytes()));
-    list.push('=');
-    list.extend(form_urlencoded::byte_serialize(value.as_bytes()));
+    buf.extend(form_urlencoded::byte_serialize(name.as_bytes()).flat_map(str::bytes));
+    buf.push(b'=');
+    buf.extend(form_urlencoded::byte_serialize(value.as_bytes()).flat_map(str::bytes));
 }
 
 /// A copy of an `&`-joined list in which some pairs are replaced or dropped, made in one
@@ -110,10 +128,12 @@ pub(super) struct Splice<'a> {
 }
 
 impl<'a> Splice<'a> {
-    pub(super) fn new(raw: &'a [u8]) -> Splice<'a> {
+    /// A splice of `raw` written after what `out` already holds.
+    pub(super) fn appending(raw: &'a [u8], mut out: Vec<u8>) -> Splice<'a> {
+        out.reserve(raw.len() + 64);
         Splice {
             raw,
-            out: Vec::with_capacity(raw.len() + 64),
+            out,
             copied: 0,
         }
     }
@@ -260,9 +280,11 @@ mod tests {
             ("a=1&", "a=1&key=P%26Q"),
             ("&", "&key=P%26Q"),
         ] {
-            let mut list = list.to_owned();
-            push_pair(&mut list, "key", "P&Q");
-            assert_eq!(list, expected);
+            // Only the list after the prefix counts: a `?` before it is not a pair.
+            let mut buf = b"/in.php?".to_vec();
+            buf.extend_from_slice(list.as_bytes());
+            push_pair(&mut buf, 8, "key", "P&Q");
+            assert_eq!(buf, format!("/in.php?{expected}").as_bytes());
         }
     }
 
@@ -270,17 +292,20 @@ mod tests {
     fn splice_replaces_and_removes_pairs_with_their_separator() {
         let raw = "key=A&x=1&key=B&y=2";
         let spans: Vec<Range<usize>> = pairs(raw.as_bytes()).map(|pair| pair.span).collect();
-        let mut splice = Splice::new(raw.as_bytes());
+        let mut splice = Splice::appending(raw.as_bytes(), Vec::new());
         splice.replace(spans[0].clone(), "key", "P Q");
         splice.remove(spans[2].clone());
         assert_eq!(splice.finish(), b"key=P+Q&x=1&y=2");
 
         // A removed first pair takes the `&` after it.
-        let mut splice = Splice::new(raw.as_bytes());
+        let mut splice = Splice::appending(raw.as_bytes(), Vec::new());
         splice.remove(spans[0].clone());
         assert_eq!(splice.finish(), b"x=1&key=B&y=2");
 
         // Nothing changed: the copy is the input.
-        assert_eq!(Splice::new(raw.as_bytes()).finish(), raw.as_bytes());
+        assert_eq!(
+            Splice::appending(raw.as_bytes(), Vec::new()).finish(),
+            raw.as_bytes()
+        );
     }
 }

@@ -3,6 +3,7 @@
 
 use std::fmt;
 
+use bytes::Bytes;
 use hyper::http::uri::{Authority, PathAndQuery, Scheme};
 use hyper::Uri;
 
@@ -99,21 +100,47 @@ impl Upstream {
     /// a control character, `"`, ...) or a `#`, which would cut the query short. The query
     /// is the caller's, so this is the caller's mistake, never a panic.
     pub fn endpoint(&self, path: &str, query: &str) -> Result<Uri, BadTarget> {
-        // `Uri` would silently drop everything from a `#` on, sending a shorter query than
-        // the caller's.
-        if path.contains('#') || query.contains('#') {
-            return Err(BadTarget);
-        }
-        let mut target = String::with_capacity(self.prefix.len() + path.len() + query.len() + 2);
-        target.push_str(&self.prefix);
+        let mut target = self.target(path, query.len());
+        target.query().extend_from_slice(query.as_bytes());
+        self.uri(target)
+    }
+
+    /// The start of a request target for an endpoint path: the prefix, the path and a `?`,
+    /// in a buffer with room for `query_room` bytes of query, which the caller appends to
+    /// [`Target::query`] before [`Upstream::uri`] makes the URI of it. One buffer from the
+    /// prefix to the last byte of the query, which the URI takes without a copy.
+    pub fn target(&self, path: &str, query_room: usize) -> Target {
+        let mut bytes = Vec::with_capacity(self.prefix.len() + path.len() + 2 + query_room);
+        bytes.extend_from_slice(self.prefix.as_bytes());
         // Without the slash, "in.php" would glue onto the prefix or the host name.
         if !path.starts_with('/') {
-            target.push('/');
+            bytes.push(b'/');
         }
-        target.push_str(path);
-        if !query.is_empty() {
-            target.push('?');
-            target.push_str(query);
+        bytes.extend_from_slice(path.as_bytes());
+        bytes.push(b'?');
+        Target {
+            query_start: bytes.len(),
+            bytes,
+        }
+    }
+
+    /// The full URI of a [`Target`] of this upstream: `?` and the query only if the query
+    /// is not empty.
+    ///
+    /// # Errors
+    /// As [`Upstream::endpoint`].
+    pub fn uri(&self, target: Target) -> Result<Uri, BadTarget> {
+        let Target {
+            mut bytes,
+            query_start,
+        } = target;
+        // `Uri` would silently drop everything from a `#` on, sending a shorter query than
+        // the caller's. (The prefix has none: the base URL was refused with one.)
+        if memchr::memchr(b'#', bytes.get(self.prefix.len()..).unwrap_or_default()).is_some() {
+            return Err(BadTarget);
+        }
+        if bytes.len() == query_start {
+            bytes.pop();
         }
         let mut parts = hyper::http::uri::Parts::default();
         parts.scheme = Some(if self.https {
@@ -122,7 +149,8 @@ impl Upstream {
             Scheme::HTTP
         });
         parts.authority = Some(self.authority.clone());
-        parts.path_and_query = Some(PathAndQuery::try_from(target).map_err(|_| BadTarget)?);
+        parts.path_and_query =
+            Some(PathAndQuery::from_maybe_shared(Bytes::from(bytes)).map_err(|_| BadTarget)?);
         // Scheme, authority and path are all set, so only a bad part could fail here.
         Uri::from_parts(parts).map_err(|_| BadTarget)
     }
@@ -138,6 +166,22 @@ impl Upstream {
     /// The normalised base without trailing `/`.
     pub fn as_str(&self) -> &str {
         &self.base
+    }
+}
+
+/// A request target being written for [`Upstream::uri`]: the prefix, the endpoint path and a
+/// `?` (from [`Upstream::target`]), then the query.
+pub struct Target {
+    bytes: Vec<u8>,
+    /// Where the query starts: if nothing is appended there, the `?` is dropped.
+    query_start: usize,
+}
+
+impl Target {
+    /// The buffer the query is appended to. Everything in it so far is the target's start,
+    /// which must stay as it is: append only.
+    pub fn query(&mut self) -> &mut Vec<u8> {
+        &mut self.bytes
     }
 }
 

@@ -6,6 +6,7 @@
 //! does) can hand the connection back itself, so this pool is a list under a lock.
 
 use std::collections::HashMap;
+use std::pin::Pin;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -18,7 +19,7 @@ use hyper::http::uri::{Authority, Scheme};
 use hyper::Uri;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
 use tower::Service;
 
 /// The sending half of one upstream connection; its connection runs in a task of its own.
@@ -71,9 +72,12 @@ impl Origin {
     }
 }
 
-struct Idle {
-    sender: Sender,
+/// An idle connection, and the timer of its last exchange, kept for the next one (see
+/// `UpstreamClient::send`).
+pub(super) struct Idle {
+    pub sender: Sender,
     since: Instant,
+    pub timer: Pin<Box<Sleep>>,
 }
 
 /// What the pool keeps per origin.
@@ -103,16 +107,16 @@ impl Pool {
     }
 
     /// The `Host` value for `origin`, and its most recently used idle connection that is
-    /// still open, if any. Connections idle too long are dropped (which closes them) on the
-    /// way.
+    /// still open, if any, as of `now`. Connections idle too long are dropped (which closes
+    /// them) on the way.
     ///
     /// # Errors
     /// An authority a header cannot carry, which a parsed `Authority` never is.
     pub(super) fn checkout(
         &self,
         origin: &Origin,
-    ) -> Result<(HeaderValue, Option<Sender>), InvalidHeaderValue> {
-        let now = Instant::now();
+        now: Instant,
+    ) -> Result<(HeaderValue, Option<Idle>), InvalidHeaderValue> {
         let mut idle = self.idle.lock().expect("upstream pool lock poisoned");
         let known = match idle.get_mut(origin) {
             Some(known) => known,
@@ -123,14 +127,15 @@ impl Pool {
         };
         while let Some(entry) = known.idle.pop() {
             if !entry.sender.is_closed() && now.duration_since(entry.since) < self.idle_timeout {
-                return Ok((known.host.clone(), Some(entry.sender)));
+                return Ok((known.host.clone(), Some(entry)));
             }
         }
         Ok((known.host.clone(), None))
     }
 
-    /// Puts a connection whose exchange is complete back for the next request.
-    pub(super) fn checkin(&self, origin: Origin, sender: Sender) {
+    /// Puts a connection whose exchange is complete back for the next request, with the
+    /// timer that exchange ran under.
+    pub(super) fn checkin(&self, origin: Origin, sender: Sender, timer: Pin<Box<Sleep>>) {
         if sender.is_closed() {
             return;
         }
@@ -148,7 +153,11 @@ impl Pool {
             .count();
         list.drain(..expired);
         if list.len() < MAX_IDLE_PER_ORIGIN {
-            list.push(Idle { sender, since: now });
+            list.push(Idle {
+                sender,
+                since: now,
+                timer,
+            });
         }
     }
 
