@@ -1,8 +1,9 @@
 # shellcheck shell=bash disable=SC2034 # what it sets is read by the scripts that source it
 # bench/lib.sh: what the bench scripts stand on, sourced by bench/run.sh: logging, process
-# groups stopped on every exit path, the tools (nginx, wrk and the like with apt-get, oha
-# into bench/.tools), the keyrelay build, free loopback ports, the CPU clock of a process
-# group, and the nginx configs (the stub, proxy_pass) with a self-signed certificate.
+# groups stopped on every exit path, the tools (nginx, wrk, redis-server and the like with
+# apt-get, oha into bench/.tools), the keyrelay build, free loopback ports, the CPU clock of
+# a process group, the nginx configs (the stub, proxy_pass) with a self-signed certificate,
+# and a redis-server of the bench's own with its counters.
 #
 # Sourcing it defines functions and installs the EXIT, INT and TERM traps. The caller sets
 # BENCH_DIR (this folder) and REPO first, and may set LOG_TAG (the log lines' prefix); the
@@ -106,6 +107,7 @@ ensure_tools() {
     case $cmd in
       taskset | setsid) package=util-linux ;;
       pgrep) package=procps ;;
+      redis-cli) package=redis-tools ;;
       *) package=$cmd ;;
     esac
     [[ " ${missing[*]} " == *" $package "* ]] || missing+=("$package")
@@ -339,4 +341,87 @@ make_cert() {
     -subj /CN=localhost -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" \
     -keyout "$TMP/key.pem" -out "$TMP/cert.pem" 2>"$TMP/openssl.log" ||
     die "openssl req failed: $(tail -3 "$TMP/openssl.log")"
+}
+
+# --- redis ------------------------------------------------------------------------------
+
+# start_redis NAME PORT PERSISTENCE(none|aof): a redis-server of the bench's own on
+# 127.0.0.1:PORT, on the server core, its files in $TMP/redis-NAME; waits until it answers
+# PING; sets LAST_PID. none: no RDB snapshots, no AOF (the least CPU); aof: `appendonly yes`
+# with `appendfsync everysec`, the persistence docs/cluster.md asks for.
+start_redis() {
+  local name=$1 port=$2 dir=$TMP/redis-$1 persistence _
+  mkdir -p "$dir"
+  case $3 in
+    none) persistence=(--appendonly no) ;;
+    aof) persistence=(--appendonly yes --appendfsync everysec) ;;
+    *) die "start_redis: persistence must be none or aof, got '$3'" ;;
+  esac
+  start_bg "$TMP/redis-$name.log" taskset -c "$SERVER_CPU" redis-server --bind 127.0.0.1 \
+    --port "$port" --dir "$dir" --save "" "${persistence[@]}" --daemonize no --logfile ""
+  for _ in $(seq 200); do
+    [[ $(redis-cli -h 127.0.0.1 -p "$port" PING 2>/dev/null) == PONG ]] && return 0
+    kill -0 "$LAST_PID" 2>/dev/null ||
+      die "redis-$name exited during startup (log: $(tail -5 "$TMP/redis-$name.log"))"
+    sleep 0.05
+  done
+  die "redis-$name did not answer PING within 10 s"
+}
+
+# redis_snapshot PORT: Redis's counters as "name value" lines: `reads`, the read events it
+# has processed (total_reads_processed: a request, or a pipeline, that arrives in one
+# segment is one; so one per round trip when requests do not overlap), then each command's
+# calls by name (commandstats), INFO's own left out. redis-cli's connection costs two reads:
+# the INFO, counted in its own answer, and the end of the connection, counted after it.
+redis_snapshot() {
+  redis-cli -h 127.0.0.1 -p "$1" INFO stats commandstats | tr -d '\r' | awk -F'[:,=]' '
+    $1 == "total_reads_processed" { print "reads", $2 }
+    $1 ~ /^cmdstat_/ && $1 != "cmdstat_info" { sub(/^cmdstat_/, "", $1); print $1, $3 }' ||
+    die "redis on port $1 did not answer INFO"
+}
+
+# redis_delta BEFORE AFTER REQUESTS: from two redis_snapshot files, per request, as "metric
+# value" lines: redis_reads (the two redis-cli reads in between left out: the first
+# snapshot's end of connection and the second's INFO), redis_cmds, and
+# redis_cmd_<name> for each command called in between.
+redis_delta() {
+  awk -v n="$3" 'FNR == NR { before[$1] = $2; next }
+    {
+      d = $2 - before[$1]
+      if ($1 == "reads") { reads = d - 2; next }
+      if (d > 0) { cmds += d; per[$1] = d }
+    }
+    END {
+      if (n == 0) n = 1
+      printf "redis_reads %.4f\nredis_cmds %.4f\n", reads / n, cmds / n
+      for (c in per) printf "redis_cmd_%s %.4f\n", c, per[c] / n
+    }' "$1" "$2"
+}
+
+# redis_monitor PORT FILE: starts `redis-cli MONITOR` into FILE and waits (5 s at most)
+# until it is attached; sets LAST_PID. MONITOR shows the commands clients send apart from
+# those scripts run ("[0 lua]"), which commandstats counts together.
+redis_monitor() {
+  local _
+  start_bg "$2" redis-cli -h 127.0.0.1 -p "$1" MONITOR
+  for _ in $(seq 100); do
+    [[ $(head -c 2 "$2") == OK ]] && return 0
+    sleep 0.05
+  done
+  die "redis-cli MONITOR on port $1 did not start"
+}
+
+# redis_sent FILE REQUESTS: from a MONITOR log, the commands clients sent (not scripts,
+# not INFO), per request, as "metric value" lines: redis_sent, and redis_sent_<name> per
+# command.
+redis_sent() {
+  awk -v n="$2" '$2 ~ /^\[/ && $3 != "lua]" {
+      name = tolower($4); gsub(/"/, "", name)
+      if (name != "info") { sent++; per[name]++ }
+    }
+    END {
+      if (n == 0) n = 1
+      printf "redis_sent %.4f\n", sent / n
+      for (c in per) printf "redis_sent_%s %.4f\n", c, per[c] / n
+    }' "$1"
 }

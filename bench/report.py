@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
 """Turns bench/run.sh's raw figures into the markdown tables of bench/results/latest.md.
 
-Input: one figure per line, tab-separated: round, target (A B C M D, and B P N K F in the
-TLS scenarios), scenario, metric, value. Targets M (keyrelay with pins in memory) and D
-(the hyper pass-through floor) are optional: raw files without them give a table without
-their columns. The TLS scenarios (tls-keepalive-<rate>, tls-handshake-<rate>) get a table
-of their own after the first, and are all there is with BENCH_TLS=only (bench/tls.sh).
+Input: one figure per line, tab-separated: round, target (A B C M D, B P N K F in the TLS
+scenarios, S R W in the cluster ones), scenario, metric, value. Targets M (keyrelay with
+pins in memory) and D (the hyper pass-through floor) are optional: raw files without them
+give a table without their columns. The TLS scenarios (tls-keepalive-<rate>,
+tls-handshake-<rate>) get a table of their own after the first, and are all there is with
+BENCH_TLS=only (bench/tls.sh); so do the cluster ones (cluster-get-<rate>,
+cluster-poll-<rate>, and the one-at-a-time round-trip counts cluster-seq-get and
+cluster-seq-poll) with BENCH_CLUSTER=only.
 Round 0 holds one-off figures (memory, startup); rounds 1..N the interleaved runs, of which
 the median is shown, with the spread across rounds beside the figures compared most.
 Errors are summed over rounds rather than taken as a median.
@@ -188,6 +191,185 @@ def tls_table(runs, a):
     return rows
 
 
+# The cluster table's columns: the single-instance reference, then the replicas.
+CLUSTER_TARGETS = ("S", "R", "W")
+CLUSTER_NAMES = {"S": "S: keyrelay, single instance",
+                 "R": "R: [cluster], Redis without persistence",
+                 "W": "W: [cluster], Redis with AOF everysec"}
+# Issue 14 §5: against the single instance, at most 1.5× its CPU per request and at most
+# 150 µs more p50 at the fixed rate; at most one Redis round trip per submit, none per poll
+# of a pinned task.
+CLUSTER_CPU_GOAL = 1.5
+CLUSTER_P50_GOAL = 150
+CLUSTER_TRIPS_GOAL = {"get": 1, "poll": 0}
+# In the one-at-a-time count, commands sent less often than this per request are the
+# background's (a sync each 500 ms, a heartbeat each 5 s: about 0.03 per request over 500
+# requests in half a second), not the requests'.
+SENT_SHOWN = 0.05
+CLUSTER_REQUESTS = (
+    ("get", "GET /in.php?… (submit)"),
+    ("poll", "GET /res.php?…action=get&id=… (poll of a task pinned on the same replica)"),
+)
+
+
+def cluster_targets(runs):
+    """The cluster targets the raw figures have, in table order."""
+    present = {t for (t, sc, _) in runs if sc.startswith("cluster-")}
+    return tuple(t for t in CLUSTER_TARGETS if t in present)
+
+
+def cluster_table(runs, a):
+    """The cluster rows: a section per request at the fixed rate with ratios to S, then the
+    one-at-a-time round-trip counts; [] without cluster figures."""
+    targets = cluster_targets(runs)
+    if "S" not in targets:
+        return []
+    replicas = targets[1:]
+    tab = Table(runs)
+    blank = " |" * (len(targets) + len(replicas) + 1)
+
+    def med(t, sc, metric):
+        return tab.med(t, sc, metric)
+
+    def cell(t, sc, metric, digits, with_range=False):
+        m = med(t, sc, metric)
+        if m is None:
+            return "—"
+        text = fmt(m, digits)
+        if with_range and len(runs.get((t, sc, metric), [])) > 1:
+            low, high = tab.extremes(t, sc, metric)
+            text += f" ({fmt(low, digits)}–{fmt(high, digits)})"
+        return text
+
+    def vs_s(values):
+        base = values.get("S")
+        return [f"{values[t] / base:.2f}×" if values.get(t) is not None and base else ""
+                for t in replicas]
+
+    def row(name, cells, versus=(), goal=""):
+        versus = list(versus) + [""] * (len(replicas) - len(versus))
+        return f"| {name} | " + " | ".join(list(cells) + versus) + f" | {goal} |"
+
+    def goal(text, values, ok):
+        """`text` and a mark per replica that has a figure."""
+        marks = [f"{t} {mark(ok(values[t]))}" for t in replicas if values.get(t) is not None]
+        return f"{text}: " + " ".join(marks) if marks else ""
+
+    def ratios(values):
+        return {t: values[t] / values["S"] for t in replicas
+                if values.get(t) is not None and values.get("S")}
+
+    rows = []
+    for mode, label in CLUSTER_REQUESTS:
+        sc = f"cluster-{mode}-{a.rate}"
+        if not tab.has(sc):
+            continue
+        rows.append(f"| **{label}, fixed rate {a.rate:,} req/s, oha -c{a.oha_connections}** |"
+                    + blank)
+        rows.append(row("req/s achieved", [cell(t, sc, "rps", 0) for t in targets]))
+        p50 = {t: med(t, sc, "p50_us") for t in targets}
+        rows.append(row("p50 µs", [cell(t, sc, "p50_us", 0) for t in targets], vs_s(p50)))
+        added = {t: p50[t] - p50["S"] for t in replicas
+                 if p50[t] is not None and p50["S"] is not None}
+        rows.append(row("added p50 µs over S", ["—"] + [
+            fmt(added[t]) if t in added else "—" for t in replicas], (),
+            goal(f"≤ {CLUSTER_P50_GOAL} µs", added, lambda v: v <= CLUSTER_P50_GOAL)))
+        for metric, name in (("p99_us", "p99 µs"), ("p999_us", "p99.9 µs")):
+            values = {t: med(t, sc, metric) for t in targets}
+            rows.append(row(name, [cell(t, sc, metric, 0) for t in targets], vs_s(values)))
+        own = {t: med(t, sc, "cpu_us") for t in targets}
+        rows.append(row("keyrelay CPU µs/req (min–max)",
+                        [cell(t, sc, "cpu_us", 1, True) for t in targets], vs_s(own),
+                        goal(f"≤ {CLUSTER_CPU_GOAL}× S", ratios(own),
+                             lambda v: v <= CLUSTER_CPU_GOAL)))
+        rows.append(row("Redis CPU µs/req (min–max)",
+                        [cell(t, sc, "redis_cpu_us", 1, True) for t in targets]))
+        # What the operator pays: the median over rounds of each round's keyrelay + Redis.
+        total = {"S": own["S"]}
+        for t in replicas:
+            sums = [x + y for x, y in zip(runs.get((t, sc, "cpu_us"), []),
+                                          runs.get((t, sc, "redis_cpu_us"), []))]
+            total[t] = statistics.median(sums) if sums else None
+        rows.append(row("keyrelay + Redis CPU µs/req",
+                        [fmt(total[t], 1) if total[t] is not None else "—" for t in targets],
+                        vs_s(total),
+                        goal(f"≤ {CLUSTER_CPU_GOAL}× S", ratios(total),
+                             lambda v: v <= CLUSTER_CPU_GOAL)))
+        rows.append(row("Redis commands per request, those its scripts run included",
+                        [cell(t, sc, "redis_cmds", 2) for t in targets]))
+        rows.append(row("Redis read events per request (concurrent requests may share one)",
+                        [cell(t, sc, "redis_reads", 2) for t in targets]))
+        rows.append(row("the fleet's leases (open tasks) at the run's start (min–max)", [
+            cell(t, sc, "open_leases", 0, True) for t in targets]))
+        rows.append(row("errors (non-2xx + socket), all rounds", [
+            fmt(sum(runs.get((t, sc, "errors"), []))) for t in targets]))
+        rows.append(row("failed Redis calls (keyrelay_cluster_errors_total), all rounds", [
+            "—" if t == "S" else fmt(sum(runs.get((t, sc, "cluster_errors"), [])))
+            for t in targets]))
+
+    seq = [(mode, f"cluster-seq-{mode}") for mode, _ in CLUSTER_REQUESTS]
+    seq = [(mode, sc) for mode, sc in seq if tab.has(sc)]
+    if seq and replicas:
+        n = med(replicas[0], seq[0][1], "requests") or a.cluster_sequential
+        rows.append(f"| **Redis round trips: {fmt(n)} requests one at a time (oha -c1), "
+                    "the idle background subtracted** |" + blank)
+        for mode, sc in seq:
+            what = "GET submit" if mode == "get" else "poll of a pinned task"
+            trips, commands = {}, {}
+            for t in replicas:
+                reads = med(t, sc, "redis_reads")
+                if reads is None:
+                    continue
+                secs = med(t, sc, "seconds") or 0
+                idle = med(t, sc, "idle_reads_per_s") or 0
+                requests = med(t, sc, "requests") or 1
+                trips[t] = max(reads - idle * secs / requests, 0.0)
+                prefix = "redis_sent_"
+                mix = sorted(((m[len(prefix):], v[0]) for (x, s, m), v in runs.items()
+                              if x == t and s == sc and m.startswith(prefix)),
+                             key=lambda kv: -kv[1])
+                commands[t] = ", ".join(f"{v:.2f} {name.upper()}" for name, v in mix
+                                        if v >= SENT_SHOWN) or "none"
+            limit = CLUSTER_TRIPS_GOAL[mode]
+            rows.append(row(f"round trips per {what}", ["—"] + [
+                f"{trips[t]:.2f}" if t in trips else "—" for t in replicas], (),
+                goal(f"≤ {limit}", trips, lambda v: round(v, 2) <= limit)))
+            rows.append(row(f"commands keyrelay sent per {what} (MONITOR; "
+                            f"below {SENT_SHOWN} left out)", ["—"] + [
+                                commands.get(t, "—") for t in replicas]))
+    return rows
+
+
+def print_cluster(rows, runs, a, alone):
+    targets = cluster_targets(runs)
+    if not alone:
+        print(f"- Rounds: {a.cluster_rounds} interleaved ({' '.join(targets)}) of "
+              f"{a.cluster_duration} s per run, medians and (min–max) across rounds.")
+    else:
+        print("- A: nginx stub answering `OK|<a new task id>` to in.php and `CAPCHA_NOT_READY` "
+              "to res.php.")
+    print("- S: keyrelay (3 keys) to A with the shipped defaults, the durable pin journal "
+          "included, a single instance of its own (not C, which has served far more); "
+          "R: the same config plus `[cluster]` on a redis-server of its own on 127.0.0.1, "
+          "without persistence (`--save \"\" --appendonly no`)"
+          + ("; W: the same on a redis-server with `--appendonly yes --appendfsync everysec`"
+             if "W" in targets else "")
+          + ". Each Redis runs on the server core beside keyrelay. keyrelay's CPU and Redis's "
+          "are each read from their processes' CPU clocks; Redis's commands (its scripts' "
+          "own included) and read events from `INFO stats commandstats` before and after "
+          "each run. The poll is of a task submitted through the same replica just before, "
+          "so its pin is cached there. The stub never finishes a task, so every submit "
+          "leaves an open task whose lease each heartbeat (every 5 s) renews until "
+          "`stale_after` (5 min): Redis's work per request grows with the leases row. "
+          "Goals: issue 14 §5, against S; the round trips are counted with one request at a "
+          "time, where a read event is one round trip, and the commands keyrelay sent are "
+          "read from MONITOR there.\n")
+    print("| measurement | " + " | ".join(CLUSTER_NAMES[t] for t in targets) + " | "
+          + " | ".join(f"{t} vs S" for t in targets[1:]) + " | goal |")
+    print("| --- |" + " --: |" * (2 * len(targets) - 1) + " --- |")
+    print("\n".join(rows))
+
+
 def print_tls(rows, a, headline):
     negotiated = [line.strip() or "?" for line in a.negotiated.splitlines()] + ["?", "?"]
     if headline:
@@ -305,15 +487,21 @@ def main():
     p.add_argument("--oha-connections", type=int, default=16)
     p.add_argument("--forward-host", default="ocr.captchaai.com")
     p.add_argument("--negotiated", default="", help="N's line, then K's, from openssl s_client")
+    p.add_argument("--cluster-rounds", type=int, default=0)
+    p.add_argument("--cluster-duration", type=int, default=0)
+    p.add_argument("--cluster-sequential", type=int, default=0,
+                   help="requests of each kind in the one-at-a-time round-trip count")
     p.add_argument("--server-cpu", required=True)
     p.add_argument("--client-cpu", required=True)
     p.add_argument("--versions", required=True)
     a = p.parse_args()
     runs, once = load(a.raw)
     tls_rows = tls_table(runs, a)
-    headline = any(not sc.startswith("tls-") for (_, sc, _) in runs) or bool(once)
+    cluster_rows = cluster_table(runs, a)
+    own_tables = ("tls-", "cluster-")
+    headline = any(not sc.startswith(own_tables) for (_, sc, _) in runs) or bool(once)
     global TARGETS, VERSUS
-    present = {t for (t, sc, _) in runs if not sc.startswith("tls-")}
+    present = {t for (t, sc, _) in runs if not sc.startswith(own_tables)}
     TARGETS = ("A", "B", "C") + tuple(t for t in ("M", "D") if t in present)
     VERSUS = tuple(t for t in TARGETS if t in ("C", "M", "D"))
     open_rounds = a.open_rounds or a.rounds
@@ -329,7 +517,10 @@ def main():
             break
 
     today = datetime.date.today().isoformat()
-    print(f"### Results of {today}\n" if headline else f"### TLS results of {today}\n")
+    if headline:
+        print(f"### Results of {today}\n")
+    else:
+        print(f"### {'TLS' if tls_rows else 'Cluster'} results of {today}\n")
     print(f"- Machine: {os.cpu_count()} cores ({cpu_model}), Linux {platform.release()}; "
           f"servers pinned to core {a.server_cpu}, load generator to core {a.client_cpu}.")
     what = []
@@ -341,6 +532,12 @@ def main():
         spread = "" if headline else ", medians and (min–max) across rounds"
         what.append(f"{a.tls_rounds} interleaved rounds ({' '.join(TLS_TARGETS)}) of "
                     f"{a.tls_duration} s per TLS run{spread}")
+    cluster_alone = bool(cluster_rows) and not headline and not tls_rows
+    if cluster_rows:
+        spread = ", medians and (min–max) across rounds" if cluster_alone else ""
+        what.append(f"{a.cluster_rounds} interleaved rounds "
+                    f"({' '.join(cluster_targets(runs))}) of {a.cluster_duration} s per "
+                    f"cluster run{spread}")
     print(f"- Command: `{a.command}`: {'; '.join(what)}; the whole run took {a.seconds} s.")
     print(f"- Versions: {a.versions}.")
     if steal:
@@ -357,6 +554,10 @@ def main():
         if headline:
             print("\n#### TLS and the forward proxy\n")
         print_tls(tls_rows, a, headline)
+    if cluster_rows:
+        if not cluster_alone:
+            print("\n#### Cluster mode: `[cluster]` on a local Redis\n")
+        print_cluster(cluster_rows, runs, a, cluster_alone)
 
 
 def print_headline(rows, runs):

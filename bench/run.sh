@@ -40,6 +40,21 @@
 # connection and TLS handshake per request (for F a new CONNECT too). oha (rustls) runs
 # with --insecure for every target: the client's work is not measured anyway.
 # bench/tls.sh runs these rows alone (BENCH_TLS=only).
+#
+# Then the cluster rows (issue 14 §5; BENCH_CLUSTER=0 leaves them out), in front of the same
+# stub A, each keyrelay with C's config (3 keys, durable journal):
+#   S  a single-instance keyrelay of its own: the reference, not C, for the reason P is;
+#   R  a keyrelay with `[cluster]` on a redis-server of its own on 127.0.0.1 without
+#      persistence (`--save "" --appendonly no`): the least Redis can cost;
+#   W  the same on a redis-server with `--appendonly yes --appendfsync everysec`, the
+#      persistence docs/cluster.md asks for (BENCH_CLUSTER_AOF=0 leaves it out).
+# Each Redis runs on the server core beside keyrelay, and its CPU is counted apart from
+# keyrelay's. S R W in turn for BENCH_CLUSTER_ROUNDS rounds: the GET submit and the poll
+# (of a task submitted through the same target) at BENCH_RATE, as C's fixed-rate rows, with
+# each Redis's commands and read events per request from `INFO stats commandstats` before
+# and after; and once, before the rounds, BENCH_CLUSTER_SEQUENTIAL submits and as many polls
+# one at a time (oha -c1), where a read event is a round trip. Each replica must be in
+# shared mode (keyrelay_cluster_up 1) before the rounds.
 # See bench/README.md for what is measured and docs/performance.md for how to read it.
 #
 # Knobs (environment):
@@ -63,11 +78,17 @@
 #   BENCH_TLS_ROUNDS=3      interleaved rounds of the TLS runs (B P N K F each)
 #   BENCH_TLS_DURATION=10   seconds per TLS run
 #   BENCH_TLS_HANDSHAKE_RATE=200  new connections (= requests) per second, handshake runs
+#   BENCH_CLUSTER=1         1: the cluster rows too; 0: without them; only: the cluster rows
+#                           alone (with A and B)
+#   BENCH_CLUSTER_ROUNDS=3  interleaved rounds of the cluster runs (S R W each)
+#   BENCH_CLUSTER_DURATION=10  seconds per cluster run
+#   BENCH_CLUSTER_AOF=1     0 leaves out W, the keyrelay on a Redis with AOF
+#   BENCH_CLUSTER_SEQUENTIAL=500  requests of each kind in the one-at-a-time round-trip count
 #   BENCH_SERVER_CPU=0      core for the servers (stub nginx, proxy under test)
 #   BENCH_CLIENT_CPU=1      core for the load generator
 #   BENCH_MAX_RUNTIME=3600  seconds after which the whole run is stopped (build excluded)
 #   BENCH_RESULTS=bench/results/latest.md  where the table is written (with BENCH_TLS=only,
-#                           bench/results/latest-tls.md)
+#                           bench/results/latest-tls.md; BENCH_CLUSTER=only, latest-cluster.md)
 #   BENCH_OHA_VERSION=1.16.0  oha version installed when oha is missing
 #   KEYRELAY_BIN=path       use this binary instead of `cargo build --release`
 #   PASSTHROUGH_BIN=path    use this build of benches/passthrough.rs (target D)
@@ -75,8 +96,9 @@
 #
 # It listens on 127.0.0.1 only, on free ports, stops every process it started and removes
 # its temp dir on any exit (normal, error, Ctrl-C, SIGTERM). Missing tools are installed:
-# nginx, wrk, openssl (and curl, python3, util-linux, procps) with apt-get, oha with
-# `cargo install --locked` into bench/.tools, once. bench/lib.sh holds those helpers.
+# nginx, wrk, openssl, redis-server, redis-tools (and curl, python3, util-linux, procps)
+# with apt-get, oha with `cargo install --locked` into bench/.tools, once. bench/lib.sh
+# holds those helpers.
 
 set -euo pipefail
 
@@ -102,12 +124,25 @@ TLS=${BENCH_TLS:-1}
 TLS_ROUNDS=${BENCH_TLS_ROUNDS:-3}
 TLS_DURATION=${BENCH_TLS_DURATION:-10}
 TLS_HANDSHAKE_RATE=${BENCH_TLS_HANDSHAKE_RATE:-200}
+CLUSTER=${BENCH_CLUSTER:-1}
+CLUSTER_ROUNDS=${BENCH_CLUSTER_ROUNDS:-3}
+CLUSTER_DURATION=${BENCH_CLUSTER_DURATION:-10}
+CLUSTER_AOF=${BENCH_CLUSTER_AOF:-1}
+CLUSTER_SEQUENTIAL=${BENCH_CLUSTER_SEQUENTIAL:-500}
 SERVER_CPU=${BENCH_SERVER_CPU:-0}
 CLIENT_CPU=${BENCH_CLIENT_CPU:-1}
 MAX_RUNTIME=${BENCH_MAX_RUNTIME:-3600}
 if [[ $TLS == only ]]; then RESULTS=${BENCH_RESULTS:-$BENCH_DIR/results/latest-tls.md}
+elif [[ $CLUSTER == only ]]; then RESULTS=${BENCH_RESULTS:-$BENCH_DIR/results/latest-cluster.md}
 else RESULTS=${BENCH_RESULTS:-$BENCH_DIR/results/latest.md}
 fi
+# One of the three groups of rows alone: the plain headline rows (A B C M D, startup,
+# memory) run unless BENCH_TLS or BENCH_CLUSTER is only; the other two unless 0 or the other
+# one is only.
+HEADLINE=1
+[[ $TLS != only && $CLUSTER != only ]] || HEADLINE=0
+[[ $CLUSTER != only ]] || TLS=0
+[[ $TLS != only ]] || CLUSTER=0
 OHA_VERSION=${BENCH_OHA_VERSION:-1.16.0}
 
 # The pool: three fake 32-character keys. The key a client sends is replaced by keyrelay,
@@ -117,8 +152,9 @@ POOL_KEYS=(benchkey000000000000000000000001 benchkey000000000000000000000002
 CLIENT_KEY=0123456789abcdef0123456789abcdef
 GET_QUERY="key=$CLIENT_KEY&method=userrecaptcha&googlekey=6Le-wvkSAAAAAPBMRTvw0Q4Muexq9bi0DJwx_mJ-&pageurl=https%3A%2F%2Fexample.com%2Flogin&json=1"
 TARGETS=(A B C M D)
-[[ $TLS != only ]] || TARGETS=(A B)
+((HEADLINE)) || TARGETS=(A B)
 TLS_TARGETS=(B P N K F)
+CLUSTER_TARGETS=(S R W)
 # The host F's CONNECT names, one keyrelay intercepts by default (`[forward] intercept`),
 # so the pool serves what comes through the tunnel.
 FORWARD_HOST=ocr.captchaai.com
@@ -126,22 +162,29 @@ FORWARD_HOST=ocr.captchaai.com
 check_knobs() {
   local name
   for name in DURATION ROUNDS RATE OHA_CONNECTIONS OPEN_ROUNDS OPEN_DURATION WARMUP PINS \
-    PINS_TIMEOUT STARTUP_RUNS TLS_ROUNDS TLS_DURATION TLS_HANDSHAKE_RATE SERVER_CPU \
-    CLIENT_CPU MAX_RUNTIME; do
+    PINS_TIMEOUT STARTUP_RUNS TLS_ROUNDS TLS_DURATION TLS_HANDSHAKE_RATE CLUSTER_ROUNDS \
+    CLUSTER_DURATION CLUSTER_SEQUENTIAL SERVER_CPU CLIENT_CPU MAX_RUNTIME; do
     [[ ${!name} =~ ^[0-9]+$ ]] || die "BENCH_$name must be a whole number, got '${!name}'"
   done
   ((DURATION > 0 && ROUNDS > 0 && RATE > 0 && STARTUP_RUNS > 0 && OPEN_ROUNDS > 0 &&
-    OPEN_DURATION > 0 && TLS_ROUNDS > 0 && TLS_DURATION > 0 && TLS_HANDSHAKE_RATE > 0)) ||
+    OPEN_DURATION > 0 && TLS_ROUNDS > 0 && TLS_DURATION > 0 && TLS_HANDSHAKE_RATE > 0 &&
+    CLUSTER_ROUNDS > 0 && CLUSTER_DURATION > 0 && CLUSTER_SEQUENTIAL > 0)) ||
     die "BENCH_DURATION, BENCH_ROUNDS, BENCH_OPEN_ROUNDS, BENCH_OPEN_DURATION, BENCH_RATE," \
-      "BENCH_STARTUP_RUNS, BENCH_TLS_ROUNDS, BENCH_TLS_DURATION and" \
-      "BENCH_TLS_HANDSHAKE_RATE must be > 0"
+      "BENCH_STARTUP_RUNS, BENCH_TLS_ROUNDS, BENCH_TLS_DURATION, BENCH_TLS_HANDSHAKE_RATE," \
+      "BENCH_CLUSTER_ROUNDS, BENCH_CLUSTER_DURATION and BENCH_CLUSTER_SEQUENTIAL must be > 0"
   [[ $CONNECTIONS =~ ^[0-9]+( [0-9]+)*$ ]] ||
     die "BENCH_CONNECTIONS must be numbers separated by spaces, got '$CONNECTIONS'"
   [[ -z $POLL_CONNECTIONS || $POLL_CONNECTIONS =~ ^[0-9]+( [0-9]+)*$ ]] ||
     die "BENCH_POLL_CONNECTIONS must be numbers separated by spaces (or empty)," \
       "got '$POLL_CONNECTIONS'"
   [[ $SKIP_PINS == [01] ]] || die "BENCH_SKIP_PINS must be 0 or 1, got '$SKIP_PINS'"
-  [[ $TLS == [01] || $TLS == only ]] || die "BENCH_TLS must be 0, 1 or only, got '$TLS'"
+  [[ ${BENCH_TLS:-1} == [01] || ${BENCH_TLS:-1} == only ]] ||
+    die "BENCH_TLS must be 0, 1 or only, got '${BENCH_TLS:-}'"
+  [[ ${BENCH_CLUSTER:-1} == [01] || ${BENCH_CLUSTER:-1} == only ]] ||
+    die "BENCH_CLUSTER must be 0, 1 or only, got '${BENCH_CLUSTER:-}'"
+  [[ ${BENCH_TLS:-1} != only || ${BENCH_CLUSTER:-1} != only ]] ||
+    die "BENCH_TLS=only and BENCH_CLUSTER=only exclude each other"
+  [[ $CLUSTER_AOF == [01] ]] || die "BENCH_CLUSTER_AOF must be 0 or 1, got '$CLUSTER_AOF'"
 }
 
 # --- tools ------------------------------------------------------------------------------
@@ -163,17 +206,18 @@ build_floor() {
 # --- measurement helpers ----------------------------------------------------------------
 
 # server_cpu TARGET: "<target's CPU ns> <all servers' CPU ns>" (each process group once:
-# some targets share one).
+# some targets share one), and for a cluster target a third figure, its Redis's CPU ns.
 server_cpu() {
-  local ns pg groups=() sum=0 i
+  local ns pg groups=() sum=0 i redis=()
   local -A seen=()
   for pg in "${PG[@]}"; do
     [[ -n ${seen[$pg]:-} ]] || groups+=("$pg")
     seen[$pg]=1
   done
-  read -r -a ns <<<"$(cpu_ns "${PG[$1]}" "${groups[@]}")"
-  for ((i = 1; i < ${#ns[@]}; i++)); do sum=$((sum + ns[i])); done
-  echo "${ns[0]} $sum"
+  [[ -z ${REDIS_PG[$1]:-} ]] || redis=("${REDIS_PG[$1]}")
+  read -r -a ns <<<"$(cpu_ns "${PG[$1]}" "${groups[@]}" "${redis[@]}")"
+  for ((i = 1; i <= ${#groups[@]}; i++)); do sum=$((sum + ns[i])); done
+  echo "${ns[0]} $sum ${redis:+${ns[-1]}}"
 }
 
 # expect_stub_answer URL WHAT: one request through a target must give the stub's answer.
@@ -195,7 +239,7 @@ expect_stub_post() {
 # poll only for a task pinned to one of its keys (an unknown id is answered locally or
 # probed, another path), so this submits once through TARGET, as expect_stub_answer does,
 # and polls the id of its "OK|<id>"; one poll through TARGET must give the stub's answer.
-# Through keyrelay (C, M) that poll must also have gone out on the task's pin: keyrelay's
+# Through keyrelay (C, M, S, R, W) that poll must also have gone out on the task's pin: keyrelay's
 # own CAPCHA_NOT_READY carries no X-Keyrelay-Key, and a probe counts in
 # keyrelay_probes_total. A fresh task for every poll run: the other runs' submits, hundreds
 # of thousands each, would evict an older pin (max_pins).
@@ -207,11 +251,11 @@ poll_url() {
   [[ $body =~ $STUB_ANSWER_RE ]] ||
     die "target $t: unexpected answer to the submit before the poll: ${body:0:80}"
   url="${URL[$t]}/res.php?key=$CLIENT_KEY&action=get&id=${body#OK|}&json=1"
-  [[ $t != [CM] ]] || probes=$(probes_total "$t")
+  [[ $t != [CMSRW] ]] || probes=$(probes_total "$t")
   body=$(curl -sf --max-time 2 -D "$headers" "$url") || die "target $t: poll failed: $url"
   [[ $body == "$STUB_POLL_ANSWER" ]] ||
     die "target $t: the poll answered '${body:0:80}', not $STUB_POLL_ANSWER: $url"
-  if [[ $t == [CM] ]]; then
+  if [[ $t == [CMSRW] ]]; then
     grep -qi '^x-keyrelay-key: bench-' "$headers" ||
       die "target $t: the poll was answered by keyrelay itself, not relayed: $url"
     after=$(probes_total "$t")
@@ -221,12 +265,16 @@ poll_url() {
   POLL_URL=$url
 }
 
-# probes_total TARGET: keyrelay's keyrelay_probes_total, all results summed.
-probes_total() {
+# metric_total TARGET METRIC: keyrelay's METRIC from /metrics, all its series summed.
+metric_total() {
   curl -sf --max-time 2 "${URL[$1]}/metrics" |
-    awk '$1 ~ /^keyrelay_probes_total([{]|$)/ { n += $2 } END { printf "%d\n", n }' ||
+    awk -v m="$2" 'index($1, m) == 1 && substr($1, length(m) + 1, 1) ~ /^[{]?$/ { n += $2 }
+      END { printf "%d\n", n }' ||
     die "target $1: no /metrics"
 }
+
+# probes_total TARGET: keyrelay's keyrelay_probes_total, all results summed.
+probes_total() { metric_total "$1" keyrelay_probes_total; }
 
 # The POST submit of bench/wrk.lua, so that wrk and oha send the same bytes: its string
 # literals, joined.
@@ -243,7 +291,8 @@ EOF
 TICK_NS=$((1000000000 / $(getconf CLK_TCK)))
 
 # run_stats T0 T1 MACHINE0 MACHINE1 REQUESTS: the per-run figures shared by wrk and oha,
-# as "metric value" lines: server CPU per request, steal %, other load %.
+# as "metric value" lines: server CPU per request, steal %, other load %; and with the third
+# figure of server_cpu (a cluster target's Redis), Redis's CPU per request.
 run_stats() {
   awk -v t0="$1" -v t1="$2" -v m0="$3" -v m1="$4" -v n="$5" -v tick="$TICK_NS" 'BEGIN {
     split(t0, a, " "); split(t1, b, " "); split(m0, x, " "); split(m1, y, " ")
@@ -253,6 +302,7 @@ run_stats() {
     if (other < 0) other = 0
     printf "cpu_us %.2f\nsteal_pct %.2f\nother_pct %.1f\n",
       (b[1] - a[1]) / 1e3 / n, (y[2] - x[2]) * tick * 100 / total, other * 100 / total
+    if (3 in a && 3 in b) printf "redis_cpu_us %.2f\n", (b[3] - a[3]) / 1e3 / n
   }'
 }
 
@@ -267,7 +317,9 @@ declare -A URL=()  # target -> base URL
 # target -> curl's and oha's options for it (TLS targets: --insecure, F's proxy), as words
 declare -A CURL_ARGS=() OHA_ARGS=()
 PORT_A="" PORT_B="" PORT_C="" PORT_M="" PORT_D="" PORT_SIM="" PORT_PINS="" PORT_START=""
-PORT_N="" PORT_P="" PORT_K=""
+PORT_N="" PORT_P="" PORT_K="" PORT_S="" PORT_R="" PORT_W="" PORT_REDIS_R="" PORT_REDIS_W=""
+# cluster target -> its Redis's process group and port
+declare -A REDIS_PG=() REDIS_PORT=()
 TLS_INFO="" # what N and K negotiate, from openssl s_client
 
 # keyrelay_conf FILE LISTEN-PORT UPSTREAM-PORT PINS [TLS-PORT]: PINS is "durable" for the
@@ -289,15 +341,22 @@ keyrelay_conf() {
   } >"$1"
 }
 
+# cluster_conf FILE REDIS-PORT REPLICA: appends a `[cluster]` table on the Redis at
+# 127.0.0.1:REDIS-PORT to the config keyrelay_conf wrote; its other settings at their
+# defaults (heartbeat every 5 s, sync every 500 ms, 250 ms per call).
+cluster_conf() {
+  printf '\n[cluster]\nredis = "redis://127.0.0.1:%s/0"\nreplica = "%s"\n' "$2" "$3" >>"$1"
+}
+
 start_keyrelay() { # NAME CONFIG PORT
   start_bg "$TMP/$1.log" taskset -c "$SERVER_CPU" "$BIN" --config "$2" --log warn
   wait_http "$LAST_PID" "$1" "http://127.0.0.1:$3/healthz"
 }
 
-# A, B, and unless BENCH_TLS=only C, M and D.
+# A, B, and with the headline rows C, M and D.
 start_targets() {
   read -r PORT_A PORT_B PORT_C PORT_M PORT_D PORT_SIM PORT_PINS PORT_START PORT_N PORT_P \
-    PORT_K <<<"$(free_ports 11)"
+    PORT_K PORT_S PORT_R PORT_W PORT_REDIS_R PORT_REDIS_W <<<"$(free_ports 16)"
 
   nginx_conf stub "$(stub_server "$PORT_A")"
   start_nginx stub "http://127.0.0.1:$PORT_A/healthz"
@@ -307,7 +366,7 @@ start_targets() {
   start_nginx proxy "http://127.0.0.1:$PORT_B/healthz"
   PG[B]=$LAST_PID URL[B]=http://127.0.0.1:$PORT_B
 
-  if [[ $TLS != only ]]; then
+  if ((HEADLINE)); then
     keyrelay_conf "$TMP/proxy.toml" "$PORT_C" "$PORT_A" durable
     start_keyrelay keyrelay "$TMP/proxy.toml" "$PORT_C"
     PG[C]=$LAST_PID URL[C]=http://127.0.0.1:$PORT_C
@@ -333,7 +392,7 @@ start_targets() {
     poll_url "$t"
   done
   local up="A stub :$PORT_A  B nginx :$PORT_B"
-  [[ $TLS == only ]] ||
+  ((!HEADLINE)) ||
     up+="  C keyrelay :$PORT_C  M keyrelay (pins in memory) :$PORT_M  D passthrough :$PORT_D"
   log "targets up: $up (servers on core $SERVER_CPU, load on core $CLIENT_CPU)"
 }
@@ -383,6 +442,49 @@ start_tls_targets() {
   log "negotiated (openssl s_client): N: ${TLS_INFO%%$'\n'*}  K: $(sed -n 2p <<<"$TLS_INFO")"
 }
 
+# wait_shared TARGET: bounded wait (20 s) until the replica is in shared mode
+# (keyrelay_cluster_up 1): its first heartbeat has reached Redis.
+wait_shared() {
+  local _
+  for _ in $(seq 200); do
+    (($(metric_total "$1" keyrelay_cluster_up) == 1)) && return 0
+    sleep 0.1
+  done
+  die "target $1: not in shared mode after 20 s (log: $(tail -3 "$TMP/keyrelay-cluster-$1.log"))"
+}
+
+# S, and R and W each with a Redis of its own. Started with the others, as the TLS targets
+# are, so that a replica that never reaches Redis stops the run at its start.
+start_cluster_targets() {
+  keyrelay_conf "$TMP/single.toml" "$PORT_S" "$PORT_A" durable
+  start_keyrelay keyrelay-single "$TMP/single.toml" "$PORT_S"
+  PG[S]=$LAST_PID URL[S]=http://127.0.0.1:$PORT_S
+  local t port redis_port persistence
+  for t in "${CLUSTER_TARGETS[@]:1}"; do
+    case $t in
+      R) port=$PORT_R redis_port=$PORT_REDIS_R persistence=none ;;
+      W) port=$PORT_W redis_port=$PORT_REDIS_W persistence=aof ;;
+    esac
+    start_redis "$t" "$redis_port" "$persistence"
+    # Counted among the servers (other load), and as the target's Redis.
+    PG[redis-$t]=$LAST_PID REDIS_PG[$t]=$LAST_PID REDIS_PORT[$t]=$redis_port
+    keyrelay_conf "$TMP/cluster-$t.toml" "$port" "$PORT_A" durable
+    cluster_conf "$TMP/cluster-$t.toml" "$redis_port" "bench-$t"
+    start_keyrelay "keyrelay-cluster-$t" "$TMP/cluster-$t.toml" "$port"
+    PG[$t]=$LAST_PID URL[$t]=http://127.0.0.1:$port
+    # Before any request: one admitted before the first heartbeat would be admitted alone,
+    # and the replica would then stay on its share for one more renewal period.
+    wait_shared "$t"
+  done
+  for t in "${CLUSTER_TARGETS[@]}"; do
+    expect_stub_answer "${URL[$t]}/in.php?$GET_QUERY" "target $t"
+    poll_url "$t"
+  done
+  local up="S keyrelay :$PORT_S  R keyrelay [cluster] :$PORT_R on redis :$PORT_REDIS_R (no persistence)"
+  [[ $CLUSTER_AOF == 0 ]] || up+="  W keyrelay [cluster] :$PORT_W on redis :$PORT_REDIS_W (AOF everysec)"
+  log "cluster targets up: $up"
+}
+
 # --- closed loop: wrk -------------------------------------------------------------------
 
 # save_run ROUND TARGET SCENARIO: records the "metric value" lines on stdin and prints a
@@ -395,6 +497,10 @@ save_run() {
     m[$metric]=$value
   done
   [[ -z ${m[p999_us]:-} ]] || p999=$(printf '  p99.9 %6.0f µs' "${m[p999_us]}")
+  [[ -z ${m[redis_cpu_us]:-} ]] ||
+    p999+=$(printf '  redis %5.2f µs/req, %.2f commands, %.2f reads/req, %s leases at start, %s call errors' \
+      "${m[redis_cpu_us]}" "${m[redis_cmds]}" "${m[redis_reads]}" "${m[open_leases]}" \
+      "${m[cluster_errors]}")
   printf '  %-9s %s %8.0f req/s  p50 %5.0f µs  p99 %6.0f µs%s  cpu %6.2f µs/req  errors %s  steal %.1f%%  other load %.1f%%\n' \
     "$3" "$2" "${m[rps]}" "${m[p50_us]}" "${m[p99_us]}" "$p999" "${m[cpu_us]}" \
     "${m[errors]}" "${m[steal_pct]}" "${m[other_pct]}" >&2
@@ -434,10 +540,20 @@ run_wrk() {
 # --- open loop: oha ---------------------------------------------------------------------
 
 # run_oha ROUND TARGET SCENARIO RATE SECONDS OHA-ARGS...: one fixed-rate oha run of
-# OHA-ARGS (options and the request) at RATE req/s; ROUND 0 is warm-up, not kept.
+# OHA-ARGS (options and the request) at RATE req/s; ROUND 0 is warm-up, not kept. For a
+# cluster target, also its Redis's CPU, commands and reads per request, and keyrelay's
+# failed Redis calls; Redis's counters are read outside the CPU window.
 run_oha() {
   local round=$1 t=$2 scenario=$3 rate=$4 secs=$5 out=$TMP/oha.json cpu0 cpu1 m0 m1
+  local redis_port=${REDIS_PORT[$2]:-} failed0=0 failed1=0 leases=0
   shift 5
+  if [[ -n $redis_port ]]; then
+    failed0=$(metric_total "$t" keyrelay_cluster_errors_total)
+    # The fleet's leases (as last synced): every open task holds one, and each heartbeat
+    # renews them all, so Redis's work per request grows with them.
+    leases=$(metric_total "$t" keyrelay_cluster_threads_held)
+    redis_snapshot "$redis_port" >"$TMP/redis.before"
+  fi
   cpu0=$(server_cpu "$t")
   m0=$(machine_now)
   # -w waits for requests in flight at the deadline instead of counting them as errors.
@@ -447,6 +563,10 @@ run_oha() {
     die "oha failed: $(tail -3 "$TMP/oha.log")"
   m1=$(machine_now)
   cpu1=$(server_cpu "$t")
+  if [[ -n $redis_port ]]; then
+    redis_snapshot "$redis_port" >"$TMP/redis.after"
+    failed1=$(metric_total "$t" keyrelay_cluster_errors_total)
+  fi
   ((round > 0)) || return 0
   python3 - "$out" >"$TMP/oha.stats" <<'PY'
 import json, sys
@@ -468,7 +588,15 @@ PY
   {
     grep -v '^requests ' "$TMP/oha.stats"
     run_stats "$cpu0" "$cpu1" "$m0" "$m1" "$n"
+    if [[ -n $redis_port ]]; then
+      redis_delta "$TMP/redis.before" "$TMP/redis.after" "$n"
+      echo "cluster_errors $((failed1 - failed0))"
+      echo "open_leases $leases"
+    fi
   } | save_run "$round" "$t" "$scenario"
+  ((failed1 == failed0)) || log "warning: target $t: $((failed1 - failed0)) Redis calls" \
+    "failed or timed out during this run (keyrelay_cluster_errors_total); part of it ran" \
+    "degraded, without Redis"
 }
 
 run_open() { # ROUND TARGET MODE(get|post|poll) SECONDS
@@ -540,6 +668,99 @@ run_tls_rounds() {
     log "TLS, round $r/$TLS_ROUNDS"
     for mode in keepalive handshake; do
       for t in "${TLS_TARGETS[@]}"; do run_tls "$r" "$t" "$mode" "$TLS_DURATION"; done
+    done
+  done
+}
+
+# --- cluster ----------------------------------------------------------------------------
+
+# run_cluster ROUND TARGET MODE(get|poll) SECONDS: the GET submit, or the poll of a task
+# submitted through TARGET just before, at BENCH_RATE, as run_open's.
+run_cluster() {
+  local request=("${URL[$2]}/in.php?$GET_QUERY")
+  if [[ $3 == poll ]]; then
+    poll_url "$2"
+    request=("$POLL_URL")
+  fi
+  run_oha "$1" "$2" "cluster-$3-$RATE" "$RATE" "$4" "${request[@]}"
+}
+
+# count_round_trips TARGET MODE(get|poll): Redis's read events and commands per request
+# over BENCH_CLUSTER_SEQUENTIAL requests sent one at a time (oha -c1, each when the last is
+# answered), so that no two requests' calls share a read event: a read event is then one
+# round trip. The background's reads (a sync each 500 ms, a heartbeat each 5 s) are read
+# over a 2 s idle window first, recorded as a rate for the report to subtract. The commands
+# keyrelay sent (not those its scripts ran) come from MONITOR, started before and stopped
+# after both snapshots, so that its own connection's reads fall outside them.
+count_round_trips() {
+  local t=$1 mode=$2 port=${REDIS_PORT[$1]} url="${URL[$1]}/in.php?$GET_QUERY" n t0 t1
+  local out=$TMP/oha-seq.json
+  if [[ $mode == poll ]]; then
+    poll_url "$t"
+    url=$POLL_URL
+  fi
+  redis_monitor "$port" "$TMP/monitor.log"
+  local monitor=$LAST_PID
+  redis_snapshot "$port" >"$TMP/redis.idle"
+  t0=$(date +%s%N)
+  sleep 2
+  redis_snapshot "$port" >"$TMP/redis.before"
+  t1=$(date +%s%N)
+  local idle idle_lines
+  # The idle window's MONITOR lines, to be left out of the requests' count.
+  idle_lines=$(wc -l <"$TMP/monitor.log")
+  idle=$(awk -v ns=$((t1 - t0)) '$1 == "redis_reads" { printf "%.3f\n", $2 / ns * 1e9 }' \
+    <(redis_delta "$TMP/redis.idle" "$TMP/redis.before" 1))
+  t0=$(date +%s%N)
+  run_fg "$TMP/oha-seq.log" timeout 120 taskset -c "$CLIENT_CPU" \
+    "$OHA" -n "$CLUSTER_SEQUENTIAL" -c 1 --no-tui "${OHA_THREADS[@]}" "${OHA_JSON[@]}" \
+    -o "$out" "$url" || die "oha failed: $(tail -3 "$TMP/oha-seq.log")"
+  t1=$(date +%s%N)
+  redis_snapshot "$port" >"$TMP/redis.after"
+  # MONITOR may not have written the last lines yet: bounded wait for the third snapshot's
+  # INFO (idle, before, after), which Redis ran after every command of the requests.
+  local _
+  for _ in $(seq 50); do
+    (($(grep -c '"INFO"' "$TMP/monitor.log") >= 3)) && break
+    sleep 0.05
+  done
+  stop_pg "$monitor"
+  tail -n +"$((idle_lines + 1))" "$TMP/monitor.log" >"$TMP/monitor.run"
+  n=$(python3 -c 'import json, sys
+d = json.load(open(sys.argv[1]))
+codes = d.get("statusCodeDistribution", {})
+print(sum(v for k, v in codes.items() if 200 <= int(k) < 300))' "$out")
+  ((n == CLUSTER_SEQUENTIAL)) ||
+    die "target $t: $n of $CLUSTER_SEQUENTIAL one-at-a-time ${mode} requests answered 2xx"
+  local metric value line="" sc=cluster-seq-$mode
+  while read -r metric value; do
+    record 1 "$t" "$sc" "$metric" "$value"
+    [[ $metric != redis_reads && $metric != redis_sent ]] || line+=" ${metric#redis_} $value"
+  done < <(
+    echo "requests $n"
+    awk -v ns=$((t1 - t0)) 'BEGIN { printf "seconds %.3f\n", ns / 1e9 }'
+    echo "idle_reads_per_s $idle"
+    redis_delta "$TMP/redis.before" "$TMP/redis.after" "$n"
+    redis_sent "$TMP/monitor.run" "$n"
+  )
+  log "round trips, $t $mode: $n requests one at a time in $(((t1 - t0) / 1000000)) ms; per" \
+    "request:$line (idle: $idle reads/s)"
+}
+
+run_cluster_rounds() {
+  local t r mode
+  if ((WARMUP > 0)); then
+    log "cluster warm-up: ${WARMUP}s per target"
+    for t in "${CLUSTER_TARGETS[@]}"; do run_cluster 0 "$t" get "$WARMUP"; done
+  fi
+  for t in "${CLUSTER_TARGETS[@]:1}"; do
+    count_round_trips "$t" get
+    count_round_trips "$t" poll
+  done
+  for r in $(seq "$CLUSTER_ROUNDS"); do
+    log "cluster, round $r/$CLUSTER_ROUNDS"
+    for mode in get poll; do
+      for t in "${CLUSTER_TARGETS[@]}"; do run_cluster "$r" "$t" "$mode" "$CLUSTER_DURATION"; done
     done
   done
 }
@@ -633,14 +854,16 @@ versions() {
   [[ -n ${KEYRELAY_BIN:-} ]] && tree="$KEYRELAY_BIN (KEYRELAY_BIN; the script at $tree)"
   printf 'keyrelay %s, nginx %s' "$tree" "$("$NGINX" -v 2>&1 | sed 's|.*/||')"
   [[ $TLS == 0 ]] || printf ', %s' "$(openssl version | awk '{ print $1, $2 }')"
-  [[ $TLS == only ]] || printf ', wrk %s' "$(wrk -v 2>&1 | awk 'NR == 1 { print $2 }')"
+  ((!HEADLINE)) || printf ', wrk %s' "$(wrk -v 2>&1 | awk 'NR == 1 { print $2 }')"
   printf ', oha %s' "$("$OHA" --version | awk '{ print $2 }')"
+  [[ $CLUSTER == 0 ]] || printf ', redis-server %s' \
+    "$(redis-server --version | sed -n 's/.* v=\([^ ]*\).*/\1/p')"
 }
 
 # command_line: the knobs of this run as a command that repeats it.
 command_line() {
   local knobs=""
-  if [[ $TLS != only ]]; then
+  if ((HEADLINE)); then
     knobs="BENCH_DURATION=$DURATION BENCH_ROUNDS=$ROUNDS"
     knobs+=" BENCH_OPEN_DURATION=$OPEN_DURATION BENCH_OPEN_ROUNDS=$OPEN_ROUNDS"
     [[ $SKIP_PINS == 1 ]] && knobs+=" BENCH_SKIP_PINS=1"
@@ -648,7 +871,14 @@ command_line() {
     [[ $CONNECTIONS == "16 64" ]] || knobs+=" BENCH_CONNECTIONS=\"$CONNECTIONS\""
     [[ $POLL_CONNECTIONS == 16 ]] || knobs+=" BENCH_POLL_CONNECTIONS=\"$POLL_CONNECTIONS\""
     [[ $TLS == 1 ]] || knobs+=" BENCH_TLS=0"
+    [[ $CLUSTER == 1 ]] || knobs+=" BENCH_CLUSTER=0"
   fi
+  [[ $CLUSTER != only ]] || knobs+=" BENCH_CLUSTER=only"
+  [[ $CLUSTER == 0 ]] ||
+    knobs+=" BENCH_CLUSTER_ROUNDS=$CLUSTER_ROUNDS BENCH_CLUSTER_DURATION=$CLUSTER_DURATION"
+  [[ $CLUSTER == 0 || $CLUSTER_AOF == 1 ]] || knobs+=" BENCH_CLUSTER_AOF=0"
+  [[ $CLUSTER == 0 || $CLUSTER_SEQUENTIAL == 500 ]] ||
+    knobs+=" BENCH_CLUSTER_SEQUENTIAL=$CLUSTER_SEQUENTIAL"
   [[ $TLS == 0 ]] || knobs+=" BENCH_TLS_ROUNDS=$TLS_ROUNDS BENCH_TLS_DURATION=$TLS_DURATION"
   [[ $TLS == 0 || $TLS_HANDSHAKE_RATE == 200 ]] ||
     knobs+=" BENCH_TLS_HANDSHAKE_RATE=$TLS_HANDSHAKE_RATE"
@@ -663,12 +893,14 @@ command_line() {
 main() {
   local t0=$SECONDS tools=(nginx curl python3 taskset setsid pgrep) oha_needs=()
   check_knobs
-  [[ $TLS == only ]] || tools+=(wrk)
+  [[ $CLUSTER_AOF == 1 ]] || CLUSTER_TARGETS=(S R)
+  ((!HEADLINE)) || tools+=(wrk)
   [[ $TLS == 0 ]] || tools+=(openssl) oha_needs=(--disable-keepalive --insecure --no-pre-lookup)
+  [[ $CLUSTER == 0 ]] || tools+=(redis-server redis-cli)
   ensure_tools "${tools[@]}"
   ensure_oha "$OHA_VERSION" "${oha_needs[@]}"
   build_keyrelay
-  [[ $TLS == only ]] || build_floor
+  ((!HEADLINE)) || build_floor
   check_cpus
   TMP=$(mktemp -d "${TMPDIR:-/tmp}/keyrelay-bench.XXXXXX")
   RAW=$TMP/raw.tsv
@@ -676,7 +908,8 @@ main() {
   start_watchdog "$MAX_RUNTIME"
   start_targets
   [[ $TLS == 0 ]] || start_tls_targets
-  if [[ $TLS != only ]]; then
+  [[ $CLUSTER == 0 ]] || start_cluster_targets
+  if ((HEADLINE)); then
     measure_startup
     run_rounds
     if [[ $SKIP_PINS == 1 ]]; then log "memory per pin: skipped (BENCH_SKIP_PINS=1)"
@@ -684,6 +917,7 @@ main() {
     fi
   fi
   [[ $TLS == 0 ]] || run_tls_rounds
+  [[ $CLUSTER == 0 ]] || run_cluster_rounds
 
   mkdir -p "$(dirname "$RESULTS")"
   python3 "$BENCH_DIR/report.py" "$RAW" \
@@ -695,6 +929,8 @@ main() {
     --tls-rounds "$TLS_ROUNDS" --tls-duration "$TLS_DURATION" \
     --handshake-rate "$TLS_HANDSHAKE_RATE" --oha-connections "$OHA_CONNECTIONS" \
     --forward-host "$FORWARD_HOST" --negotiated "$TLS_INFO" \
+    --cluster-rounds "$CLUSTER_ROUNDS" --cluster-duration "$CLUSTER_DURATION" \
+    --cluster-sequential "$CLUSTER_SEQUENTIAL" \
     --server-cpu "$SERVER_CPU" --client-cpu "$CLIENT_CPU" \
     --versions "$(versions)" >"$RESULTS"
   cp "$RAW" "${RESULTS%.md}.tsv"
