@@ -693,7 +693,7 @@ impl Cluster {
             .arg(self.layout.replicas())
             .arg(&self.config.replica)
             .arg(self.config.replica_timeout.as_millis() as u64);
-        let live: Vec<String> = match self.call_raw(Op::Heartbeat, cmd).await {
+        let live: Vec<String> = match self.call(Op::Heartbeat, cmd).await {
             Ok(live) => live,
             Err(_) => return Vec::new(),
         };
@@ -965,14 +965,6 @@ impl Cluster {
     }
 
     async fn call<T: redis::FromRedisValue>(
-        &self,
-        op: Op,
-        cmd: redis::Cmd,
-    ) -> Result<T, ClusterError> {
-        self.call_raw(op, cmd).await
-    }
-
-    async fn call_raw<T: redis::FromRedisValue>(
         &self,
         op: Op,
         cmd: redis::Cmd,
