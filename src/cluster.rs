@@ -33,6 +33,15 @@ const MAX_BACKLOG: usize = 100_000;
 /// How often a replica without Redis tries it again (at least; `fleet` runs the heartbeat).
 pub const DOWN_RETRY: Duration = Duration::from_secs(1);
 
+/// The most spares (threads taken ahead for the next submits) a replica keeps of one key:
+/// enough for the submits one replica has on their way at once, few enough that a replica
+/// never sits on much of a key the others need.
+const MAX_SPARES: usize = 8;
+
+/// A spare unused this long goes back: the replica's submits no longer need it. Checked at
+/// every sync, so it goes back within this plus one `sync_interval`.
+pub const SPARE_IDLE: Duration = Duration::from_secs(1);
+
 /// A Redis operation, for error counts and logs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Op {
@@ -138,8 +147,10 @@ pub struct Readings {
 pub struct KeySync {
     pub health: Option<SharedHealth>,
     pub readings: Option<Readings>,
-    /// Leases held across the fleet.
+    /// Leases held across the fleet: threads in use.
     pub held: u32,
+    /// Spares held across the fleet: threads taken ahead, not in use, but not free either.
+    pub spares: u32,
 }
 
 /// What one sync read.
@@ -151,7 +162,7 @@ pub struct Synced {
     pub pause_until_ms: Option<u64>,
 }
 
-/// A lease this replica holds, for renewal.
+/// A lease (or spare) this replica holds, for renewal.
 #[derive(Clone, Debug)]
 struct Held {
     key: Arc<str>,
@@ -160,6 +171,9 @@ struct Held {
     /// False for a task admitted while Redis was away: added when it returns.
     in_redis: bool,
 }
+
+/// A spare's lease member, and when it came into the stock.
+type Spare = (String, Instant);
 
 /// A pin to write once Redis returns.
 struct PendingPin {
@@ -192,6 +206,9 @@ pub struct Cluster {
     shared_from: Mutex<Option<Instant>>,
     down_reason: Mutex<Option<String>>,
     held: Mutex<HashMap<String, Held>>,
+    /// Spares ready for the next submits, per key name, newest last with when each came
+    /// (so that a stock larger than the demand ages at its front and is given back).
+    spares: Mutex<HashMap<Arc<str>, Vec<Spare>>>,
     backlog: Mutex<VecDeque<PendingPin>>,
     /// Threads of each key held by the other replicas at the last sync. In shared mode a
     /// replica may hold more than its share; when Redis goes away those threads stay busy,
@@ -204,6 +221,7 @@ pub struct Cluster {
     epoch: Mutex<Option<String>>,
     refresher: AtomicBool,
     errors: [AtomicU64; Op::ALL.len()],
+    round_trips: [AtomicU64; Op::ALL.len()],
     /// Pin TTL, for the Redis copy of each pin.
     pin_ttl: Duration,
 }
@@ -237,6 +255,7 @@ impl Cluster {
             shared_from: Mutex::new(None),
             down_reason: Mutex::new(Some("not connected yet".to_owned())),
             held: Mutex::new(HashMap::new()),
+            spares: Mutex::new(HashMap::new()),
             backlog: Mutex::new(VecDeque::new()),
             released: Mutex::new(VecDeque::new()),
             others: Mutex::new(HashMap::new()),
@@ -244,6 +263,7 @@ impl Cluster {
             epoch: Mutex::new(None),
             refresher: AtomicBool::new(false),
             errors: std::array::from_fn(|_| AtomicU64::new(0)),
+            round_trips: std::array::from_fn(|_| AtomicU64::new(0)),
             pin_ttl,
         })
     }
@@ -275,6 +295,16 @@ impl Cluster {
     /// Errors of `op` since start.
     pub fn errors(&self, op: Op) -> u64 {
         self.errors[op as usize].load(Ordering::Relaxed)
+    }
+
+    /// Round trips to Redis for `op` since start, failed ones included.
+    pub fn round_trips(&self, op: Op) -> u64 {
+        self.round_trips[op as usize].load(Ordering::Relaxed)
+    }
+
+    /// Spares of `key` this replica has ready for its next submits.
+    pub fn spares_ready(&self, key: &str) -> usize {
+        lock(&self.spares).get(key).map_or(0, Vec::len)
     }
 
     /// The replicas seen alive at the last heartbeat.
@@ -315,7 +345,7 @@ impl Cluster {
         lock(&self.others).remove(key);
     }
 
-    /// How many leases of this replica's are live, by key name (for tests and status).
+    /// How many leases and spares of this replica's are live, by key name.
     pub fn held_by_me(&self, key: &str) -> usize {
         lock(&self.held)
             .values()
@@ -323,7 +353,8 @@ impl Cluster {
             .count()
     }
 
-    /// Takes one of `key`'s threads in the fleet if fewer than `limit` are held.
+    /// Takes one of `key`'s threads in the fleet if fewer than `limit` are held: a spare
+    /// this replica took ahead if it has one (no round trip), or a lease from Redis.
     ///
     /// # Errors
     /// Redis did not answer in time; the caller admits on the share instead.
@@ -331,12 +362,11 @@ impl Cluster {
         if !self.is_shared() {
             return Err(ClusterError::Degraded);
         }
+        if let Some(spare) = self.take_spare(key) {
+            return Ok(Admit::Granted(spare));
+        }
         let key: Arc<str> = Arc::from(key);
-        let member = format!(
-            "p:{}:{}",
-            self.boot,
-            self.seq.fetch_add(1, Ordering::Relaxed)
-        );
+        let member = self.next_member("p");
         // The guard exists before the call is sent: a cancelled or timed-out call still
         // removes whatever the script may have added.
         let lease = SharedLease {
@@ -355,8 +385,9 @@ impl Cluster {
         );
         let mut cmd = redis::cmd("EVAL");
         cmd.arg(scripts::ACQUIRE)
-            .arg(1)
+            .arg(2)
             .arg(self.layout.leases(&key))
+            .arg(self.layout.spares(&key))
             .arg(&member)
             .arg(limit)
             .arg(self.lease_ttl_ms());
@@ -373,35 +404,67 @@ impl Cluster {
         }
     }
 
+    /// The newest spare of `key`, as a lease for a submit on its way upstream.
+    fn take_spare(self: &Arc<Self>, key: &str) -> Option<SharedLease> {
+        let (member, _) = lock(&self.spares).get_mut(key)?.pop()?;
+        Some(SharedLease {
+            cluster: self.clone(),
+            key: Arc::from(key),
+            member: Some(member),
+        })
+    }
+
     /// Records that `key` created `task` for the token named `token` (empty: none): the
     /// submit's lease becomes the task's and the pin is written, in one round trip, before
-    /// the caller gets the id. Without Redis the pin waits in the backlog and the lease is
-    /// put back when Redis returns.
-    pub async fn pin(&self, lease: Option<SharedLease>, task: &TaskId, key: &str, token: &str) {
+    /// the caller gets the id. The same round trip takes a spare of the key for this
+    /// replica's next submit while enough of the key's `limit` stays free, so that a submit
+    /// on the success path costs one round trip, not two. Without Redis the pin waits in the
+    /// backlog and the lease is put back when Redis returns.
+    pub async fn pin(
+        &self,
+        lease: Option<SharedLease>,
+        task: &TaskId,
+        key: &str,
+        token: &str,
+        limit: u32,
+    ) {
         let task_text = task.to_string();
         let member = Layout::task_lease(&task_text);
         let old = lease.and_then(|mut lease| lease.member.take());
         let value = format!("{key}\t{token}");
+        let spare = (self.spares_ready(key) < MAX_SPARES).then(|| self.next_member("s"));
+        let margin = lock(&self.fleet).live.len().max(1) as u32;
+        let mut spare_granted = false;
         let in_redis = if let (Some(old), true) = (&old, self.is_shared()) {
             let mut pipe = redis::pipe();
             pipe.cmd("EVAL")
-                .arg(scripts::RENAME)
-                .arg(1)
+                .arg(scripts::KEEP)
+                .arg(2)
                 .arg(self.layout.leases(key))
+                .arg(self.layout.spares(key))
                 .arg(old)
                 .arg(&member)
                 .arg(self.lease_ttl_ms())
-                .ignore()
+                .arg(spare.as_deref().unwrap_or(""))
+                .arg(limit)
+                .arg(margin)
                 .cmd("SET")
                 .arg(self.layout.pin(&task_text))
                 .arg(&value)
                 .arg("EX")
                 .arg(self.pin_ttl.as_secs().max(1))
                 .ignore();
-            self.call_pipe::<()>(Op::Pin, pipe).await.is_ok()
+            match self.call_pipe::<((u32, u32),)>(Op::Pin, pipe).await {
+                Ok(((_had, granted),)) => {
+                    spare_granted = granted == 1;
+                    true
+                }
+                Err(_) => false,
+            }
         } else {
             false
         };
+        let key: Arc<str> = Arc::from(key);
         let mut held = lock(&self.held);
         if let Some(old) = &old {
             held.remove(old);
@@ -409,13 +472,30 @@ impl Cluster {
         held.insert(
             member,
             Held {
-                key: Arc::from(key),
+                key: key.clone(),
                 task: Some(task.clone()),
                 opened: Instant::now(),
                 in_redis,
             },
         );
-        drop(held);
+        if let (Some(spare), true) = (spare, spare_granted) {
+            held.insert(
+                spare.clone(),
+                Held {
+                    key: key.clone(),
+                    task: None,
+                    opened: Instant::now(),
+                    in_redis: true,
+                },
+            );
+            drop(held);
+            lock(&self.spares)
+                .entry(key)
+                .or_default()
+                .push((spare, Instant::now()));
+        } else {
+            drop(held);
+        }
         if !in_redis {
             let mut backlog = lock(&self.backlog);
             if backlog.len() >= MAX_BACKLOG {
@@ -426,6 +506,56 @@ impl Cluster {
                 value,
             });
         }
+    }
+
+    /// Gives back the spares unused for [`SPARE_IDLE`], and every spare of the keys in
+    /// `shrunk` (whose fleet count is above their limit now, or which left rotation), in one
+    /// round trip. Run at each sync.
+    pub async fn trim_spares(&self, shrunk: &[Arc<str>]) {
+        let now = Instant::now();
+        let mut gone: Vec<(Arc<str>, String)> = Vec::new();
+        {
+            let mut spares = lock(&self.spares);
+            for (key, stock) in spares.iter_mut() {
+                let all = shrunk.contains(key);
+                let keep_from = if all {
+                    stock.len()
+                } else {
+                    stock
+                        .iter()
+                        .position(|(_, at)| now.saturating_duration_since(*at) < SPARE_IDLE)
+                        .unwrap_or(stock.len())
+                };
+                gone.extend(stock.drain(..keep_from).map(|(m, _)| (key.clone(), m)));
+            }
+            spares.retain(|_, stock| !stock.is_empty());
+        }
+        if gone.is_empty() {
+            return;
+        }
+        {
+            let mut held = lock(&self.held);
+            for (_, member) in &gone {
+                held.remove(member);
+            }
+        }
+        let mut pipe = redis::pipe();
+        for (key, member) in &gone {
+            pipe.cmd("ZREM")
+                .arg(self.layout.spares(key))
+                .arg(member)
+                .ignore();
+        }
+        // A spare not removed now expires with its lease TTL.
+        let _ = self.call_pipe::<()>(Op::Release, pipe).await;
+    }
+
+    fn next_member(&self, kind: &str) -> String {
+        format!(
+            "{kind}:{}:{}",
+            self.boot,
+            self.seq.fetch_add(1, Ordering::Relaxed)
+        )
     }
 
     /// Shares a pin found by probing (no lease: keyrelay did not see the task submitted), so
@@ -616,14 +746,18 @@ impl Cluster {
         let _ = self.call::<()>(Op::Sync, cmd).await;
     }
 
-    /// Leases held across the fleet for `key`, now.
+    /// Leases held across the fleet for `key` now: its threads in use (spares not counted).
     ///
     /// # Errors
     /// Redis did not answer in time.
     pub async fn held(&self, key: &str) -> Result<u32, ClusterError> {
         let mut cmd = redis::cmd("EVAL");
-        cmd.arg(scripts::COUNT).arg(1).arg(self.layout.leases(key));
-        self.call(Op::Sync, cmd).await
+        cmd.arg(scripts::COUNT)
+            .arg(2)
+            .arg(self.layout.leases(key))
+            .arg(self.layout.spares(key));
+        let (leases, _spares): (u32, u32) = self.call(Op::Sync, cmd).await?;
+        Ok(leases)
     }
 
     /// Reads every named key's shared health, readings and lease count, and the pause, in
@@ -638,8 +772,9 @@ impl Cluster {
             pipe.cmd("HGETALL").arg(self.layout.readings(key));
             pipe.cmd("EVAL")
                 .arg(scripts::COUNT)
-                .arg(1)
-                .arg(self.layout.leases(key));
+                .arg(2)
+                .arg(self.layout.leases(key))
+                .arg(self.layout.spares(key));
         }
         pipe.cmd("GET").arg(self.layout.pause());
         // The heartbeats prune the dead; a replica that just died still counts here, which
@@ -655,13 +790,14 @@ impl Cluster {
         for key in keys {
             let health: HashMap<String, String> = from_value(values.next());
             let readings: HashMap<String, String> = from_value(values.next());
-            let held: u32 = from_value(values.next());
+            let (held, spares): (u32, u32) = from_value(values.next());
             let mine = u32::try_from(self.held_by_me(key)).unwrap_or(u32::MAX);
-            others.insert(key.to_string(), held.saturating_sub(mine));
+            others.insert(key.to_string(), (held + spares).saturating_sub(mine));
             synced.keys.push(KeySync {
                 health: parse_health(&health),
                 readings: parse_readings(&readings),
                 held,
+                spares,
             });
         }
         *lock(&self.others) = others;
@@ -740,15 +876,12 @@ impl Cluster {
         let ttl = in_flight.request_timeout.as_millis() as u64 + 1000;
         for (key, pending) in &in_flight.pending {
             for _ in 0..*pending {
-                let member = format!(
-                    "r:{}:{}",
-                    self.boot,
-                    self.seq.fetch_add(1, Ordering::Relaxed)
-                );
+                let member = self.next_member("r");
                 pipe.cmd("EVAL")
                     .arg(scripts::ACQUIRE)
-                    .arg(1)
+                    .arg(2)
                     .arg(self.layout.leases(key))
+                    .arg(self.layout.spares(key))
                     .arg(member)
                     .arg(u32::MAX)
                     .arg(ttl)
@@ -855,9 +988,10 @@ impl Cluster {
             for (key, members) in list {
                 let mut cmd = redis::cmd("EVAL");
                 cmd.arg(scripts::RENEW)
-                    .arg(2)
+                    .arg(3)
                     .arg(self.layout.leases(&key))
                     .arg(self.layout.released(&key))
+                    .arg(self.layout.spares(&key))
                     .arg(self.lease_ttl_ms())
                     .arg(if restore { "1" } else { "0" })
                     .arg(&members);
@@ -870,16 +1004,27 @@ impl Cluster {
                         entry.in_redis = true;
                     }
                 }
+                let mut spares_gone = Vec::new();
                 for member in missing {
                     // A pending lease is its request's until the request ends; only tasks'
-                    // leases are released by other replicas.
-                    if member.starts_with("t:") {
+                    // leases are released by other replicas. A spare that expired is no
+                    // thread any more.
+                    if member.starts_with("s:") {
+                        held.remove(&member);
+                        spares_gone.push(member);
+                    } else if member.starts_with("t:") {
                         if let Some(Held {
                             task: Some(task), ..
                         }) = held.remove(&member)
                         {
                             ended.push(task);
                         }
+                    }
+                }
+                drop(held);
+                if !spares_gone.is_empty() {
+                    if let Some(stock) = lock(&self.spares).get_mut(&key) {
+                        stock.retain(|(member, _)| !spares_gone.contains(member));
                     }
                 }
             }
@@ -970,6 +1115,7 @@ impl Cluster {
         cmd: redis::Cmd,
     ) -> Result<T, ClusterError> {
         let mut conn = self.conn.clone();
+        self.round_trips[op as usize].fetch_add(1, Ordering::Relaxed);
         let result =
             tokio::time::timeout(self.config.timeout, cmd.query_async::<T>(&mut conn)).await;
         self.judge(op, result)
@@ -981,6 +1127,7 @@ impl Cluster {
         pipe: redis::Pipeline,
     ) -> Result<T, ClusterError> {
         let mut conn = self.conn.clone();
+        self.round_trips[op as usize].fetch_add(1, Ordering::Relaxed);
         let result =
             tokio::time::timeout(self.config.timeout, pipe.query_async::<T>(&mut conn)).await;
         self.judge(op, result)
@@ -1020,7 +1167,11 @@ impl Drop for SharedLease {
         };
         lock(&self.cluster.held).remove(&member);
         let cluster = self.cluster.clone();
-        let leases = cluster.layout.leases(&self.key);
+        let leases = if member.starts_with("s:") {
+            cluster.layout.spares(&self.key)
+        } else {
+            cluster.layout.leases(&self.key)
+        };
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {
                 let mut cmd = redis::cmd("ZREM");

@@ -154,6 +154,8 @@ pub async fn sync_once(app: &App, cluster: &Cluster, seen: &mut Seen) {
         return;
     };
     let mut freed = false;
+    let now = Instant::now();
+    let mut shrunk = Vec::new();
     for (key, state) in keys.iter().zip(&synced.keys) {
         if let Some(health) = &state.health {
             let first = !seen.contains_key(&key.name);
@@ -168,7 +170,15 @@ pub async fn sync_once(app: &App, cluster: &Cluster, seen: &mut Seen) {
             }
         }
         freed |= adopt_counts(app, cluster, key, state);
+        // Spares are for a key that takes tasks and has room for them.
+        let limit = snapshot.pool.fleet_limit(key);
+        if state.held.saturating_add(state.spares) > limit
+            || app.health().view(key.id, now).state != StateKind::Active
+        {
+            shrunk.push(Arc::from(key.name.as_str()));
+        }
     }
+    cluster.trim_spares(&shrunk).await;
     if let Some(until) = synced.pause_until_ms {
         let left = until.saturating_sub(unix_ms(SystemTime::now()));
         if left > 0 && app.upstream_paused().is_none() {
@@ -192,8 +202,13 @@ fn adopt_counts(app: &App, cluster: &Cluster, key: &KeyEntry, state: &KeySync) -
             .store(readings.external, Ordering::Relaxed);
     }
     key.stats.fleet.held.store(state.held, Ordering::Relaxed);
+    key.stats
+        .fleet
+        .spares
+        .store(state.spares, Ordering::Relaxed);
     let full = key.stats.fleet.full_until().is_some();
-    if full && state.held < app.snapshot().pool.fleet_limit(key) {
+    let taken = state.held.saturating_add(state.spares);
+    if full && taken < app.snapshot().pool.fleet_limit(key) {
         key.stats.fleet.set_full(None);
         return true;
     }

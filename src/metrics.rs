@@ -333,6 +333,11 @@ pub struct Metrics {
     /// `[cluster]` only: failed Redis calls by operation, mirrored from the cluster's own
     /// counts at scrape time.
     cluster_errors: IntCounterVec,
+    /// `[cluster]` only: Redis round trips by operation, mirrored at scrape time.
+    cluster_round_trips: IntCounterVec,
+    /// `[cluster]` only: each key's spares across the fleet (threads replicas took ahead
+    /// for their next submits), as last synced; the same on every replica.
+    cluster_spares: IntGaugeVec,
     /// `[cluster]` only: replicas seen alive at the last heartbeat.
     cluster_replicas: IntGaugeVec,
     /// `[cluster]` only: pins waiting for Redis to return.
@@ -394,6 +399,22 @@ impl Metrics {
                     "keyrelay_cluster_errors_total",
                     "Redis calls that failed or timed out, by operation.",
                     &["op"]
+                )?
+            ),
+            cluster_round_trips: register!(
+                r,
+                counter(
+                    "keyrelay_cluster_round_trips_total",
+                    "Round trips to Redis (one command or one pipeline each), by operation, failed ones included.",
+                    &["op"]
+                )?
+            ),
+            cluster_spares: register!(
+                r,
+                cluster(
+                    "keyrelay_cluster_spares",
+                    "Threads of the key the fleet's replicas took ahead for their next submits, as last synced: not in use, not free; the same on every replica: use max(), not sum().",
+                    &["key"]
                 )?
             ),
             cluster_replicas: register!(
@@ -943,6 +964,8 @@ impl Metrics {
         for &op in ClusterOp::ALL {
             let counter = self.cluster_errors.with_label_values(&[op.label()]);
             counter.inc_by(cluster.errors(op).saturating_sub(counter.get()));
+            let counter = self.cluster_round_trips.with_label_values(&[op.label()]);
+            counter.inc_by(cluster.round_trips(op).saturating_sub(counter.get()));
         }
         for key in pool.keys() {
             self.cluster_threads_held
@@ -951,6 +974,14 @@ impl Metrics {
                     key.stats
                         .fleet
                         .held
+                        .load(std::sync::atomic::Ordering::Relaxed),
+                ));
+            self.cluster_spares
+                .with_label_values(&[key.name.as_str()])
+                .set(i64::from(
+                    key.stats
+                        .fleet
+                        .spares
                         .load(std::sync::atomic::Ordering::Relaxed),
                 ));
         }

@@ -70,8 +70,11 @@ pub struct KeyStats {
 pub struct FleetView {
     /// Threads the service works on beyond the fleet's leases, as the refresher read them.
     pub external: AtomicU32,
-    /// Threads held across the fleet at the last sync.
+    /// Threads held across the fleet at the last sync: in use.
     pub held: AtomicU32,
+    /// Spares across the fleet at the last sync: taken ahead by replicas for their next
+    /// submits, so neither in use nor free.
+    pub spares: AtomicU32,
     /// Redis said every thread is held: the key counts as full until then, so that submits
     /// move on (or wait) without asking again at once.
     full_until: Mutex<Option<Instant>>,

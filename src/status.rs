@@ -75,6 +75,10 @@ pub struct KeyStatus {
     /// `[cluster]` only: threads held across the fleet at the last sync.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fleet_threads_in_use: Option<u32>,
+    /// `[cluster]` only: threads the replicas took ahead for their next submits at the last
+    /// sync (held, so not free, but not in use).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fleet_spares: Option<u32>,
     pub tier: u32,
     pub last_error: Option<LastError>,
     pub counts: Counts,
@@ -138,6 +142,12 @@ pub fn pool_status(app: &App) -> PoolStatus {
                     key.stats
                         .fleet
                         .held
+                        .load(std::sync::atomic::Ordering::Relaxed)
+                }),
+                fleet_spares: app.cluster().map(|_| {
+                    key.stats
+                        .fleet
+                        .spares
                         .load(std::sync::atomic::Ordering::Relaxed)
                 }),
                 tier: key.tier,

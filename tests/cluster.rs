@@ -112,8 +112,17 @@ impl Redis {
 
     /// Every lease member of a key's set (expired ones included).
     fn leases(&self, key: &str) -> Vec<String> {
+        self.members(&format!("keyrelay:key:{{{key}}}:leases"))
+    }
+
+    /// Every spare of a key (expired ones included).
+    fn spares(&self, key: &str) -> Vec<String> {
+        self.members(&format!("keyrelay:key:{{{key}}}:spares"))
+    }
+
+    fn members(&self, set: &str) -> Vec<String> {
         redis::cmd("ZRANGE")
-            .arg(format!("keyrelay:key:{{{key}}}:leases"))
+            .arg(set)
             .arg(0)
             .arg(-1)
             .query(&mut self.conn())
@@ -128,20 +137,28 @@ impl Drop for Redis {
 }
 
 async fn sim() -> SimHandle {
+    sim_with(THREADS).await
+}
+
+async fn sim_with(threads: u32) -> SimHandle {
     let mut sim = Simulator::new().polls_to_ready(2);
     for (_, key) in KEYS {
         let mut k = SimKey::valid(key);
-        k.threads = THREADS;
+        k.threads = threads;
         sim = sim.key(k);
     }
     sim.spawn().await.expect("simulator binds 127.0.0.1:0")
 }
 
 fn replica_config(sim: &SimHandle, redis: &Redis, name: &str) -> Config {
+    replica_config_with(sim, redis, name, THREADS)
+}
+
+fn replica_config_with(sim: &SimHandle, redis: &Redis, name: &str, threads: u32) -> Config {
     let keys: Vec<(&str, &str, f64)> = KEYS.iter().map(|(n, k)| (*n, *k, 1.0)).collect();
     let mut config = config_for(sim, &keys);
     for key in &mut config.keys {
-        key.threads = Some(THREADS);
+        key.threads = Some(threads);
     }
     config.capacity.queue_timeout = Duration::from_secs(60);
     config.cluster = Some(Cluster {
@@ -390,6 +407,7 @@ async fn submits_whose_callers_leave_leave_no_lease_behind() {
         "some submits were accepted before their wait ran out"
     );
     eventually_async_leases(&redis, tasks).await;
+    eventually_no_spares(&redis, &replicas).await;
 }
 
 /// Waits until only tasks' leases are left, one per task the simulator is working on.
@@ -485,8 +503,13 @@ async fn wait_done(
 /// No key over its threads, and no busy answer from the upstream: the simulator refuses a
 /// task beyond its threads, so its peak alone proves nothing.
 fn assert_never_overfilled(sim: &SimHandle, replicas: &[Harness]) {
+    assert_never_overfilled_at(sim, replicas, THREADS);
+}
+
+fn assert_never_overfilled_at(sim: &SimHandle, replicas: &[Harness], threads: u32) {
     for (_, key) in KEYS {
-        assert!(sim.peak_threads(key) <= THREADS);
+        let peak = sim.peak_threads(key);
+        assert!(peak <= threads, "peak {peak} threads of {threads} on {key}");
     }
     for replica in replicas {
         let text = replica.app.render_metrics();
@@ -687,6 +710,133 @@ async fn a_killed_replicas_threads_come_back_and_its_tasks_stay_pollable() {
     for replica in &survivors {
         assert_eq!(probes(replica), 0.0, "found through Redis, not by probing");
     }
+}
+
+/// Leases, spares and round trips of a replica, by the metric names operators read.
+fn round_trips(replica: &Harness, op: &str) -> f64 {
+    let text = replica.app.render_metrics();
+    metric(
+        &text,
+        &format!("keyrelay_cluster_round_trips_total{{op=\"{op}\"}}"),
+    )
+    .unwrap_or(0.0)
+}
+
+fn all_spares(redis: &Redis) -> Vec<String> {
+    KEYS.iter()
+        .flat_map(|(name, _)| redis.spares(name))
+        .collect()
+}
+
+/// Waits until the fleet holds no spare in Redis or locally: unused ones go back by
+/// themselves within `SPARE_IDLE` and a sync.
+async fn eventually_no_spares(redis: &Redis, replicas: &[Harness]) {
+    for _ in 0..1000 {
+        let local: usize = replicas
+            .iter()
+            .filter_map(|r| r.app.cluster().cloned())
+            .map(|c| KEYS.iter().map(|(n, _)| c.spares_ready(n)).sum::<usize>())
+            .sum();
+        if all_spares(redis).is_empty() && local == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("spares left behind: {:?}", all_spares(redis));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_submit_on_the_success_path_costs_one_round_trip_once_a_spare_is_ready() {
+    let Some(redis) = Redis::start() else { return };
+    let sim = sim_with(20).await;
+    let config = replica_config_with(&sim, &redis, "kr-1", 20);
+    let replica = Harness::start_without_refresh_wait(sim.clone(), config).await;
+    wait_shared(&replica).await;
+    let (acquires, pins) = (
+        round_trips(&replica, "acquire"),
+        round_trips(&replica, "pin"),
+    );
+    let mut made = Vec::new();
+    for _ in 0..30 {
+        made.push(submit(&replica).await);
+    }
+    let acquired = round_trips(&replica, "acquire") - acquires;
+    let pinned = round_trips(&replica, "pin") - pins;
+    assert_eq!(pinned, 30.0, "one pin round trip per accepted submit");
+    // The first submit of each key takes its lease on its own; every later one uses the
+    // spare the previous pin took.
+    assert!(
+        acquired <= 3.0,
+        "{acquired} acquire round trips for 30 submits"
+    );
+    // Spares are not threads in use: the fleet counts one lease per open task.
+    let leases: usize = KEYS.iter().map(|(n, _)| redis.leases(n).len()).sum();
+    assert_eq!(leases, made.len(), "one lease per open task");
+    assert!(!all_spares(&redis).is_empty(), "the replica holds a spare");
+    for (id, key) in &made {
+        let (_, polled) = poll(&replica, *id).await;
+        assert_eq!(polled.as_deref(), Some(key.as_str()));
+    }
+    // Idle, the spares go back; the open tasks keep their leases.
+    eventually_no_spares(&redis, std::slice::from_ref(&replica)).await;
+    let leases: usize = KEYS.iter().map(|(n, _)| redis.leases(n).len()).sum();
+    assert_eq!(
+        leases,
+        made.len(),
+        "tasks' leases untouched by the spares' return"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn spares_never_let_the_fleet_overfill_a_key_and_go_back_when_idle() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let Some(redis) = Redis::start() else { return };
+    const THREADS_HERE: u32 = 8;
+    let sim = sim_with(THREADS_HERE).await;
+    let mut replicas = Vec::new();
+    for name in ["kr-1", "kr-2"] {
+        let config = replica_config_with(&sim, &redis, name, THREADS_HERE);
+        replicas.push(Harness::start_without_refresh_wait(sim.clone(), config).await);
+    }
+    for replica in &replicas {
+        wait_shared(replica).await;
+    }
+    wait_fleet(&replicas, 2).await;
+    let replicas = Arc::new(replicas);
+    // Light load first: with room to spare, most submits use a spare and need no acquire
+    // round trip. Then more loops than the fleet has threads: spares are refused once the
+    // keys fill, and whatever they hold still counts against each key.
+    for (loops, tasks, light) in [(6, 120, true), (40, 300, false)] {
+        let (stop, done) = (
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicUsize::new(0)),
+        );
+        let acquires: f64 = replicas.iter().map(|r| round_trips(r, "acquire")).sum();
+        let handles = run_loops(&replicas, loops, &stop, &done);
+        wait_done(&done, tasks, &replicas, "loops with spares").await;
+        stop.store(true, Ordering::Relaxed);
+        let mut made = 0;
+        for handle in handles {
+            made += handle.await.expect("a loop").len();
+        }
+        assert_never_overfilled_at(&sim, &replicas, THREADS_HERE);
+        let acquired = replicas
+            .iter()
+            .map(|r| round_trips(r, "acquire"))
+            .sum::<f64>()
+            - acquires;
+        if light {
+            assert!(
+                acquired * 2.0 < made as f64,
+                "spares served most submits: {acquired} acquires for {made} submits"
+            );
+        }
+    }
+    for replica in replicas.iter() {
+        assert_eq!(probes(replica), 0.0, "no replica probed");
+    }
+    eventually_async_leases(&redis, 0).await;
+    eventually_no_spares(&redis, &replicas).await;
 }
 
 fn write_binary_config(dir: &Path, sim: &SimHandle, redis: &Redis) -> PathBuf {

@@ -20,6 +20,12 @@ impl Layout {
         format!("{}:key:{{{key}}}:leases", self.prefix)
     }
 
+    /// Sorted set: the key's spares (threads a replica took ahead for its next submits),
+    /// scored by expiry.
+    pub fn spares(&self, key: &str) -> String {
+        format!("{}:key:{{{key}}}:spares", self.prefix)
+    }
+
     /// Sorted set: tasks of the key whose final answer was seen, scored by when (Redis time,
     /// ms), kept for the pin TTL.
     pub fn released(&self, key: &str) -> String {
@@ -83,6 +89,7 @@ mod tests {
         let layout = Layout::new("kr");
         for name in [
             layout.leases("a"),
+            layout.spares("a"),
             layout.released("a"),
             layout.health("a"),
             layout.readings("a"),

@@ -2,16 +2,19 @@
 //! that the check and the change are one atomic step whatever the replicas' clocks say.
 //!
 //! A key's leases are one sorted set: each member is a lease, scored by the Redis time (ms)
-//! at which it expires unless renewed. Every script first drops the expired members, so an
-//! abandoned lease costs nothing once its time is up.
+//! at which it expires unless renewed. Its spares (threads a replica took ahead for its next
+//! submits, see `Cluster::pin`) are a second sorted set of the same kind: they count against
+//! the key's threads like leases, but not as threads in use. Every script first drops the
+//! expired members, so an abandoned lease costs nothing once its time is up.
 
-/// KEYS[1] the key's lease set. ARGV: member, limit, ttl ms.
-/// Returns `{granted (0/1), leases held after}`.
+/// KEYS[1] the key's lease set, KEYS[2] its spare set. ARGV: member, limit, ttl ms.
+/// Returns `{granted (0/1), leases and spares held after}`.
 pub const ACQUIRE: &str = r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-local held = redis.call('ZCARD', KEYS[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+local held = redis.call('ZCARD', KEYS[1]) + redis.call('ZCARD', KEYS[2])
 if held >= tonumber(ARGV[2]) then
   return {0, held}
 end
@@ -20,41 +23,70 @@ redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]) * 4)
 return {1, held + 1}
 ";
 
-/// KEYS[1] the key's lease set. ARGV: old member, new member, ttl ms. The lease a submit
-/// took becomes its task's, under a name any replica can release. Returns 1, or 0 if the
-/// old lease had expired (it is then taken again: the task exists upstream and holds a
-/// thread whatever Redis thought).
-pub const RENAME: &str = r"
+/// KEYS[1] the key's lease set, KEYS[2] its spare set. ARGV: old member, new member, ttl
+/// ms, spare member ('' for none), limit, margin. The lease (or spare) a submit took becomes
+/// its task's, under a name any replica can release; if the old one had expired it is taken
+/// again (the task exists upstream and holds a thread whatever Redis thought). Then, if a
+/// spare member is given, it is added while at least `margin` threads stay free after it,
+/// so that the next submit on this replica needs no round trip of its own and every other
+/// replica can still take a thread. Returns `{had the old one (0/1), spare granted (0/1)}`.
+pub const KEEP: &str = r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local had = redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[2])
-redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]) * 4)
-return had
+local ttl = tonumber(ARGV[3])
+local had = redis.call('ZREM', KEYS[1], ARGV[1]) + redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('ZADD', KEYS[1], now + ttl, ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ttl * 4)
+if ARGV[4] == '' then
+  return {had, 0}
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+local held = redis.call('ZCARD', KEYS[1]) + redis.call('ZCARD', KEYS[2])
+if held + 1 + tonumber(ARGV[6]) > tonumber(ARGV[5]) then
+  return {had, 0}
+end
+redis.call('ZADD', KEYS[2], now + ttl, ARGV[4])
+redis.call('PEXPIRE', KEYS[2], ttl * 4)
+return {had, 1}
 ";
 
-/// KEYS[1] the key's lease set, KEYS[2] its released set. ARGV: ttl ms, restore (0/1),
-/// then members. Pushes each member's expiry forward. A member that is gone (released by the
-/// replica that saw its task's final answer, or expired) is returned. With `restore` (Redis
-/// came back, or lost its data) a gone member is added back instead, unless the released set
-/// says another replica saw its task end. Returns the members gone for good.
+/// KEYS[1] the key's lease set, KEYS[2] its released set, KEYS[3] its spare set. ARGV: ttl
+/// ms, restore (0/1), then members. Pushes each member's expiry forward (a spare's, members
+/// named `s:`, in the spare set). A member that is gone (released by the replica that saw
+/// its task's final answer, or expired) is returned. With `restore` (Redis came back, or lost
+/// its data) a gone lease is added back instead, unless the released set says another
+/// replica saw its task end; a gone spare never is, since no thread stands behind it.
+/// Returns the members gone for good.
 pub const RENEW: &str = r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
 local ttl = tonumber(ARGV[1])
 local restore = ARGV[2] == '1'
 local missing = {}
+local spares = false
 for i = 3, #ARGV do
-  local live = redis.call('ZSCORE', KEYS[1], ARGV[i])
-  if live or (restore and not redis.call('ZSCORE', KEYS[2], ARGV[i])) then
-    redis.call('ZADD', KEYS[1], now + ttl, ARGV[i])
+  local m = ARGV[i]
+  if string.sub(m, 1, 2) == 's:' then
+    if redis.call('ZSCORE', KEYS[3], m) then
+      redis.call('ZADD', KEYS[3], now + ttl, m)
+      spares = true
+    else
+      missing[#missing + 1] = m
+    end
+  elseif redis.call('ZSCORE', KEYS[1], m) or (restore and not redis.call('ZSCORE', KEYS[2], m)) then
+    redis.call('ZADD', KEYS[1], now + ttl, m)
   else
-    missing[#missing + 1] = ARGV[i]
+    missing[#missing + 1] = m
   end
 end
 if #ARGV > 2 then
   redis.call('PEXPIRE', KEYS[1], ttl * 4)
+end
+if spares then
+  redis.call('PEXPIRE', KEYS[3], ttl * 4)
 end
 return missing
 ";
@@ -72,12 +104,14 @@ redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[2]))
 return 1
 ";
 
-/// KEYS[1] the key's lease set. Returns the live leases' count.
+/// KEYS[1] the key's lease set, KEYS[2] its spare set. Returns `{live leases, live
+/// spares}`.
 pub const COUNT: &str = r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-return redis.call('ZCARD', KEYS[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+return {redis.call('ZCARD', KEYS[1]), redis.call('ZCARD', KEYS[2])}
 ";
 
 /// KEYS[1] the replica set. ARGV: this replica, its timeout ms. Records the heartbeat,

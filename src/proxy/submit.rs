@@ -331,7 +331,8 @@ async fn answer(
             // Before the caller has the id: a poll on any replica must find its key. After
             // the local open, so that the fleet never holds a task this replica does not.
             let token = ctx.token.as_ref().map_or("", |t| &*t.name);
-            cluster.pin(shared, id, &key.name, token).await;
+            let limit = ctx.snapshot.pool.fleet_limit(key);
+            cluster.pin(shared, id, &key.name, token, limit).await;
         }
         ctx.app.emit(|| Event::Pinned {
             key: key.name.clone(),
