@@ -59,6 +59,7 @@ pub mod health;
 pub mod host;
 pub mod key_id;
 pub mod metrics;
+pub mod online_check;
 pub mod pins;
 pub mod pool;
 pub mod proxy;

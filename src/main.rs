@@ -45,7 +45,12 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Validate the configuration and print the pool (never the keys themselves).
-    Check,
+    Check {
+        /// Also ask the upstream about every key (balance, threads) and fail unless at
+        /// least two are usable.
+        #[arg(long)]
+        online: bool,
+    },
     /// Run the built-in CaptchaAI simulator, to try scripts without spending real threads.
     Simulate {
         /// Address to listen on.
@@ -174,10 +179,13 @@ async fn dispatch(cli: Cli, threads: usize) -> anyhow::Result<()> {
     };
     match cli.command {
         None => serve(&config, threads).await,
-        Some(Command::Check) => {
+        Some(Command::Check { online }) => {
             let loaded = load_config(&config)?;
             println!("{} is valid", config.path().display());
             print!("{}", loaded.summary());
+            if online {
+                check_online(&loaded).await?;
+            }
             Ok(())
         }
         Some(Command::Simulate {
@@ -189,6 +197,23 @@ async fn dispatch(cli: Cli, threads: usize) -> anyhow::Result<()> {
         Some(Command::Ca { pem }) => ca(&config, pem),
         Some(Command::Ctl { url, action }) => ctl(&config, url.as_deref(), action).await,
     }
+}
+
+/// `keyrelay check --online`: the upstream's table of the keys, and an error (so a
+/// non-zero exit) when fewer than two are usable.
+async fn check_online(config: &Config) -> anyhow::Result<()> {
+    use keyrelay::online_check::{self, MIN_USABLE};
+    let report = online_check::run(config).await?;
+    println!();
+    print!("{}", report.render());
+    anyhow::ensure!(
+        report.passes(),
+        "only {} usable key(s) of {}: keyrelay needs at least {MIN_USABLE} to fail over \
+         (the KeyrelayFewerThanTwoKeysActive alert's threshold)",
+        report.usable(),
+        report.rows.len()
+    );
+    Ok(())
 }
 
 /// `keyrelay ca`: the CA certificate's path and, for each client family, how to trust
