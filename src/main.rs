@@ -17,13 +17,21 @@ use keyrelay::{App, Config};
 use tokio::net::TcpListener;
 use tracing_subscriber::EnvFilter;
 
+/// The version `--version` prints: the crate's, and the commit it was built from.
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("KEYRELAY_COMMIT"),
+    ")"
+);
+
 /// A key-rotating proxy for CaptchaAI's 2captcha-compatible in.php / res.php API.
 ///
 /// Point a script's base URL at keyrelay instead of https://ocr.captchaai.com; keyrelay puts
 /// a key from its pool on every request, fails over between keys, and polls each task with
 /// the key that created it.
 #[derive(Parser)]
-#[command(version, about, long_about)]
+#[command(version = VERSION, about, long_about)]
 struct Cli {
     /// The configuration file [default: proxy.toml in the current directory].
     #[arg(long, short, global = true, value_name = "PATH")]
