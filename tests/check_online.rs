@@ -153,3 +153,58 @@ async fn an_unreachable_upstream_is_an_error_about_the_upstream_not_the_keys() {
     );
     assert_no_full_key(&text, &[USABLE_A, USABLE_B]);
 }
+
+/// The README's command, as it shows it.
+const README_COMMAND: &str = "keyrelay check --online --config proxy.toml";
+
+#[tokio::test]
+async fn the_readme_command_passes_on_the_shipped_config_and_simulator() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .expect("README.md reads");
+    assert!(
+        readme.contains(README_COMMAND),
+        "README.md no longer shows it"
+    );
+    // The shipped config with its two simulator keys, pointed at a simulator on an
+    // ephemeral port instead of the README's 9000.
+    let mut sim = Simulator::new();
+    for key in keyrelay::sim::DEFAULT_KEYS {
+        sim = sim.key(SimKey::valid(key));
+    }
+    let sim = sim.spawn().await.unwrap();
+    let shipped = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/proxy.toml"))
+        .expect("proxy.toml reads");
+    let moved = shipped.replace(
+        "upstream = \"http://127.0.0.1:9000\"",
+        &format!("upstream = \"{}\"", sim.url()),
+    );
+    assert_ne!(moved, shipped, "proxy.toml's upstream line changed");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("proxy.toml"), moved).unwrap();
+    let args: Vec<String> = README_COMMAND
+        .split_whitespace()
+        .skip(1)
+        .map(str::to_owned)
+        .collect();
+    let cwd = dir.path().to_owned();
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_keyrelay"))
+            .args(&args)
+            .current_dir(cwd)
+            .env_remove("RUST_LOG")
+            .output()
+            .expect("keyrelay runs")
+    })
+    .await
+    .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(row(&text, "sim-a").contains("usable"), "{text}");
+    assert!(row(&text, "sim-b").contains("usable"), "{text}");
+    assert_no_full_key(&text, &keyrelay::sim::DEFAULT_KEYS);
+    sim.shutdown().await;
+}
