@@ -43,6 +43,10 @@
 //! - [`app`]: the shared handle tying these together, the bottom of the request path.
 //! - [`sim`]: the built-in CaptchaAI simulator used by tests, benchmarks and [`demo`].
 
+/// The git commit keyrelay was built from (12 hex digits), or `unknown` for a build with
+/// neither `.git` nor `KEYRELAY_GIT_COMMIT` (build.rs).
+pub const BUILD_COMMIT: &str = env!("KEYRELAY_COMMIT");
+
 pub mod admin;
 pub mod api_key;
 pub mod app;
@@ -59,6 +63,7 @@ pub mod health;
 pub mod host;
 pub mod key_id;
 pub mod metrics;
+pub mod online_check;
 pub mod pins;
 pub mod pool;
 pub mod proxy;

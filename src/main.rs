@@ -17,13 +17,21 @@ use keyrelay::{App, Config};
 use tokio::net::TcpListener;
 use tracing_subscriber::EnvFilter;
 
+/// The version `--version` prints: the crate's, and the commit it was built from.
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("KEYRELAY_COMMIT"),
+    ")"
+);
+
 /// A key-rotating proxy for CaptchaAI's 2captcha-compatible in.php / res.php API.
 ///
 /// Point a script's base URL at keyrelay instead of https://ocr.captchaai.com; keyrelay puts
 /// a key from its pool on every request, fails over between keys, and polls each task with
 /// the key that created it.
 #[derive(Parser)]
-#[command(version, about, long_about)]
+#[command(version = VERSION, about, long_about)]
 struct Cli {
     /// The configuration file [default: proxy.toml in the current directory].
     #[arg(long, short, global = true, value_name = "PATH")]
@@ -45,7 +53,12 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Validate the configuration and print the pool (never the keys themselves).
-    Check,
+    Check {
+        /// Also ask the upstream about every key (balance, threads) and fail unless at
+        /// least two are usable.
+        #[arg(long)]
+        online: bool,
+    },
     /// Run the built-in CaptchaAI simulator, to try scripts without spending real threads.
     Simulate {
         /// Address to listen on.
@@ -174,10 +187,13 @@ async fn dispatch(cli: Cli, threads: usize) -> anyhow::Result<()> {
     };
     match cli.command {
         None => serve(&config, threads).await,
-        Some(Command::Check) => {
+        Some(Command::Check { online }) => {
             let loaded = load_config(&config)?;
             println!("{} is valid", config.path().display());
             print!("{}", loaded.summary());
+            if online {
+                check_online(&loaded).await?;
+            }
             Ok(())
         }
         Some(Command::Simulate {
@@ -189,6 +205,23 @@ async fn dispatch(cli: Cli, threads: usize) -> anyhow::Result<()> {
         Some(Command::Ca { pem }) => ca(&config, pem),
         Some(Command::Ctl { url, action }) => ctl(&config, url.as_deref(), action).await,
     }
+}
+
+/// `keyrelay check --online`: the upstream's table of the keys, and an error (so a
+/// non-zero exit) when fewer than two are usable.
+async fn check_online(config: &Config) -> anyhow::Result<()> {
+    use keyrelay::online_check::{self, MIN_USABLE};
+    let report = online_check::run(config).await?;
+    println!();
+    print!("{}", report.render());
+    anyhow::ensure!(
+        report.passes(),
+        "only {} usable key(s) of {}: keyrelay needs at least {MIN_USABLE} to fail over \
+         (the KeyrelayFewerThanTwoKeysActive alert's threshold)",
+        report.usable(),
+        report.rows.len()
+    );
+    Ok(())
 }
 
 /// `keyrelay ca`: the CA certificate's path and, for each client family, how to trust

@@ -364,12 +364,15 @@ impl Metrics {
         let build_info = register!(
             r,
             IntGaugeVec::new(
-                Opts::new("keyrelay_build_info", "keyrelay's version; always 1."),
-                &["version"],
+                Opts::new(
+                    "keyrelay_build_info",
+                    "keyrelay's version and git commit; always 1."
+                ),
+                &["version", "commit"],
             )?
         );
         build_info
-            .with_label_values(&[env!("CARGO_PKG_VERSION")])
+            .with_label_values(&[env!("CARGO_PKG_VERSION"), crate::BUILD_COMMIT])
             .set(1);
         let per_key = |name: &str, help: &str| IntGaugeVec::new(Opts::new(name, help), &["key"]);
         let counter = |name: &str, help: &str, labels: &[&str]| {

@@ -39,12 +39,31 @@ fn help_lists_the_commands() {
 }
 
 #[test]
-fn version_prints_the_crate_version() {
+fn version_prints_the_crate_version_and_commit() {
     let out = keyrelay(&["--version"]);
     assert!(out.status.success());
     assert_eq!(
         stdout(&out).trim(),
-        format!("keyrelay {}", env!("CARGO_PKG_VERSION"))
+        format!(
+            "keyrelay {} ({})",
+            env!("CARGO_PKG_VERSION"),
+            keyrelay::BUILD_COMMIT
+        )
+    );
+}
+
+/// Built from a checkout (as here and in CI), the commit is the checkout's HEAD.
+#[test]
+fn the_build_commit_is_the_checkouts_head() {
+    let head = Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("git runs");
+    assert!(head.status.success(), "not a git checkout");
+    assert_eq!(
+        keyrelay::BUILD_COMMIT,
+        String::from_utf8_lossy(&head.stdout).trim()
     );
 }
 

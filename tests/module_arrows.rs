@@ -230,8 +230,9 @@ const LAYERS: &[&[&str]] = &[
     &["admin"],
     &["proxy", "reload"],
     &["server"],
-    // Binaries' commands: the demo, and `keyrelay ctl`, the admin API's client.
-    &["demo", "ctl"],
+    // Binaries' commands: the demo, `keyrelay ctl`, the admin API's client, and
+    // `keyrelay check --online`, the upstream's word on every key.
+    &["demo", "ctl", "online_check"],
 ];
 
 /// `crate::` roots re-exported at the crate's root, and the modules they come from.

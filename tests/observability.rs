@@ -52,7 +52,8 @@ async fn the_metric_set_after_real_traffic() {
     };
     expect(
         &format!(
-            "keyrelay_build_info{{version=\"{}\"}}",
+            "keyrelay_build_info{{commit=\"{}\",version=\"{}\"}}",
+            keyrelay::BUILD_COMMIT,
             env!("CARGO_PKG_VERSION")
         ),
         1.0,

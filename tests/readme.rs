@@ -110,6 +110,10 @@ const KNOWN: &[(&str, &str)] = &[
         "cli::check_accepts_the_shipped_config_and_prints_the_pool_without_keys",
     ),
     (
+        "keyrelay check --online --config proxy.toml",
+        "file:tests/check_online.rs",
+    ),
+    (
         "keyrelay check",
         "cli::a_bare_keyrelay_without_a_config_says_what_to_do",
     ),

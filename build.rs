@@ -1,0 +1,66 @@
+//! Build script: stamps the git commit keyrelay was built from into `KEYRELAY_COMMIT`, for
+//! `--version` and the `keyrelay_build_info` metric. Plain `git` rather than a crate such
+//! as vergen: one short call is all this needs.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+/// The variable a build without `.git` (a tarball, a Docker context) passes the commit in.
+const COMMIT_VAR: &str = "KEYRELAY_GIT_COMMIT";
+
+fn main() {
+    println!("cargo:rerun-if-env-changed={COMMIT_VAR}");
+    let commit = from_git()
+        .or_else(from_env)
+        .unwrap_or_else(|| "unknown".to_owned());
+    println!("cargo:rustc-env=KEYRELAY_COMMIT={commit}");
+}
+
+/// `git rev-parse --short=12 HEAD`, and reruns when HEAD moves: `HEAD` itself (a checkout)
+/// and the ref it names (a commit), wherever a worktree keeps them.
+fn from_git() -> Option<String> {
+    let commit = git(&["rev-parse", "--short=12", "HEAD"])?;
+    if let Some(git_dir) = git(&["rev-parse", "--git-dir"]).map(PathBuf::from) {
+        println!("cargo:rerun-if-changed={}", git_dir.join("HEAD").display());
+    }
+    let common = git(&["rev-parse", "--git-common-dir"]).map(PathBuf::from);
+    if let (Some(common), Some(reference)) = (common, git(&["symbolic-ref", "-q", "HEAD"])) {
+        println!(
+            "cargo:rerun-if-changed={}",
+            common.join(reference).display()
+        );
+        // A ref may live only in packed-refs after `git gc`.
+        println!(
+            "cargo:rerun-if-changed={}",
+            common.join("packed-refs").display()
+        );
+    }
+    Some(commit)
+}
+
+/// The commit handed in by the builder; anything but a plain hex id is ignored, since it
+/// ends up in a metric label.
+fn from_env() -> Option<String> {
+    let value = std::env::var(COMMIT_VAR).ok()?;
+    let value = value.trim();
+    if value.is_empty() {
+        return None;
+    }
+    if value.len() > 40 || !value.chars().all(|c| c.is_ascii_hexdigit()) {
+        println!("cargo:warning={COMMIT_VAR}={value:?} is not a git commit id; ignored");
+        return None;
+    }
+    Some(value[..value.len().min(12)].to_ascii_lowercase())
+}
+
+/// One git command's trimmed output, or `None` where git or a repository is missing.
+fn git(args: &[&str]) -> Option<String> {
+    let out = Command::new("git")
+        .args(args)
+        .current_dir(std::env::var_os("CARGO_MANIFEST_DIR")?)
+        .output()
+        .ok()?;
+    let text = String::from_utf8(out.stdout).ok()?;
+    let text = text.trim();
+    (out.status.success() && !text.is_empty()).then(|| text.to_owned())
+}
