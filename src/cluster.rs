@@ -172,6 +172,11 @@ struct Held {
     in_redis: bool,
 }
 
+/// The most leases one renewal script handles: a script blocks Redis while it runs, so a
+/// replica with many open tasks renews them in several short scripts that other replicas'
+/// calls can run between, not one long one.
+const RENEW_BATCH: usize = 256;
+
 /// A spare's lease member, and when it came into the stock.
 type Spare = (String, Instant);
 
@@ -985,7 +990,13 @@ impl Cluster {
         }
         let mut ended = Vec::new();
         for (list, restore) in [(by_key, restore), (upload, true)] {
-            for (key, members) in list {
+            let chunks = list.into_iter().flat_map(|(key, members)| {
+                members
+                    .chunks(RENEW_BATCH)
+                    .map(|chunk| (key.clone(), chunk.to_vec()))
+                    .collect::<Vec<_>>()
+            });
+            for (key, members) in chunks {
                 let mut cmd = redis::cmd("EVAL");
                 cmd.arg(scripts::RENEW)
                     .arg(3)

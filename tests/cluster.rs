@@ -839,6 +839,57 @@ async fn spares_never_let_the_fleet_overfill_a_key_and_go_back_when_idle() {
     eventually_no_spares(&redis, &replicas).await;
 }
 
+/// Redis's clock, ms.
+fn redis_now_ms(redis: &Redis) -> u64 {
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query(&mut redis.conn()).expect("TIME");
+    secs * 1000 + micros / 1000
+}
+
+/// Leases of `key` whose expiry is still ahead, and the latest expiry.
+fn live_leases(redis: &Redis, key: &str) -> (usize, u64) {
+    let scored: Vec<(String, u64)> = redis::cmd("ZRANGE")
+        .arg(format!("keyrelay:key:{{{key}}}:leases"))
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .query(&mut redis.conn())
+        .expect("ZRANGE WITHSCORES");
+    let now = redis_now_ms(redis);
+    let live = scored.iter().filter(|(_, at)| *at > now).count();
+    (live, scored.iter().map(|(_, at)| *at).max().unwrap_or(0))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn many_open_tasks_keep_their_leases_past_the_lease_ttl() {
+    let Some(redis) = Redis::start() else { return };
+    // More open tasks than one renewal script takes, on one key.
+    const OPEN: u32 = 600;
+    let sim = sim_with(OPEN).await;
+    let mut config = replica_config_with(&sim, &redis, "kr-1", OPEN);
+    config.keys.truncate(1);
+    let replica = Harness::start_without_refresh_wait(sim.clone(), config).await;
+    wait_shared(&replica).await;
+    for _ in 0..OPEN {
+        submit(&replica).await;
+    }
+    let (live, first_expiry) = live_leases(&redis, "a");
+    assert_eq!(live, OPEN as usize);
+    // Past every lease's first expiry (replica_timeout after it was written), each has
+    // been renewed.
+    for _ in 0..1000 {
+        if redis_now_ms(&redis) > first_expiry + 100 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        redis_now_ms(&redis) > first_expiry,
+        "waited past the first expiry"
+    );
+    let (live, _) = live_leases(&redis, "a");
+    assert_eq!(live, OPEN as usize, "every open task's lease was renewed");
+}
+
 fn write_binary_config(dir: &Path, sim: &SimHandle, redis: &Redis) -> PathBuf {
     let mut text = format!(
         "listen = \"127.0.0.1:0\"\nupstream = \"{}\"\ndata_dir = \"{}\"\n\n",
