@@ -161,7 +161,11 @@ impl App {
         let capacity = Arc::new(Capacity::new(Box::new(MemoryLoad::new())));
         let holds = Arc::new(AdminHolds::default());
         let cluster = match &config.cluster {
-            Some(shared) => Some(Arc::new(Cluster::new(shared.clone(), config.pins.ttl)?)),
+            Some(shared) => Some(Arc::new(Cluster::new(
+                shared.clone(),
+                config.pins.ttl,
+                config.data_dir.as_deref(),
+            )?)),
             None => None,
         };
         let pool = build_pool(

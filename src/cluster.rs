@@ -10,9 +10,11 @@
 //! `replica_timeout` of its last renewal.
 
 mod layout;
+mod remembered;
 mod scripts;
 
 use std::collections::{HashMap, VecDeque};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -229,15 +231,25 @@ pub struct Cluster {
     round_trips: [AtomicU64; Op::ALL.len()],
     /// Pin TTL, for the Redis copy of each pin.
     pin_ttl: Duration,
+    /// Where the live replicas are remembered across restarts (`data_dir`), if anywhere.
+    fleet_file: Option<PathBuf>,
+    /// What that file holds.
+    remembered: Mutex<Vec<String>>,
 }
 
 impl Cluster {
     /// A handle that connects on first use: a replica starts and serves while Redis is
-    /// away, in degraded mode until a heartbeat gets through.
+    /// away, in degraded mode until a heartbeat gets through, on its share of the fleet it
+    /// last saw (remembered in `data_dir`; without one, or on a first start, it counts as
+    /// alone).
     ///
     /// # Errors
     /// The URL cannot be used (checked by config validation already).
-    pub fn new(config: config::Cluster, pin_ttl: Duration) -> Result<Cluster, ClusterError> {
+    pub fn new(
+        config: config::Cluster,
+        pin_ttl: Duration,
+        data_dir: Option<&Path>,
+    ) -> Result<Cluster, ClusterError> {
         let client = redis::Client::open(config.redis.expose())
             .map_err(|e| redis_error(Op::Heartbeat, &e))?;
         let manager = ConnectionManagerConfig::new()
@@ -248,6 +260,17 @@ impl Cluster {
         let conn = ConnectionManager::new_lazy_with_config(client.clone(), manager)
             .map_err(|e| redis_error(Op::Heartbeat, &e))?;
         let boot = format!("{}:{:08x}", config.replica, rand::random::<u32>());
+        let fleet_file = remembered::path(data_dir);
+        let live = fleet_file
+            .as_deref()
+            .map(remembered::load)
+            .unwrap_or_default();
+        if !live.is_empty() {
+            tracing::info!(
+                replicas = live.len(),
+                "the fleet last seen, for the shares until redis answers"
+            );
+        }
         Ok(Cluster {
             layout: Layout::new(&config.prefix),
             config,
@@ -264,12 +287,14 @@ impl Cluster {
             backlog: Mutex::new(VecDeque::new()),
             released: Mutex::new(VecDeque::new()),
             others: Mutex::new(HashMap::new()),
-            fleet: Mutex::new(Fleet::default()),
+            fleet: Mutex::new(Fleet { live: live.clone() }),
+            remembered: Mutex::new(live),
             epoch: Mutex::new(None),
             refresher: AtomicBool::new(false),
             errors: std::array::from_fn(|_| AtomicU64::new(0)),
             round_trips: std::array::from_fn(|_| AtomicU64::new(0)),
             pin_ttl,
+            fleet_file,
         })
     }
 
@@ -840,7 +865,8 @@ impl Cluster {
         };
         let mut live = live;
         live.pop(); // Redis's time
-        lock(&self.fleet).live = live;
+        lock(&self.fleet).live = live.clone();
+        self.remember(live).await;
         let lost_data = self.check_epoch().await;
         if !was_up {
             self.mark_up();
@@ -906,6 +932,22 @@ impl Cluster {
     /// How often [`Cluster::heartbeat`] runs.
     pub fn renew_period(&self) -> Duration {
         self.config.replica_timeout / 3
+    }
+
+    /// Keeps the live replicas in `data_dir` when they changed since last saved.
+    async fn remember(&self, live: Vec<String>) {
+        let Some(file) = &self.fleet_file else {
+            return;
+        };
+        if *lock(&self.remembered) == live {
+            return;
+        }
+        match remembered::save(file, &live).await {
+            Ok(()) => *lock(&self.remembered) = live,
+            Err(e) => {
+                tracing::warn!(error = %e, file = %file.display(), "could not remember the fleet");
+            }
+        }
     }
 
     /// Whether Redis lost its data since this replica last looked: the epoch it knew is
@@ -1255,7 +1297,7 @@ mod tests {
             timeout: Duration::from_millis(50),
             sync_interval: Duration::from_millis(500),
         };
-        Cluster::new(config, Duration::from_secs(60)).expect("valid url")
+        Cluster::new(config, Duration::from_secs(60), None).expect("valid url")
     }
 
     #[tokio::test]

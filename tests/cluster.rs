@@ -890,6 +890,55 @@ async fn many_open_tasks_keep_their_leases_past_the_lease_ttl() {
     assert_eq!(live, OPEN as usize, "every open task's lease was renewed");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replica_restarted_while_redis_is_away_takes_the_share_of_the_fleet_it_last_saw() {
+    let Some(mut redis) = Redis::start() else {
+        return;
+    };
+    let sim = sim().await;
+    let data = tempfile::tempdir().expect("temp dir");
+    let with_data = |redis: &Redis, name: &str| {
+        let mut config = replica_config(&sim, redis, name);
+        config.data_dir = Some(data.path().to_owned());
+        config
+    };
+    let mut replicas =
+        vec![Harness::start_without_refresh_wait(sim.clone(), with_data(&redis, "kr-1")).await];
+    for name in ["kr-2", "kr-3"] {
+        let config = replica_config(&sim, &redis, name);
+        replicas.push(Harness::start_without_refresh_wait(sim.clone(), config).await);
+    }
+    for replica in &replicas {
+        wait_shared(replica).await;
+    }
+    wait_fleet(&replicas, 3).await;
+    let file = data.path().join("cluster-fleet");
+    eventually("the fleet remembered in data_dir", {
+        let file = file.clone();
+        move || std::fs::read_to_string(&file).is_ok_and(|t| t.lines().count() == 3)
+    })
+    .await;
+    drop(replicas.remove(0));
+    redis.kill();
+    let restarted =
+        Harness::start_without_refresh_wait(sim.clone(), with_data(&redis, "kr-1")).await;
+    let cluster = restarted.app.cluster().cloned().expect("[cluster]");
+    assert!(!cluster.is_shared(), "no redis: degraded");
+    assert_eq!(cluster.live_replicas().len(), 3);
+    // 5 threads over 3 replicas: 2 for the first by name, not all 5.
+    assert_eq!(cluster.share(THREADS), 2);
+    let fresh = tempfile::tempdir().expect("temp dir");
+    let mut config = replica_config(&sim, &redis, "kr-9");
+    config.data_dir = Some(fresh.path().to_owned());
+    let first_start = Harness::start_without_refresh_wait(sim.clone(), config).await;
+    let alone = first_start.app.cluster().cloned().expect("[cluster]");
+    assert_eq!(
+        alone.share(THREADS),
+        THREADS,
+        "a first start has seen no fleet"
+    );
+}
+
 fn write_binary_config(dir: &Path, sim: &SimHandle, redis: &Redis) -> PathBuf {
     let mut text = format!(
         "listen = \"127.0.0.1:0\"\nupstream = \"{}\"\ndata_dir = \"{}\"\n\n",
