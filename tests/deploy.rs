@@ -374,3 +374,35 @@ fn the_kubernetes_proxy_toml_is_cluster_mode_and_every_variable_comes_from_the_s
         "keys, worker token, admin token: {asked:?}"
     );
 }
+
+#[test]
+fn the_binary_loads_no_library_the_image_lacks() {
+    // The image has glibc (base-nossl) and the libgcc_s the Dockerfile copies; nothing else.
+    let provided = [
+        "linux-vdso.so.1",
+        "libgcc_s.so.1",
+        "libm.so.6",
+        "libc.so.6",
+        "libpthread.so.0",
+        "libdl.so.2",
+        "librt.so.1",
+    ];
+    let out = Command::new("ldd")
+        .arg(env!("CARGO_BIN_EXE_keyrelay"))
+        .output()
+        .expect("ldd runs");
+    let listing = String::from_utf8(out.stdout).unwrap();
+    let libraries: Vec<&str> = listing
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|name| !name.contains("ld-linux"))
+        .collect();
+    assert!(libraries.contains(&"libc.so.6"), "{listing}");
+    for library in libraries {
+        assert!(
+            provided.contains(&library),
+            "keyrelay loads {library}, which the image does not ship:\n{listing}"
+        );
+    }
+    assert!(repo_file("Dockerfile").contains("libgcc_s.so.1"));
+}
