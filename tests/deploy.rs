@@ -39,8 +39,8 @@ fn dockerfile_array(dockerfile: &str, name: &str) -> Vec<String> {
 fn dockerfile_user(dockerfile: &str) -> (u32, u32) {
     let user = dockerfile
         .lines()
-        .filter_map(|l| l.strip_prefix("USER "))
-        .last()
+        .rev()
+        .find_map(|l| l.strip_prefix("USER "))
         .expect("the Dockerfile sets USER");
     let (uid, gid) = user.trim().split_once(':').expect("USER is uid:gid");
     (
