@@ -335,6 +335,10 @@ async fn serve(source: &ConfigPath, threads: usize) -> anyhow::Result<()> {
     // can know we run is handled rather than killing the process.
     let watcher = keyrelay::reload::watch(app.clone(), path.to_owned());
     let shutdown = keyrelay::server::shutdown_signal();
+    let shutdown = async {
+        shutdown.await;
+        tell_service_manager(Lifecycle::Stopping);
+    };
     tracing::info!(%addr, %upstream, keys, threads, "keyrelay listening");
     if let Some(admin) = admin_addr {
         // Its own line, after the one above, and not as `addr`: scripts read that one.
@@ -353,12 +357,41 @@ async fn serve(source: &ConfigPath, threads: usize) -> anyhow::Result<()> {
     };
     let (tls, cert_watcher) = tls.unzip();
     listeners.tls = tls;
+    // Every socket is bound and every signal handled: from here a connection is queued
+    // and served, which is what systemd's Type=notify waits for.
+    tell_service_manager(Lifecycle::Ready);
     keyrelay::server::run_with(listeners, app, shutdown).await?;
     watcher.abort();
     if let Some(cert_watcher) = cert_watcher {
         cert_watcher.abort();
     }
     Ok(())
+}
+
+/// Tells systemd (under `Type=notify`) that keyrelay is ready or is draining. Without
+/// `NOTIFY_SOCKET` (a shell, a container, `Type=simple`) this does nothing, and a failed
+/// send is only logged: the service manager's bookkeeping must never stop the proxy.
+fn tell_service_manager(state: Lifecycle) {
+    #[cfg(unix)]
+    {
+        let state = match state {
+            Lifecycle::Ready => sd_notify::NotifyState::Ready,
+            Lifecycle::Stopping => sd_notify::NotifyState::Stopping,
+        };
+        if let Err(e) = sd_notify::notify(&[state]) {
+            tracing::warn!(error = %e, "cannot notify the service manager");
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = state;
+}
+
+/// What `tell_service_manager` reports.
+enum Lifecycle {
+    /// Listening, with every signal handled.
+    Ready,
+    /// Draining after SIGTERM or SIGINT.
+    Stopping,
 }
 
 /// Loads the config, with an error that names the file once. `ConfigError`'s messages

@@ -332,16 +332,22 @@ pub struct Binary {
 
 impl Binary {
     pub fn spawn(args: &[&str], env: &[(&str, &str)]) -> Binary {
-        use std::io::{BufRead, BufReader};
         let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_keyrelay"));
-        command
-            .args(args)
-            .env_remove("RUST_LOG")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped());
+        command.args(args);
         for (name, value) in env {
             command.env(name, value);
         }
+        Binary::start(command)
+    }
+
+    /// Starts `command` (keyrelay, or a wrapper that runs it, such as `setpriv`), with
+    /// RUST_LOG cleared and stderr on the channel.
+    pub fn start(mut command: std::process::Command) -> Binary {
+        use std::io::{BufRead, BufReader};
+        command
+            .env_remove("RUST_LOG")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped());
         let mut child = command.spawn().expect("keyrelay starts");
         let stderr = child.stderr.take().expect("stderr is piped");
         let (tx, lines) = std::sync::mpsc::channel();
