@@ -125,6 +125,31 @@ const KNOWN: &[(&str, &str)] = &[
         "HTTPS_PROXY=http://127.0.0.1:8080 REQUESTS_CA_BUNDLE=ca.pem SSL_CERT_FILE=ca.pem python solve.py",
         "file:tests/real_clients.rs",
     ),
+    // Run as a service. systemctl needs systemd as PID 1, which CI lacks: tests/deploy.rs
+    // runs what the unit runs instead (its proxy.toml and keys.env variables, READY=1 and
+    // STOPPING=1 under Type=notify, SIGTERM's drain), tests/reload.rs the SIGHUP reload that
+    // `systemctl reload` sends, and .ci/run `systemd-analyze verify` on the unit itself.
+    (
+        "install -m 0755 target/release/keyrelay /usr/local/bin/keyrelay",
+        "file:tests/deploy.rs",
+    ),
+    ("install -d /etc/keyrelay", "file:tests/deploy.rs"),
+    (
+        "install -m 0644 deploy/systemd/proxy.toml /etc/keyrelay/proxy.toml",
+        "file:tests/deploy.rs",
+    ),
+    (
+        "install -m 0600 deploy/systemd/keys.env.example /etc/keyrelay/keys.env",
+        "file:tests/deploy.rs",
+    ),
+    (
+        "install -m 0644 deploy/systemd/keyrelay.service /etc/systemd/system/",
+        "file:tests/deploy.rs",
+    ),
+    ("systemctl daemon-reload", "file:tests/deploy.rs"),
+    ("systemctl enable --now keyrelay", "file:tests/deploy.rs"),
+    ("systemctl reload keyrelay", "file:tests/reload.rs"),
+    ("journalctl -u keyrelay -f", "file:tests/deploy.rs"),
     // The suite itself, and what CI runs around it.
     ("cargo test", "file:.ci/run"),
     ("cargo fmt --check", "file:.ci/run"),
