@@ -78,10 +78,9 @@ impl BalanceHistory {
     /// The trend at `now` from the readings in the window.
     pub fn forecast(&self, now: Instant) -> Forecast {
         let in_window = |&&(at, _): &&(Instant, f64)| now.saturating_duration_since(at) <= WINDOW;
-        let (Some(&(first_at, first)), Some(&(last_at, last))) = (
-            self.samples.iter().find(in_window),
-            self.samples.back(),
-        ) else {
+        let (Some(&(first_at, first)), Some(&(last_at, last))) =
+            (self.samples.iter().find(in_window), self.samples.back())
+        else {
             return Forecast::Learning;
         };
         let span = last_at.saturating_duration_since(first_at);
@@ -221,7 +220,11 @@ mod tests {
     #[test]
     fn a_spent_balance_runs_out_now() {
         let mut history = BalanceHistory::default();
-        let now = read(&mut history, Instant::now(), &[3.0, 2.0, 1.0, 0.5, 0.2, 0.0]);
+        let now = read(
+            &mut history,
+            Instant::now(),
+            &[3.0, 2.0, 1.0, 0.5, 0.2, 0.0],
+        );
         let Forecast::Spending { runs_out_in, .. } = history.forecast(now) else {
             panic!("expected spending");
         };
