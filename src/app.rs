@@ -517,14 +517,28 @@ impl App {
                 .metrics
                 .set_token_threads(&token.name, token.threads.in_use());
         }
+        let now = Instant::now();
         self.0.metrics.render(
             &snapshot.pool,
             &*self.0.pins,
-            self.0.capacity.queued(),
-            self.upstream_paused().is_some(),
-            self.0.cluster.as_deref(),
-            Instant::now(),
+            crate::metrics::Scene {
+                scaling: self.scaling_at(&snapshot, now),
+                brake_balance: snapshot.config.scaling.brake_balance,
+                paused: self.upstream_paused().is_some(),
+                cluster: self.0.cluster.as_deref(),
+                now,
+            },
         )
+    }
+
+    /// The `/scaling` answer: the pool-wide figures and how many workers they call for.
+    pub fn scaling(&self) -> crate::scaling::Scaling {
+        self.scaling_at(&self.snapshot(), Instant::now())
+    }
+
+    fn scaling_at(&self, snapshot: &Snapshot, now: Instant) -> crate::scaling::Scaling {
+        let figures = snapshot.pool.figures(self.0.capacity.queued(), now);
+        crate::scaling::recommend(figures, snapshot.config.scaling.brake_balance)
     }
 
     /// Applies a health event to a key, and logs, counts and announces the change if the

@@ -108,6 +108,8 @@ pub const DEFAULT_REFRESH_TIMEOUT: Duration = Duration::from_secs(15);
 /// Which key served a request is what users ask first when something looks off; the key's
 /// name is not a secret.
 pub const DEFAULT_KEY_HEADERS: bool = true;
+/// `[scaling] brake_balance`: 0, so the brake never engages until an operator sets one.
+pub const DEFAULT_BRAKE_BALANCE: f64 = 0.0;
 
 /// A lost pin turns a poll into ERROR_WRONG_CAPTCHA_ID; disk is cheap.
 pub const DEFAULT_DURABLE_PINS: bool = true;
@@ -151,6 +153,8 @@ pub struct Config {
     pub timeouts: Timeouts,
     /// What keyrelay tells callers and operators about itself.
     pub observability: Observability,
+    /// `[scaling]`: what `/scaling` and the pool gauges tell an autoscaler.
+    pub scaling: Scaling,
     /// `[tls]`: a TLS listener beside `listen`, if configured.
     pub tls: Option<Tls>,
     /// `[forward]`: the forward-proxy mode of the plain listener.
@@ -296,6 +300,21 @@ pub struct Observability {
     pub key_headers: bool,
 }
 
+/// `[scaling]`: the signals a worker autoscaler reads (`docs/scaling.md`).
+#[derive(Clone, Copy, Debug)]
+pub struct Scaling {
+    /// While the pool's total balance is below this, no new workers are wanted.
+    pub brake_balance: f64,
+}
+
+impl Default for Scaling {
+    fn default() -> Scaling {
+        Scaling {
+            brake_balance: DEFAULT_BRAKE_BALANCE,
+        }
+    }
+}
+
 /// `[limits]`: request size limits.
 #[derive(Clone, Debug)]
 pub struct Limits {
@@ -416,6 +435,7 @@ impl Config {
             limits: Limits::default(),
             timeouts: Timeouts::default(),
             observability: Observability::default(),
+            scaling: Scaling::default(),
             tls: None,
             forward: Forward::default(),
             ca: Ca::default(),

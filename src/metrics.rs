@@ -11,9 +11,11 @@ use tokio::time::Instant;
 use crate::captcha::Outcome;
 use crate::cluster::{Cluster, Op as ClusterOp};
 use crate::failover::CheckResult;
+use crate::forecast::Forecast;
 use crate::health::StateKind;
 use crate::pins::PinStore;
 use crate::pool::{AdminHold, KeyPool};
+use crate::scaling::Scaling;
 
 /// Upstream and proxy latency buckets: loopback answers take a millisecond, real submits
 /// tens of milliseconds, `solve.php` up to minutes.
@@ -345,6 +347,27 @@ pub struct Metrics {
     /// `[cluster]` only: each key's threads held across the fleet: the same figure on every
     /// replica (`scope="fleet"`), to be read with max(), never summed.
     cluster_threads_held: IntGaugeVec,
+    /// Pool-wide figures for autoscalers, by `scope`: `fleet` in cluster mode (the same on
+    /// every replica: use max()), `pool` for an instance alone.
+    pool_threads: IntGaugeVec,
+    pool_threads_in_use: IntGaugeVec,
+    pool_threads_free: IntGaugeVec,
+    pool_balance: GaugeVec,
+    scaling_brake_balance: GaugeVec,
+    /// Each key's spend an hour, and the seconds its balance lasts at that rate.
+    key_spend_per_hour: GaugeVec,
+    key_balance_runs_out: GaugeVec,
+}
+
+/// What a scrape shows beside the pool's own figures.
+pub struct Scene<'a> {
+    /// The pool-wide figures and their recommendation, as `/scaling` answers them.
+    pub scaling: Scaling,
+    pub brake_balance: f64,
+    /// All upstream traffic paused after an IP ban.
+    pub paused: bool,
+    pub cluster: Option<&'a Cluster>,
+    pub now: Instant,
 }
 
 /// Registers each metric and returns its handle.
@@ -442,6 +465,70 @@ impl Metrics {
                     "keyrelay_cluster_threads_held",
                     "Threads of the key held across the whole fleet, as last synced; the same on every replica: use max(), not sum().",
                     &["key", "scope"]
+                )?
+            ),
+            pool_threads: register!(
+                r,
+                cluster(
+                    "keyrelay_pool_threads",
+                    "Threads of the keys in rotation; scope=\"fleet\" in cluster mode (the same on every replica: use max(), not sum()).",
+                    &["scope"]
+                )?
+            ),
+            pool_threads_in_use: register!(
+                r,
+                cluster(
+                    "keyrelay_pool_threads_in_use",
+                    "Threads of the keys in rotation held by tasks; scope as keyrelay_pool_threads.",
+                    &["scope"]
+                )?
+            ),
+            pool_threads_free: register!(
+                r,
+                cluster(
+                    "keyrelay_pool_threads_free",
+                    "Threads of the keys in rotation free for a new task; scope as keyrelay_pool_threads.",
+                    &["scope"]
+                )?
+            ),
+            pool_balance: register!(
+                r,
+                GaugeVec::new(
+                    Opts::new(
+                        "keyrelay_pool_balance",
+                        "Total balance of the keys in rotation; absent while any of them is unknown. scope as keyrelay_pool_threads."
+                    ),
+                    &["scope"],
+                )?
+            ),
+            scaling_brake_balance: register!(
+                r,
+                GaugeVec::new(
+                    Opts::new(
+                        "keyrelay_scaling_brake_balance",
+                        "[scaling] brake_balance: below this pool balance no new workers are wanted."
+                    ),
+                    &["scope"],
+                )?
+            ),
+            key_spend_per_hour: register!(
+                r,
+                GaugeVec::new(
+                    Opts::new(
+                        "keyrelay_key_spend_per_hour",
+                        "The key's balance spent an hour over the last hour of readings; 0 while flat, absent while learning."
+                    ),
+                    &["key"],
+                )?
+            ),
+            key_balance_runs_out: register!(
+                r,
+                GaugeVec::new(
+                    Opts::new(
+                        "keyrelay_key_balance_runs_out_seconds",
+                        "Seconds until the key's balance runs out at its spend rate; absent while flat or learning."
+                    ),
+                    &["key"],
                 )?
             ),
             keys_active: register!(
@@ -871,20 +958,20 @@ impl Metrics {
 
     /// The text exposition. Pool gauges are computed here, at scrape time, because a cooldown
     /// ends by the clock rather than by an event that could update them.
-    pub fn render(
-        &self,
-        pool: &KeyPool,
-        pins: &dyn PinStore,
-        queued: usize,
-        paused: bool,
-        cluster: Option<&Cluster>,
-        now: Instant,
-    ) -> String {
+    pub fn render(&self, pool: &KeyPool, pins: &dyn PinStore, scene: Scene<'_>) -> String {
+        let Scene {
+            scaling,
+            brake_balance,
+            paused,
+            cluster,
+            now,
+        } = scene;
         self.upstream_paused.set(i64::from(paused));
         if let Some(cluster) = cluster {
             self.render_cluster(cluster, pool);
         }
-        self.queue_length.set(queued as i64);
+        self.render_scaling(&scaling, brake_balance, cluster.is_some());
+        self.queue_length.set(scaling.queued as i64);
         self.keys_configured.set(pool.keys().len() as i64);
         self.keys_active.set(pool.active_count(now) as i64);
         self.tasks_pinned.set(pins.len() as i64);
@@ -938,6 +1025,7 @@ impl Metrics {
                     let _ = self.key_working_threads.remove_label_values(&[name]);
                 }
             }
+            self.render_forecast(name, key.stats.forecast(now));
             let load = pool.load(key);
             self.key_tasks_in_flight
                 .with_label_values(&[name])
@@ -951,6 +1039,49 @@ impl Metrics {
             .encode(&self.registry.gather(), &mut out)
             .expect("the text encoder writes to a Vec, which cannot fail");
         String::from_utf8(out).expect("the text format is UTF-8")
+    }
+
+    fn render_scaling(&self, scaling: &Scaling, brake_balance: f64, fleet: bool) {
+        let scope = [if fleet { "fleet" } else { "pool" }];
+        let gauge = |vec: &IntGaugeVec, value: u64| {
+            vec.with_label_values(&scope)
+                .set(i64::try_from(value).unwrap_or(i64::MAX));
+        };
+        gauge(&self.pool_threads, scaling.threads_total);
+        gauge(&self.pool_threads_in_use, scaling.threads_in_use);
+        gauge(&self.pool_threads_free, scaling.threads_free);
+        self.scaling_brake_balance
+            .with_label_values(&scope)
+            .set(brake_balance);
+        // Absent while unknown, as each key's balance: a missing figure must not brake.
+        match scaling.balance_total {
+            Some(balance) => self.pool_balance.with_label_values(&scope).set(balance),
+            None => {
+                let _ = self.pool_balance.remove_label_values(&scope);
+            }
+        }
+    }
+
+    fn render_forecast(&self, key: &str, forecast: Forecast) {
+        let (spend, runs_out) = match forecast {
+            Forecast::Learning => (None, None),
+            Forecast::Flat => (Some(0.0), None),
+            Forecast::Spending {
+                per_hour,
+                runs_out_in,
+            } => (Some(per_hour), Some(runs_out_in.as_secs_f64())),
+        };
+        for (vec, value) in [
+            (&self.key_spend_per_hour, spend),
+            (&self.key_balance_runs_out, runs_out),
+        ] {
+            match value {
+                Some(value) => vec.with_label_values(&[key]).set(value),
+                None => {
+                    let _ = vec.remove_label_values(&[key]);
+                }
+            }
+        }
     }
 
     fn render_cluster(&self, cluster: &Cluster, pool: &KeyPool) {

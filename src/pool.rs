@@ -18,8 +18,10 @@ use tokio::time::Instant;
 use crate::capacity::{Capacity, Lease, Load};
 use crate::cluster::Cluster;
 use crate::config::{Config, KeyConfig, Strategy, Upstream};
+use crate::forecast::{BalanceHistory, Forecast};
 use crate::health::{HealthStore, HealthView, StateKind};
 use crate::key_id::KeyId;
+use crate::scaling::PoolFigures;
 use crate::upstream::Account;
 use crate::ApiKey;
 
@@ -60,6 +62,8 @@ pub struct KeyStats {
     /// When keyrelay last began a check of a verdict against the key, so that callers
     /// drawing the same verdict again and again cause one check per interval, not one each.
     check_begun: Mutex<Option<Instant>>,
+    /// The last hour's balance readings, for the forecast. A std `Mutex`, as above.
+    balance_history: Mutex<BalanceHistory>,
     /// What the fleet's shared state says of the key, in cluster mode.
     pub fleet: FleetView,
 }
@@ -113,6 +117,7 @@ impl Default for KeyStats {
             working: AtomicU32::new(UNKNOWN),
             last_error: Mutex::new(None),
             check_begun: Mutex::new(None),
+            balance_history: Mutex::default(),
             fleet: FleetView::default(),
         }
     }
@@ -138,9 +143,25 @@ impl KeyStats {
         (!value.is_nan()).then_some(value)
     }
 
+    /// Sets the balance read now; a known one is also a reading for the forecast.
     pub fn set_balance(&self, balance: Option<f64>) {
-        let bits = balance.filter(|b| b.is_finite()).unwrap_or(f64::NAN);
-        self.balance.store(bits.to_bits(), Ordering::Relaxed);
+        let balance = balance.filter(|b| b.is_finite());
+        if let Some(balance) = balance {
+            self.history().record(Instant::now(), balance);
+        }
+        self.balance
+            .store(balance.unwrap_or(f64::NAN).to_bits(), Ordering::Relaxed);
+    }
+
+    /// The balance's trend over the last hour of readings.
+    pub fn forecast(&self, now: Instant) -> Forecast {
+        self.history().forecast(now)
+    }
+
+    fn history(&self) -> std::sync::MutexGuard<'_, BalanceHistory> {
+        self.balance_history
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// `(threads, working_threads)` from the last successful `threadsinfo`.
@@ -341,6 +362,33 @@ impl KeyPool {
             .iter()
             .filter(|k| self.in_rotation(k, now))
             .count()
+    }
+
+    /// The pool-wide figures an autoscaler reads (`scaling::recommend`), over the keys in
+    /// rotation, with `queued` submits waiting. Threads are counted as admission counts
+    /// them (in a cluster, the fleet's use as last synced), the way `threadsinfo` answers:
+    /// a key without a known capacity adds one free thread above its use, since it takes
+    /// any number of tasks.
+    pub fn figures(&self, queued: usize, now: Instant) -> PoolFigures {
+        let mut figures = PoolFigures {
+            queued: queued as u64,
+            balance_total: Some(0.0),
+            ..PoolFigures::default()
+        };
+        for key in self.keys.iter().filter(|k| self.in_rotation(k, now)) {
+            let used = u64::from(self.in_use(key));
+            let (threads, in_use) = match key.thread_capacity().map(u64::from) {
+                Some(capacity) => (capacity, used.min(capacity)),
+                None => (used + 1, used),
+            };
+            figures.threads_total += threads;
+            figures.threads_in_use += in_use;
+            figures.balance_total = figures
+                .balance_total
+                .zip(key.stats.balance())
+                .map(|(sum, balance)| sum + balance);
+        }
+        figures
     }
 
     /// The key's threads in use as keyrelay counts them.

@@ -84,9 +84,9 @@ pub async fn handle(
     }
     let Some(endpoint) = Endpoint::from_path(path) else {
         let text = if app.snapshot().config.admin.listen.is_some() {
-            "not found: keyrelay serves /in.php, /res.php and /solve.php here; /metrics, /status, /healthz, /readyz and /admin/ are on the admin listener\n"
+            "not found: keyrelay serves /in.php, /res.php and /solve.php here; /metrics, /status, /scaling, /healthz, /readyz and /admin/ are on the admin listener\n"
         } else {
-            "not found: keyrelay serves /in.php, /res.php, /solve.php, /metrics, /status, /healthz, /readyz and /admin/\n"
+            "not found: keyrelay serves /in.php, /res.php, /solve.php, /metrics, /status, /scaling, /healthz, /readyz and /admin/\n"
         };
         return Ok(plain(
             StatusCode::NOT_FOUND,
@@ -136,7 +136,10 @@ async fn serve_to_the_end(
 /// Whether `path` is an operator endpoint's: `/metrics`, `/healthz`, `/readyz`, `/status`
 /// or the admin API under `/admin/`.
 pub fn is_operator_path(path: &str) -> bool {
-    matches!(path, "/metrics" | "/healthz" | "/readyz" | "/status") || admin::owns(path)
+    matches!(
+        path,
+        "/metrics" | "/healthz" | "/readyz" | "/status" | "/scaling"
+    ) || admin::owns(path)
 }
 
 /// Serves one request on the admin listener (`[admin] listen`): the operator endpoints and
@@ -158,7 +161,7 @@ pub async fn operator(
     Ok(plain(
         StatusCode::NOT_FOUND,
         "text/plain; charset=utf-8",
-        "not found: this is keyrelay's admin listener; it serves /metrics, /status, /healthz, /readyz and /admin/, and the captcha API is on the proxy's listener\n",
+        "not found: this is keyrelay's admin listener; it serves /metrics, /status, /scaling, /healthz, /readyz and /admin/, and the captcha API is on the proxy's listener\n",
     ))
 }
 
@@ -198,6 +201,12 @@ fn operator_endpoint(app: &App, path: &str, headers: &HeaderMap) -> Option<Respo
                 plain(StatusCode::SERVICE_UNAVAILABLE, TEXT, text)
             }
         }
+        // For autoscalers that read HTTP (KEDA's metrics-api scaler): docs/scaling.md.
+        "/scaling" => plain(
+            StatusCode::OK,
+            "application/json",
+            serde_json::to_string(&app.scaling()).expect("the scaling answer serializes"),
+        ),
         "/status" => {
             let status = status::pool_status(app);
             let wants_html = headers

@@ -9,6 +9,7 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use crate::app::App;
+use crate::forecast::ForecastStatus;
 use crate::health::StateKind;
 
 /// The `/status` document.
@@ -65,6 +66,9 @@ pub struct KeyStatus {
     pub weight: f64,
     /// Last balance read; `null` while unknown.
     pub balance: Option<f64>,
+    /// The balance's trend over the last hour: spend rate and when it runs out, or `flat`
+    /// where the balance does not move with use (a thread plan), with no date then.
+    pub forecast: ForecastStatus,
     pub threads: Option<u32>,
     pub working_threads: Option<u32>,
     /// Tasks accepted through keyrelay and not yet finished.
@@ -134,6 +138,7 @@ pub fn pool_status(app: &App) -> PoolStatus {
                 hold: pool.admin_hold(key).map(|hold| hold.label()),
                 weight: key.weight,
                 balance: key.stats.balance(),
+                forecast: key.stats.forecast(now).into(),
                 threads: key.thread_capacity(),
                 working_threads: key.stats.threads().map(|(_, working)| working),
                 tasks_in_flight: load.open,
@@ -208,6 +213,18 @@ pub fn to_json(status: &PoolStatus) -> String {
 /// How often the HTML page reloads itself.
 const HTML_REFRESH: Duration = Duration::from_secs(5);
 
+/// A forecast for the HTML page: the rate and the time left, or why there is no date.
+fn forecast_text(forecast: &ForecastStatus) -> String {
+    match (forecast.spend_per_hour, forecast.runs_out_in_seconds) {
+        (Some(rate), Some(left)) => {
+            let hours = left as f64 / 3600.0;
+            format!("{rate:.2}/h, runs out in {hours:.1} h")
+        }
+        (Some(_), None) => "flat: does not move with use".to_owned(),
+        _ => "learning".to_owned(),
+    }
+}
+
 /// The status document as a small HTML page: no external assets, reloads itself.
 pub fn to_html(status: &PoolStatus) -> String {
     let mut rows = String::new();
@@ -232,7 +249,7 @@ pub fn to_html(status: &PoolStatus) -> String {
             "<tr><td>{name}</td><td class=\"num\">{tier}</td><td><code>{fp}</code></td>\
              <td><span class=\"badge {state_class}\">{state}</span></td>\
              <td>{reason}</td><td>{since}</td><td class=\"num\">{balance}</td>\
-             <td class=\"num\">{threads}</td><td class=\"num\">{in_flight}</td>\
+             <td>{forecast}</td><td class=\"num\">{threads}</td><td class=\"num\">{in_flight}</td>\
              <td class=\"num\">{ok} / {failed}</td><td>{last_error}</td></tr>",
             name = escape(&key.name),
             tier = key.tier,
@@ -241,6 +258,7 @@ pub fn to_html(status: &PoolStatus) -> String {
             reason = escape(key.reason.unwrap_or("-")),
             since = escape(&key.since),
             balance = key.balance.map_or("?".to_owned(), |b| format!("{b:.2}")),
+            forecast = forecast_text(&key.forecast),
             in_flight = key.tasks_in_flight,
             ok = key.counts.submits_ok,
             failed = key.counts.submits_key_unusable
@@ -275,7 +293,7 @@ td.num {{ text-align: right; font-variant-numeric: tabular-nums; }}
  &middot; {pinned} tasks pinned &middot; up {uptime}s &middot; this page reloads every {refresh}s</p>
 {cluster}
 <table>
-<tr><th>Key</th><th>Tier</th><th>Fingerprint</th><th>State</th><th>Reason</th><th>Since</th><th>Balance</th><th>Threads used</th><th>In flight</th><th>Submits ok / failed</th><th>Last error</th></tr>
+<tr><th>Key</th><th>Tier</th><th>Fingerprint</th><th>State</th><th>Reason</th><th>Since</th><th>Balance</th><th>Forecast</th><th>Threads used</th><th>In flight</th><th>Submits ok / failed</th><th>Last error</th></tr>
 {rows}</table>
 </body></html>
 "#,

@@ -211,6 +211,8 @@ const LAYERS: &[&[&str]] = &[
     &["captcha", "config", "health"],
     // The policy, pure; and the simulator, which speaks only the protocol.
     &["failover", "sim"],
+    // Pure figures for autoscalers: the scaling formula and the balance forecast.
+    &["scaling", "forecast"],
     // The caller token table: config resolved to key ids.
     &["tokens"],
     // Compact task tables; the upstream client and its account reads; certificates.

@@ -31,6 +31,8 @@ pub(super) struct RawConfig {
     pub timeouts: RawTimeouts,
     #[serde(default)]
     pub observability: RawObservability,
+    #[serde(default)]
+    pub scaling: RawScaling,
     pub tls: Option<RawTls>,
     #[serde(default)]
     pub forward: RawForward,
@@ -122,6 +124,13 @@ pub(super) struct RawTimeouts {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawObservability {
     pub key_headers: Option<bool>,
+}
+
+/// `[scaling]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawScaling {
+    pub brake_balance: Option<f64>,
 }
 
 /// `[tls]`: a TLS listener beside the plain one.

@@ -37,6 +37,14 @@ pub(super) fn validate(
     let observability = Observability {
         key_headers: raw.observability.key_headers.unwrap_or(DEFAULT_KEY_HEADERS),
     };
+    let scaling = Scaling {
+        brake_balance: a_balance(
+            p,
+            "scaling.brake_balance",
+            raw.scaling.brake_balance,
+            DEFAULT_BRAKE_BALANCE,
+        ),
+    };
     let keys = super::keys::pool(p, raw.keys, raw.keys_env, &upstream, env);
     let tls = super::tls::tls(p, raw.tls, listen);
     let forward = super::tls::forward(p, raw.forward);
@@ -60,6 +68,7 @@ pub(super) fn validate(
         limits,
         timeouts,
         observability,
+        scaling,
         tls,
         forward,
         ca,
@@ -68,6 +77,22 @@ pub(super) fn validate(
         cluster,
         data_dir: raw.data_dir.filter(|d| !d.is_empty()).map(PathBuf::from),
     })
+}
+
+/// A balance threshold: a finite number, 0 or more; `default` when absent or invalid.
+fn a_balance(p: &mut Problems, path: &str, raw: Option<f64>, default: f64) -> f64 {
+    match raw {
+        None => default,
+        Some(b) if !b.is_finite() => {
+            p.add(path, format!("must be a finite number, got {b}"));
+            default
+        }
+        Some(b) if b < 0.0 => {
+            p.add(path, format!("must be >= 0, got {b}"));
+            default
+        }
+        Some(b) => b,
+    }
 }
 
 fn listen(p: &mut Problems, raw: Option<String>) -> SocketAddr {
@@ -158,21 +183,12 @@ fn failover(p: &mut Problems, raw: RawFailover) -> Failover {
         raw.max_attempts,
         DEFAULT_MAX_ATTEMPTS,
     );
-    let min_balance = match raw.min_balance {
-        None => DEFAULT_MIN_BALANCE,
-        Some(b) if !b.is_finite() => {
-            p.add(
-                "failover.min_balance",
-                format!("must be a finite number, got {b}"),
-            );
-            DEFAULT_MIN_BALANCE
-        }
-        Some(b) if b < 0.0 => {
-            p.add("failover.min_balance", format!("must be >= 0, got {b}"));
-            DEFAULT_MIN_BALANCE
-        }
-        Some(b) => b,
-    };
+    let min_balance = a_balance(
+        p,
+        "failover.min_balance",
+        raw.min_balance,
+        DEFAULT_MIN_BALANCE,
+    );
     let transient_failures = at_least_one(
         p,
         "failover.transient_failures",
