@@ -337,10 +337,16 @@ async fn every_metric_the_alerts_and_the_dashboard_use_is_exported() {
         let content = std::fs::read_to_string(&path).expect("shipped file");
         let names = metric_names(&content);
         assert!(!names.is_empty(), "{file} uses no keyrelay metric");
-        // A replica in a cluster exports these; tests/cluster.rs checks them there.
+        // A replica in a cluster exports these; tests/cluster.rs checks them there. The
+        // forecast's series appear only after minutes of readings (src/forecast.rs's tests
+        // hold them), which this short run does not have.
+        let later = [
+            "keyrelay_key_balance_runs_out_seconds",
+            "keyrelay_key_spend_per_hour",
+        ];
         for name in names
             .into_iter()
-            .filter(|n| !n.starts_with("keyrelay_cluster_"))
+            .filter(|n| !n.starts_with("keyrelay_cluster_") && !later.contains(&n.as_str()))
         {
             assert!(
                 is_exported(&name),
