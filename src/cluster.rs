@@ -508,7 +508,8 @@ impl Cluster {
                 in_redis,
             },
         );
-        if let (Some(spare), true) = (spare, spare_granted) {
+        let spare = spare.filter(|_| spare_granted);
+        if let Some(spare) = &spare {
             held.insert(
                 spare.clone(),
                 Held {
@@ -518,13 +519,13 @@ impl Cluster {
                     in_redis: true,
                 },
             );
-            drop(held);
+        }
+        drop(held);
+        if let Some(spare) = spare {
             lock(&self.spares)
                 .entry(key)
                 .or_default()
                 .push((spare, Instant::now()));
-        } else {
-            drop(held);
         }
         if !in_redis {
             let mut backlog = lock(&self.backlog);
@@ -569,14 +570,19 @@ impl Cluster {
                 held.remove(member);
             }
         }
+        self.remove_members(&gone).await;
+    }
+
+    /// Removes these members from their keys' sets in one round trip, best effort: a member
+    /// not removed now expires with its lease TTL.
+    async fn remove_members(&self, members: &[(Arc<str>, String)]) {
         let mut pipe = redis::pipe();
-        for (key, member) in &gone {
+        for (key, member) in members {
             pipe.cmd("ZREM")
-                .arg(self.layout.spares(key))
+                .arg(self.layout.set_of(key, member))
                 .arg(member)
                 .ignore();
         }
-        // A spare not removed now expires with its lease TTL.
         let _ = self.call_pipe::<()>(Op::Release, pipe).await;
     }
 
@@ -990,7 +996,7 @@ impl Cluster {
         let Some(cutoff) = Instant::now().checked_sub(stale_after) else {
             return;
         };
-        let stale: Vec<(String, Arc<str>)> = {
+        let stale: Vec<(Arc<str>, String)> = {
             let mut held = lock(&self.held);
             let members: Vec<String> = held
                 .iter()
@@ -999,20 +1005,13 @@ impl Cluster {
                 .collect();
             members
                 .into_iter()
-                .filter_map(|member| held.remove(&member).map(|h| (member, h.key)))
+                .filter_map(|member| held.remove(&member).map(|h| (h.key, member)))
                 .collect()
         };
         if stale.is_empty() {
             return;
         }
-        let mut pipe = redis::pipe();
-        for (member, key) in &stale {
-            pipe.cmd("ZREM")
-                .arg(self.layout.leases(key))
-                .arg(member)
-                .ignore();
-        }
-        let _ = self.call_pipe::<()>(Op::Release, pipe).await;
+        self.remove_members(&stale).await;
     }
 
     /// Renews every lease this replica holds; with `restore`, adds back any that Redis no
@@ -1062,7 +1061,7 @@ impl Cluster {
                     // A pending lease is its request's until the request ends; only tasks'
                     // leases are released by other replicas. A spare that expired is no
                     // thread any more.
-                    if member.starts_with("s:") {
+                    if Layout::is_spare(&member) {
                         held.remove(&member);
                         spares_gone.push(member);
                     } else if member.starts_with("t:") {
@@ -1220,17 +1219,9 @@ impl Drop for SharedLease {
         };
         lock(&self.cluster.held).remove(&member);
         let cluster = self.cluster.clone();
-        let leases = if member.starts_with("s:") {
-            cluster.layout.spares(&self.key)
-        } else {
-            cluster.layout.leases(&self.key)
-        };
+        let gone = [(self.key.clone(), member)];
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                let mut cmd = redis::cmd("ZREM");
-                cmd.arg(leases).arg(member);
-                let _ = cluster.call::<u32>(Op::Release, cmd).await;
-            });
+            runtime.spawn(async move { cluster.remove_members(&gone).await });
         }
     }
 }

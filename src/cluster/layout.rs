@@ -78,6 +78,20 @@ impl Layout {
     pub fn task_lease(task: &str) -> String {
         format!("t:{task}")
     }
+
+    /// Whether a member is a spare (`s:`), which lives in the spare set, not the leases.
+    pub fn is_spare(member: &str) -> bool {
+        member.starts_with("s:")
+    }
+
+    /// The sorted set of `key` that holds `member`: its spares or its leases.
+    pub fn set_of(&self, key: &str, member: &str) -> String {
+        if Layout::is_spare(member) {
+            self.spares(key)
+        } else {
+            self.leases(key)
+        }
+    }
 }
 
 #[cfg(test)]
