@@ -171,31 +171,27 @@ fn assert_shipped_rules_loaded(rules: &Value) {
 
 /// The group names of a rule file, in order.
 fn group_names(rules: &str) -> Vec<&str> {
-    rules
-        .lines()
-        .filter_map(|line| line.trim_start().strip_prefix("- name:"))
-        .map(str::trim)
-        .collect()
+    listed(rules, &["- name:"])
 }
 
 /// The alert and recording rule names of a rule file, in order.
 fn rule_names(rules: &str) -> Vec<&str> {
-    rules
-        .lines()
-        .filter_map(|line| {
-            let line = line.trim_start();
-            line.strip_prefix("- alert:")
-                .or_else(|| line.strip_prefix("- record:"))
-        })
-        .map(str::trim)
-        .collect()
+    listed(rules, &["- alert:", "- record:"])
 }
 
 /// The alert names of a rule file, in order.
 fn alert_names(rules: &str) -> Vec<&str> {
+    listed(rules, &["- alert:"])
+}
+
+/// What follows any of `prefixes` on the lines of a rule file, in order.
+fn listed<'a>(rules: &'a str, prefixes: &[&str]) -> Vec<&'a str> {
     rules
         .lines()
-        .filter_map(|line| line.trim_start().strip_prefix("- alert:"))
+        .filter_map(|line| {
+            let line = line.trim_start();
+            prefixes.iter().find_map(|prefix| line.strip_prefix(prefix))
+        })
         .map(str::trim)
         .collect()
 }
