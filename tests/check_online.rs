@@ -208,3 +208,19 @@ async fn the_readme_command_passes_on_the_shipped_config_and_simulator() {
     assert_no_full_key(&text, &keyrelay::sim::DEFAULT_KEYS);
     sim.shutdown().await;
 }
+
+#[test]
+fn the_threshold_is_the_one_the_fewer_than_two_keys_alert_uses() {
+    let alerts = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/prometheus/alerts.yml"),
+    )
+    .expect("the shipped alerts");
+    let expr = format!(
+        "expr: keyrelay_keys_active < {}",
+        keyrelay::online_check::MIN_USABLE
+    );
+    assert!(
+        alerts.contains(&expr),
+        "check --online and KeyrelayFewerThanTwoKeysActive disagree: no `{expr}` in alerts.yml"
+    );
+}
