@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use crate::app::App;
 use crate::cluster::{unix_ms, Cluster, InFlight, KeySync, SharedHealth, DOWN_RETRY};
 use crate::health::{HealthEvent, StateKind, TRANSIENT_REASON};
-use crate::pool::KeyEntry;
+use crate::pool::{KeyEntry, KeyPool};
 use crate::refresh;
 
 /// How often, at most, a degraded replica with waiting submits asks the service what its
@@ -169,7 +169,7 @@ pub async fn sync_once(app: &App, cluster: &Cluster, seen: &mut Seen) {
                 }
             }
         }
-        freed |= adopt_counts(app, cluster, key, state);
+        freed |= adopt_counts(&snapshot.pool, cluster, key, state);
         // Spares are for a key that takes tasks and has room for them.
         let limit = snapshot.pool.fleet_limit(key);
         if state.held.saturating_add(state.spares) > limit
@@ -192,7 +192,7 @@ pub async fn sync_once(app: &App, cluster: &Cluster, seen: &mut Seen) {
 
 /// The refresher's readings, for every other replica; and whether a key the fleet had full
 /// has a free thread again.
-fn adopt_counts(app: &App, cluster: &Cluster, key: &KeyEntry, state: &KeySync) -> bool {
+fn adopt_counts(pool: &KeyPool, cluster: &Cluster, key: &KeyEntry, state: &KeySync) -> bool {
     if let Some(readings) = state.readings.filter(|_| !cluster.is_refresher()) {
         key.stats.set_balance(readings.balance);
         key.stats.set_threads(readings.threads);
@@ -208,7 +208,7 @@ fn adopt_counts(app: &App, cluster: &Cluster, key: &KeyEntry, state: &KeySync) -
         .store(state.spares, Ordering::Relaxed);
     let full = key.stats.fleet.full_until().is_some();
     let taken = state.held.saturating_add(state.spares);
-    if full && taken < app.snapshot().pool.fleet_limit(key) {
+    if full && taken < pool.fleet_limit(key) {
         key.stats.fleet.set_full(None);
         return true;
     }
