@@ -255,6 +255,16 @@ fn probes(replica: &Harness) -> f64 {
         .sum()
 }
 
+/// The replica's failed Redis calls by op, for failure messages: a failed call puts it in
+/// degraded mode, where polls elsewhere may probe.
+fn cluster_errors(replica: &Harness) -> String {
+    let text = replica.app.render_metrics();
+    text.lines()
+        .filter(|l| l.starts_with("keyrelay_cluster_errors_total{") && !l.ends_with(" 0"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 fn key_value(name: &str) -> &'static str {
     KEYS.iter().find(|(n, _)| *n == name).expect("a pool key").1
 }
@@ -833,7 +843,12 @@ async fn spares_never_let_the_fleet_overfill_a_key_and_go_back_when_idle() {
         }
     }
     for replica in replicas.iter() {
-        assert_eq!(probes(replica), 0.0, "no replica probed");
+        assert_eq!(
+            probes(replica),
+            0.0,
+            "no replica probed; its failed Redis calls: {}",
+            cluster_errors(replica)
+        );
     }
     eventually_async_leases(&redis, 0).await;
     eventually_no_spares(&redis, &replicas).await;
