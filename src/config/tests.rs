@@ -1014,6 +1014,7 @@ fn placements(value: &str) -> Vec<(String, &'static str)> {
         section("limits", "max_connections"),
         section("timeouts", "request"),
         section("observability", "key_headers"),
+        section("scaling", "brake_balance"),
         (
             format!("[[keys]]\nname = {value}\nkey = \"{KEY_A}\"\n"),
             "name",
@@ -1135,3 +1136,4 @@ proptest::proptest! {
 
 mod cluster;
 mod exposure;
+mod scaling;
