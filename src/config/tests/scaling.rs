@@ -42,6 +42,22 @@ fn a_negative_zero_brake_is_zero() {
         "{}",
         config.scaling.brake_balance
     );
+    assert!(
+        config
+            .summary()
+            .contains("\nscaling: brake_balance 0 (never brakes)\n"),
+        "{}",
+        config.summary()
+    );
+}
+
+#[test]
+fn the_summary_shows_the_brake() {
+    let summary = parse(&brake("12.5")).summary();
+    assert!(
+        summary.contains("\nscaling: brake_balance 12.5\n"),
+        "{summary}"
+    );
 }
 
 #[test]
