@@ -2,7 +2,8 @@
 //! answer (what `/scaling` says) is what `keyrelay:workers_wanted:instant` evaluates to in
 //! `promtool` over the gauges keyrelay publishes for the same figures. The gauges are
 //! rendered by the real `Metrics::render`, so a rename or a changed label on either side
-//! is a failure here, not a silent zero on a dashboard.
+//! is a failure here, not a silent zero on a dashboard. docs/scaling.md's copy of the rule
+//! is held to the shipped one too.
 //!
 //! Needs `promtool` (Debian package `prometheus`). Without it the test skips with a
 //! message, except under CI (`CI` set), where it fails: CI must run it.
@@ -59,8 +60,9 @@ impl Case {
         words.join("-")
     }
 
-    /// What `/scaling` answers for the whole pool: for a fleet, the figures with every
-    /// replica's queue, which is what docs/scaling.md tells a scaler to aggregate to.
+    /// The recommendation for the whole pool: alone, what `/scaling` answers; for a fleet,
+    /// `recommend()` over the fleet's figures and every replica's queue, the aggregate
+    /// docs/scaling.md describes (each replica's own `/scaling` counts only its queue).
     fn expected(&self) -> Scaling {
         recommend(self.figures(self.queues.iter().sum()), self.brake_balance)
     }
@@ -442,4 +444,23 @@ fn a_missing_promtool_skips_locally_and_fails_under_ci() {
     std::fs::write(&binary, "").expect("fake binary written");
     let path = std::env::join_paths([empty.path(), with_binary.path()]).expect("joinable");
     assert_eq!(locate_promtool(Some(&path), true), Ok(Some(binary)));
+}
+
+/// docs/scaling.md shows the fleet's formula as the rule computes it: the shown expression is
+/// the shipped one, up to whitespace, so the page cannot drift from what Prometheus records.
+#[test]
+fn docs_show_the_rule_as_shipped() {
+    let squeeze = |text: &str| text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let rules = std::fs::read_to_string(SHIPPED_RULES).expect("alerts.yml reads");
+    let start = rules
+        .find("- record: keyrelay:workers_wanted:instant\n")
+        .expect("the rule");
+    let expr = &rules[start..];
+    let expr = &expr[expr.find("expr: >-\n").expect("a folded expression") + 9..];
+    let end = expr.find("\n\n").expect("a blank line after the rule");
+    let docs = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/scaling.md"))
+        .expect("docs/scaling.md reads");
+    let shown = &docs[docs.find("```promql\n").expect("a PromQL block") + 10..];
+    let shown = &shown[..shown.find("```").expect("the block ends")];
+    assert_eq!(squeeze(shown), squeeze(&expr[..end]));
 }
