@@ -92,7 +92,7 @@ fn a_balance(p: &mut Problems, path: &str, raw: Option<f64>, default: f64) -> f6
             default
         }
         // -0.0 passes `>= 0`; as 0 it never shows as "-0" in `check` or the gauges.
-        Some(b) if b == 0.0 => 0.0,
+        Some(0.0) => 0.0,
         Some(b) => b,
     }
 }
