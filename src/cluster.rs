@@ -149,6 +149,9 @@ pub struct Readings {
 pub struct KeySync {
     pub health: Option<SharedHealth>,
     pub readings: Option<Readings>,
+    /// When the refresher published `readings` (unix ms): the same at every sync until it
+    /// reads the key again, so a replica can tell a new reading from one it adopted before.
+    pub readings_at: u64,
     /// Leases held across the fleet: threads in use.
     pub held: u32,
     /// Spares held across the fleet: threads taken ahead, not in use, but not free either.
@@ -832,6 +835,10 @@ impl Cluster {
             synced.keys.push(KeySync {
                 health: parse_health(&health),
                 readings: parse_readings(&readings),
+                readings_at: readings
+                    .get("at")
+                    .and_then(|at| at.parse().ok())
+                    .unwrap_or(0),
                 held,
                 spares,
             });

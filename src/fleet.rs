@@ -193,13 +193,8 @@ pub async fn sync_once(app: &App, cluster: &Cluster, seen: &mut Seen) {
 /// The refresher's readings, for every other replica; and whether a key the fleet had full
 /// has a free thread again.
 fn adopt_counts(pool: &KeyPool, cluster: &Cluster, key: &KeyEntry, state: &KeySync) -> bool {
-    if let Some(readings) = state.readings.filter(|_| !cluster.is_refresher()) {
-        key.stats.set_balance(readings.balance);
-        key.stats.set_threads(readings.threads);
-        key.stats
-            .fleet
-            .external
-            .store(readings.external, Ordering::Relaxed);
+    if !cluster.is_refresher() {
+        adopt_readings(key, state);
     }
     key.stats.fleet.held.store(state.held, Ordering::Relaxed);
     key.stats
@@ -213,6 +208,20 @@ fn adopt_counts(pool: &KeyPool, cluster: &Cluster, key: &KeyEntry, state: &KeySy
         return true;
     }
     false
+}
+
+/// The refresher's readings of `key`, as a sync found them. The sync finds the same
+/// readings every `sync_interval` until the next refresh: only the first time is a new
+/// balance reading for the forecast.
+fn adopt_readings(key: &KeyEntry, state: &KeySync) {
+    let Some(readings) = state.readings else {
+        return;
+    };
+    let fleet = &key.stats.fleet;
+    let new = fleet.readings_at.swap(state.readings_at, Ordering::Relaxed) != state.readings_at;
+    key.stats.adopt_balance(readings.balance, new);
+    key.stats.set_threads(readings.threads);
+    fleet.external.store(readings.external, Ordering::Relaxed);
 }
 
 /// Applies another replica's change of a key's state here, as if this replica had seen
@@ -253,4 +262,67 @@ fn static_reason(reason: &str) -> &'static str {
         return TRANSIENT_REASON;
     }
     crate::captcha::known_code(reason).unwrap_or("fleet")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::Readings;
+    use crate::config::{KeyConfig, Upstream};
+    use crate::forecast::Forecast;
+    use crate::key_id::KeyId;
+
+    const SYNC: Duration = Duration::from_millis(500);
+    const MINUTE: Duration = Duration::from_secs(60);
+
+    fn key() -> KeyEntry {
+        let upstream = Upstream::parse("http://127.0.0.1:9").expect("literal");
+        let config = KeyConfig::new("a", "aaaaaaaaaaaaaaaaaaaaaaaaaaaa0001", upstream);
+        KeyEntry::from_config(KeyId(0), &config)
+    }
+
+    /// A minute of syncs, each finding the refresher's reading of `balance` published at
+    /// `at_ms`, as they do until it reads again.
+    async fn a_minute_of_syncs(key: &KeyEntry, balance: f64, at_ms: u64) {
+        let state = KeySync {
+            readings: Some(Readings {
+                balance: Some(balance),
+                threads: None,
+                external: 0,
+            }),
+            readings_at: at_ms,
+            ..KeySync::default()
+        };
+        for _ in 0..MINUTE.as_millis() / SYNC.as_millis() {
+            adopt_readings(key, &state);
+            assert_eq!(key.stats.balance(), Some(balance));
+            tokio::time::advance(SYNC).await;
+        }
+    }
+
+    /// A replica that does not refresh forecasts from the refresher's readings, one per
+    /// refresh: recording each sync's copy would keep 64 readings half a second apart, and
+    /// the forecast would stay `learning` on every replica but the refresher.
+    #[tokio::test(start_paused = true)]
+    async fn an_adopted_reading_counts_once_however_often_the_sync_finds_it() {
+        let key = key();
+        // A refresh a minute, 0.1 spent between each: 6 an hour.
+        for minute in 0..=10u32 {
+            let balance = 10.0 - 0.1 * f64::from(minute);
+            a_minute_of_syncs(&key, balance, 1_000 + u64::from(minute) * 60_000).await;
+        }
+        let Forecast::Spending { per_hour, .. } = key.stats.forecast(Instant::now()) else {
+            panic!(
+                "expected spending, got {:?}",
+                key.stats.forecast(Instant::now())
+            );
+        };
+        assert!((per_hour - 6.0).abs() < 1e-9, "{per_hour}");
+
+        // A balance that stays put, refresh after refresh, is flat, not learning.
+        for minute in 11..=17u32 {
+            a_minute_of_syncs(&key, 50.0, 1_000 + u64::from(minute) * 60_000).await;
+        }
+        assert_eq!(key.stats.forecast(Instant::now()), Forecast::Flat);
+    }
 }

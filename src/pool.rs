@@ -79,6 +79,9 @@ pub struct FleetView {
     /// Spares across the fleet at the last sync: taken ahead by replicas for their next
     /// submits, so neither in use nor free.
     pub spares: AtomicU32,
+    /// When the refresher published the readings this replica last adopted (unix ms), so
+    /// that each of them is one forecast reading, not one per sync.
+    pub readings_at: AtomicU64,
     /// Redis said every thread is held: the key counts as full until then, so that submits
     /// move on (or wait) without asking again at once.
     full_until: Mutex<Option<Instant>>,
@@ -145,8 +148,15 @@ impl KeyStats {
 
     /// Sets the balance read now; a known one is also a reading for the forecast.
     pub fn set_balance(&self, balance: Option<f64>) {
+        self.adopt_balance(balance, true);
+    }
+
+    /// Sets a balance read elsewhere (the fleet's refresher), a reading for the forecast only
+    /// if `new`: a sync finds the same reading every `sync_interval` until the next refresh,
+    /// and recording each would fill the ring with seconds of copies instead of an hour.
+    pub fn adopt_balance(&self, balance: Option<f64>, new: bool) {
         let balance = balance.filter(|b| b.is_finite());
-        if let Some(balance) = balance {
+        if let Some(balance) = balance.filter(|_| new) {
             self.history().record(Instant::now(), balance);
         }
         self.balance

@@ -82,6 +82,35 @@ fn check_accepts_the_shipped_config_and_prints_the_pool_without_keys() {
     }
 }
 
+/// `check` shows `[scaling]` like the other sections: the shipped config's brake is off, and
+/// a set one is printed as written, so an operator sees the threshold `/scaling` brakes at.
+#[test]
+fn check_shows_the_scaling_brake() {
+    let shipped = keyrelay(&["check", "--config", "proxy.toml"]);
+    assert!(shipped.status.success(), "{}", stderr(&shipped));
+    let text = stdout(&shipped);
+    assert!(
+        text.lines()
+            .any(|l| l == "scaling: brake_balance 0 (never brakes)"),
+        "{text}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("braked.toml");
+    std::fs::write(
+        &path,
+        "upstream = \"http://127.0.0.1:9\"\n[[keys]]\nname = \"main\"\nkey = \"0123456789abcdef0123456789abcdef\"\n[scaling]\nbrake_balance = 2.75\n",
+    )
+    .unwrap();
+    let out = keyrelay(&["check", "--config", path.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.lines().any(|l| l == "scaling: brake_balance 2.75"),
+        "{text}"
+    );
+}
+
 #[test]
 fn check_rejects_a_broken_config_with_a_precise_message() {
     let dir = tempfile::tempdir().unwrap();

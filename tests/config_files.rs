@@ -5,7 +5,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use keyrelay::config::{ConfigError, Failover, Limits, Observability, Pins, Timeouts};
+use keyrelay::config::{ConfigError, Failover, Limits, Observability, Pins, Scaling, Timeouts};
 use keyrelay::Config;
 
 /// Fixture keys carry "canary" where neither a default name nor a fingerprint reaches, so
@@ -113,6 +113,10 @@ fn shipped_proxy_toml_shows_the_defaults() {
     assert_eq!(
         format!("{:?}", config.observability),
         format!("{:?}", Observability::default())
+    );
+    assert_eq!(
+        format!("{:?}", config.scaling),
+        format!("{:?}", Scaling::default())
     );
 }
 

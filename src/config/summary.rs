@@ -61,6 +61,13 @@ pub(super) fn render(config: &Config) -> String {
         format_duration(c.stale_after),
         format_duration(c.slow_start)
     );
+    let brake = config.scaling.brake_balance;
+    let _ = writeln!(
+        out,
+        "scaling: brake_balance {brake}{}",
+        // 0 is the default and switches the brake off: say so, as docs/scaling.md does.
+        if brake == 0.0 { " (never brakes)" } else { "" }
+    );
     if let Some(tls) = &config.tls {
         let cert = match &tls.files {
             Some(files) => format!("certificate {}", files.cert.display()),

@@ -805,6 +805,7 @@ fn debug_and_summary_show_no_key() {
          pins: ttl 2h, max_pins 1000000; limits: max_body 16777216 bytes; key_headers true\n\
          timeouts: connect 10s, request 1m, solve 3m, refresh 15s\n\
          strategy weighted; capacity: queue_timeout 5s, max_queued 1000, stale_after 5m, slow_start 30s\n\
+         scaling: brake_balance 0 (never brakes)\n\
          access: no tokens; admin: on the proxy listeners, no token\n3 keys:\n\
          \x20 name      tier  weight  threads  fingerprint\n\
          \x20 a         0     1       5        …cd01\n\
@@ -1014,6 +1015,7 @@ fn placements(value: &str) -> Vec<(String, &'static str)> {
         section("limits", "max_connections"),
         section("timeouts", "request"),
         section("observability", "key_headers"),
+        section("scaling", "brake_balance"),
         (
             format!("[[keys]]\nname = {value}\nkey = \"{KEY_A}\"\n"),
             "name",
@@ -1135,3 +1137,4 @@ proptest::proptest! {
 
 mod cluster;
 mod exposure;
+mod scaling;

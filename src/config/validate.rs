@@ -91,6 +91,8 @@ fn a_balance(p: &mut Problems, path: &str, raw: Option<f64>, default: f64) -> f6
             p.add(path, format!("must be >= 0, got {b}"));
             default
         }
+        // -0.0 passes `>= 0`; as 0 it never shows as "-0" in `check` or the gauges.
+        Some(0.0) => 0.0,
         Some(b) => b,
     }
 }
