@@ -67,6 +67,7 @@ pub mod metrics;
 pub mod online_check;
 pub mod pins;
 pub mod pool;
+pub mod provider;
 pub mod proxy;
 pub mod refresh;
 pub mod registry;
