@@ -119,6 +119,8 @@ label_set! {
         IpBanned => "IP_BANNED",
         ZeroBalance => "ERROR_ZERO_BALANCE",
         NoSlot => "ERROR_NO_SLOT_AVAILABLE",
+        /// A method no provider of the pool serves.
+        NoSuchMethod => "ERROR_NO_SUCH_METHOD",
         ServerError => "ERROR_SERVER_ERROR",
         WrongCaptchaId => "ERROR_WRONG_CAPTCHA_ID",
         NotReady => "CAPCHA_NOT_READY",

@@ -16,11 +16,13 @@ use hyper::header::HeaderValue;
 use tokio::time::Instant;
 
 use crate::capacity::{Capacity, Lease, Load};
+use crate::captcha::Profile;
 use crate::cluster::Cluster;
 use crate::config::{Config, KeyConfig, Strategy, Upstream};
 use crate::forecast::{BalanceHistory, Forecast};
 use crate::health::{HealthStore, HealthView, StateKind};
 use crate::key_id::KeyId;
+use crate::provider::Provider;
 use crate::scaling::PoolFigures;
 use crate::upstream::Account;
 use crate::ApiKey;
@@ -36,7 +38,9 @@ pub struct KeyEntry {
     /// allows none such, so that answer would just go without the header).
     pub name_header: Option<HeaderValue>,
     pub key: ApiKey,
-    /// Each key names its upstream, so keys of different providers can share a pool later.
+    /// The service the key belongs to; its profile says what the service's answers mean.
+    pub provider: Provider,
+    /// Where the key's requests go (its provider's host unless the config names another).
     pub upstream: Upstream,
     pub weight: f64,
     /// The plan's thread count from the config, if given.
@@ -208,6 +212,7 @@ impl KeyEntry {
             name: config.name.clone(),
             name_header: HeaderValue::from_str(&config.name).ok(),
             key: config.key.clone(),
+            provider: config.provider,
             upstream: config.upstream.clone(),
             weight: config.weight,
             threads: config.threads,
@@ -236,7 +241,13 @@ impl KeyEntry {
             name: &self.name,
             key: &self.key,
             upstream: &self.upstream,
+            profile: self.profile(),
         }
+    }
+
+    /// What the key's service's answers mean.
+    pub fn profile(&self) -> &'static Profile {
+        Profile::of(self.provider)
     }
 }
 
@@ -279,6 +290,8 @@ pub struct KeyPool {
     cursor: AtomicUsize,
     /// The fleet this replica shares the pool with, if `[cluster]` is configured.
     cluster: Option<Arc<Cluster>>,
+    /// Some key's provider is known not to serve some `method`.
+    restricts_methods: bool,
 }
 
 impl KeyPool {
@@ -289,6 +302,7 @@ impl KeyPool {
         selection: Selection,
     ) -> Self {
         KeyPool {
+            restricts_methods: keys.iter().any(|k| !k.profile().unserved.is_empty()),
             keys,
             health,
             capacity,
@@ -501,5 +515,16 @@ impl KeyPool {
     /// `next` looks again, so a key cooled or filled meanwhile is passed over.
     pub fn candidates<R: rand::Rng>(&self, rng: R, now: Instant) -> Candidates<'_, R> {
         Candidates::new(self, rng, now)
+    }
+
+    /// Whether some key's provider is known not to serve some `method`: only then does a
+    /// submit's method need reading to choose its key.
+    pub fn restricts_methods(&self) -> bool {
+        self.restricts_methods
+    }
+
+    /// Whether any key's provider serves `method`, in rotation or not.
+    pub fn serves_method(&self, method: &str) -> bool {
+        self.keys.iter().any(|k| k.profile().serves(method))
     }
 }

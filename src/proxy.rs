@@ -502,7 +502,7 @@ impl Ctx {
             // hyper only hands over queries a URI can carry, and the rewrite only splices
             // urlencoded ASCII into whole pairs, so this cannot happen through the listener;
             // should it ever, the attempt fails as undelivered (which it is), not a panic.
-            Err(e) => return classify(Err(UpstreamError::Connect(e.to_string()))),
+            Err(e) => return classify(key.profile(), Err(UpstreamError::Connect(e.to_string()))),
         };
         let started = Instant::now();
         let result = self
@@ -521,7 +521,7 @@ impl Ctx {
             .upstream_duration
             .with_label_values(&[key.name.as_str(), self.endpoint.label()])
             .observe(started.elapsed().as_secs_f64());
-        let attempt = classify(result);
+        let attempt = classify(key.profile(), result);
         if let Some(pause) = failover::pause_after(attempt.outcome(), self.policy()) {
             self.app.pause_upstream(pause);
         }
@@ -603,15 +603,15 @@ impl Ctx {
     }
 }
 
-/// Classifies an upstream result with the protocol's one outcome table.
-fn classify(result: Result<UpstreamAnswer, UpstreamError>) -> Attempt {
+/// Classifies an upstream result with the outcome table, as the key's provider reads it.
+fn classify(profile: &captcha::Profile, result: Result<UpstreamAnswer, UpstreamError>) -> Attempt {
     let answer = match result {
         Ok(answer) => answer,
         Err(error) => return Attempt::Failed(error),
     };
     let reply = captcha::parse_reply(&answer.body);
     let status = answer.status.as_u16();
-    let outcome = captcha::classify(status, &reply);
+    let outcome = profile.classify(status, &reply);
     let code = match &reply {
         Reply::Error(code) => failover::reason_code(code),
         _ if status == 429 => "http_429",

@@ -52,6 +52,10 @@ pub struct KeyStatus {
     pub name: String,
     /// The key's last four characters, never more.
     pub fingerprint: String,
+    /// The service the key belongs to (`provider` in the config).
+    pub provider: &'static str,
+    /// Its balance's currency at that service.
+    pub currency: &'static str,
     pub state: &'static str,
     /// The code that took the key out of rotation; `null` while active.
     pub reason: Option<&'static str>,
@@ -127,6 +131,8 @@ pub fn pool_status(app: &App) -> PoolStatus {
             KeyStatus {
                 name: key.name.clone(),
                 fingerprint: key.key.fingerprint(),
+                provider: key.provider.name(),
+                currency: key.profile().currency.code(),
                 state: view.state.label(),
                 reason: view.reason,
                 since: rfc3339(wall_time(view.since, now, wall)),

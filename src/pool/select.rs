@@ -33,6 +33,8 @@ pub struct Candidates<'a, R> {
     saw_full: bool,
     /// The caller's token, when it may use only some of the keys.
     token: Option<&'a Token>,
+    /// The submit's `method`, when some key's provider is known not to serve one.
+    method: Option<&'a str>,
 }
 
 impl<'a, R: Rng> Candidates<'a, R> {
@@ -45,7 +47,15 @@ impl<'a, R: Rng> Candidates<'a, R> {
             ignore_load: false,
             saw_full: false,
             token: None,
+            method: None,
         }
+    }
+
+    /// Only the keys whose provider serves `method` are candidates (`captcha::Profile`):
+    /// a submit of a type one service lacks goes to the others instead of failing there.
+    pub fn for_method(mut self, method: Option<&'a str>) -> Self {
+        self.method = method;
+        self
     }
 
     /// Only the keys `token` may use are candidates (all of them, for `None`).
@@ -91,6 +101,9 @@ impl<'a, R: Rng> Candidates<'a, R> {
                 continue;
             }
             if self.token.is_some_and(|t| !t.may_use(key.id)) {
+                continue;
+            }
+            if self.method.is_some_and(|m| !key.profile().serves(m)) {
                 continue;
             }
             if !self.ignore_load && pool.is_full(key) {

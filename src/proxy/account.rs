@@ -32,10 +32,16 @@ pub(super) async fn balance(ctx: &Ctx) -> Handled {
     }))
     .await;
     let now = Instant::now();
-    let total: f64 = pool
+    let mut usable = pool
         .keys()
         .iter()
         .filter(|k| ctx.may_use(k) && pool.in_rotation(k, now))
+        .peekable();
+    // Money adds up only within a currency: the total is in that of the first usable key
+    // in config order (the primary's, as a rule), and keys in another are left out.
+    let currency = usable.peek().map(|k| k.profile().currency);
+    let total: f64 = usable
+        .filter(|k| Some(k.profile().currency) == currency)
         .filter_map(|k| k.stats.balance())
         .sum();
     Local::Balance(format_balance(total)).into()
