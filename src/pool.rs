@@ -195,12 +195,17 @@ impl KeyStats {
             Some((code, SystemTime::now()));
     }
 
+    /// Records the last `threadsinfo`, or that it gave no figure (`None`: the key's
+    /// threads are unknown again, and the configured `threads` apply).
     pub fn set_threads(&self, info: Option<(u32, u32)>) {
-        let (threads, working) = info.unwrap_or((UNKNOWN, UNKNOWN));
-        self.threads
-            .store(threads.min(UNKNOWN - 1), Ordering::Relaxed);
-        self.working
-            .store(working.min(UNKNOWN - 1), Ordering::Relaxed);
+        // A reading is kept below the marker, which only `None` may store: clamping the
+        // marker too once turned "unknown" into four billion known threads, lifting the
+        // configured cap of every key whose threadsinfo failed or does not exist.
+        let (threads, working) = info.map_or((UNKNOWN, UNKNOWN), |(threads, working)| {
+            (threads.min(UNKNOWN - 1), working.min(UNKNOWN - 1))
+        });
+        self.threads.store(threads, Ordering::Relaxed);
+        self.working.store(working, Ordering::Relaxed);
     }
 }
 
@@ -526,5 +531,32 @@ impl KeyPool {
     /// Whether any key's provider serves `method`, in rotation or not.
     pub fn serves_method(&self, method: &str) -> bool {
         self.keys.iter().any(|k| k.profile().serves(method))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_threadsinfo_with_no_figure_leaves_the_configured_threads_in_force() {
+        let upstream = Upstream::parse("http://127.0.0.1:1").unwrap();
+        let mut config = KeyConfig::new("k", "key-00000000000000000000000000001", upstream);
+        config.threads = Some(5);
+        let key = KeyEntry::from_config(KeyId(0), &config);
+        assert_eq!(key.thread_capacity(), Some(5), "never read");
+        key.stats.set_threads(None);
+        assert_eq!(
+            key.stats.threads(),
+            None,
+            "a failed read is unknown, not a figure"
+        );
+        assert_eq!(key.thread_capacity(), Some(5));
+        key.stats.set_threads(Some((7, 2)));
+        assert_eq!(key.thread_capacity(), Some(7), "the service's figure wins");
+        key.stats.set_threads(Some((u32::MAX, u32::MAX)));
+        assert_eq!(key.stats.threads(), Some((u32::MAX - 1, u32::MAX - 1)));
+        key.stats.set_threads(None);
+        assert_eq!(key.thread_capacity(), Some(5), "unknown again");
     }
 }
