@@ -65,6 +65,7 @@ pub mod host;
 pub mod key_id;
 pub mod metrics;
 pub mod online_check;
+pub mod outage;
 pub mod pins;
 pub mod pool;
 pub mod provider;

@@ -22,6 +22,7 @@ use crate::config::{Config, KeyConfig, Strategy, Upstream};
 use crate::forecast::{BalanceHistory, Forecast};
 use crate::health::{HealthStore, HealthView, StateKind};
 use crate::key_id::KeyId;
+use crate::outage::Outages;
 use crate::provider::Provider;
 use crate::scaling::PoolFigures;
 use crate::upstream::Account;
@@ -297,6 +298,8 @@ pub struct KeyPool {
     cluster: Option<Arc<Cluster>>,
     /// Some key's provider is known not to serve some `method`.
     restricts_methods: bool,
+    /// Which providers are down: shared with every other pool, as health is.
+    outages: Arc<Outages>,
 }
 
 impl KeyPool {
@@ -315,7 +318,32 @@ impl KeyPool {
             selection,
             cursor: AtomicUsize::new(0),
             cluster: None,
+            outages: Arc::default(),
         }
+    }
+
+    /// The same pool, reading provider outages from `outages` (the app's, which outlive
+    /// every pool) instead of a table of its own.
+    pub fn with_outages(mut self, outages: Arc<Outages>) -> Self {
+        self.outages = outages;
+        self
+    }
+
+    /// Which providers are down, for every key of theirs.
+    pub fn outages(&self) -> &Outages {
+        &self.outages
+    }
+
+    /// The keys of `provider` in this pool.
+    pub fn keys_of(&self, provider: Provider) -> usize {
+        self.keys.iter().filter(|k| k.provider == provider).count()
+    }
+
+    /// The providers this pool's keys belong to, each once, in [`Provider::ALL`] order.
+    pub fn providers(&self) -> impl Iterator<Item = Provider> + '_ {
+        Provider::ALL
+            .into_iter()
+            .filter(|p| self.keys.iter().any(|k| k.provider == *p))
     }
 
     /// The same pool, counting threads with the fleet: a key's threads are the fleet's,

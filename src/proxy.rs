@@ -519,7 +519,11 @@ impl Ctx {
         let metrics = self.app.metrics();
         metrics
             .upstream_duration
-            .with_label_values(&[key.name.as_str(), self.endpoint.label()])
+            .with_label_values(&[
+                key.name.as_str(),
+                key.provider.name(),
+                self.endpoint.label(),
+            ])
             .observe(started.elapsed().as_secs_f64());
         let attempt = classify(key.profile(), result);
         if let Some(pause) = failover::pause_after(attempt.outcome(), self.policy()) {
@@ -535,7 +539,7 @@ impl Ctx {
             self.app
                 .metrics()
                 .key_errors
-                .with_label_values(&[key.name.as_str(), code])
+                .with_label_values(&[key.name.as_str(), key.provider.name(), code])
                 .inc();
             key.stats.set_last_error(code);
         }
@@ -558,9 +562,19 @@ impl Ctx {
         let (_one_ejection_at_a_time, ejection) = if outcome == Outcome::Transient {
             (Some(self.app.ejection_lock()), self.ejection(rng))
         } else {
+            self.app.provider_answered(key.provider);
             (None, failover::Ejection::IRRELEVANT)
         };
-        let decision = decide(ejection);
+        let mut decision = decide(ejection);
+        // A failure while the key's whole provider is down is the provider's: counting it
+        // against the key too would cool a key that did nothing wrong.
+        if outcome == Outcome::Transient
+            && self
+                .app
+                .provider_failed(&self.snapshot.pool, key, ejection.jitter)
+        {
+            decision.health = None;
+        }
         if let Some(event) = decision.health {
             self.app.record_health(key, event);
         }

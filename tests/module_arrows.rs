@@ -207,8 +207,9 @@ fn the_loop_finder_sees_direct_and_longer_loops_and_only_those() {
 const LAYERS: &[&[&str]] = &[
     // Vocabulary shared by everything.
     &["api_key", "key_id", "fast_map", "host", "provider"],
-    // The protocol, the validated config, and key health: pure or behind a narrow store.
-    &["captcha", "config", "health"],
+    // The protocol, the validated config, and key and provider health: pure or behind a
+    // narrow store.
+    &["captcha", "config", "health", "outage"],
     // The policy, pure; and the simulator, which speaks only the protocol.
     &["failover", "sim"],
     // Pure figures for autoscalers: the scaling formula and the balance forecast.

@@ -69,12 +69,25 @@ const BUSY_ECHO: Duration = Duration::from_secs(10);
 /// on. A key with a known capacity counts its threads and its threads in use; a key without
 /// one takes any number of tasks, so it counts one free thread above its use. The service
 /// answers this action in JSON only.
+///
+/// Only keys of providers that have threads count (CaptchaAI's plans, or a `threads` the
+/// config gives): a pay-per-task key would add a made-up thread to a real plan's figure.
+/// A pool of such keys alone still counts them, so that the answer never reads as "no
+/// plan" to a client that asks.
 pub(super) fn threads(ctx: &Ctx) -> Handled {
     let pool = &ctx.snapshot.pool;
     let now = Instant::now();
     let (mut threads, mut working) = (0u64, 0u64);
-    let keys = pool.keys().iter();
-    for key in keys.filter(|k| ctx.may_use(k) && pool.in_rotation(k, now)) {
+    let serving = || {
+        pool.keys()
+            .iter()
+            .filter(|k| ctx.may_use(k) && pool.in_rotation(k, now))
+    };
+    let has_threads = |k: &&std::sync::Arc<crate::pool::KeyEntry>| {
+        k.profile().threadsinfo || k.thread_capacity().is_some()
+    };
+    let only_threaded = serving().any(|k| has_threads(&k));
+    for key in serving().filter(|k| !only_threaded || has_threads(k)) {
         // In a cluster, the whole fleet's use as last synced: every replica answers alike.
         let used = u64::from(pool.in_use(key));
         match key.thread_capacity().map(u64::from) {
