@@ -15,10 +15,14 @@ use tower::retry::budget::{Budget, TpsBudget};
 use crate::capacity::{Capacity, MemoryLoad, ReadMark};
 use crate::cluster::{Cluster, ClusterError};
 use crate::config::Config;
-use crate::health::{HealthEvent, HealthStore, MemoryHealth, StateKind, Transition};
+use crate::health::{
+    HealthEvent, HealthStore, MemoryHealth, StateKind, Transition, TRANSIENT_REASON,
+};
 use crate::metrics::{Metrics, Release};
+use crate::outage::{OutageChange, OutagePolicy, Outages};
 use crate::pins::{JournalPins, MemoryPins, PinStore, ProbeState};
 use crate::pool::{AdminHold, AdminHolds, KeyEntry, KeyPool, Selection};
+use crate::provider::Provider;
 use crate::registry::{KeyRegistry, RegistryFull};
 use crate::tls::{LocalCa, TlsError};
 use crate::tokens::{Denials, TokenCounters, TokenTable};
@@ -46,6 +50,8 @@ pub enum Event {
     Failover { key: String, reason: &'static str },
     /// A submit was accepted upstream and pinned.
     Pinned { key: String, task_id: String },
+    /// A whole provider went down (`up: false`) or answered again after an outage.
+    Provider { provider: Provider, up: bool },
 }
 
 /// How long a first attempt keeps earning retries in the budget.
@@ -74,6 +80,8 @@ struct Inner {
     /// The operator's holds on keys, by name; outlive snapshots, so a hold lasts through
     /// reloads until it is lifted. Shared with every pool, which reads them on each pick.
     holds: Arc<AdminHolds>,
+    /// Which providers are down; outlives snapshots, as health does.
+    outages: Arc<Outages>,
     metrics: Metrics,
     client: UpstreamClient,
     events: broadcast::Sender<Event>,
@@ -156,10 +164,12 @@ impl App {
         let client = UpstreamClient::new(config.timeouts.connect)?;
         let metrics = Metrics::new()?;
         metrics.admit_keys(config.keys.iter().map(|k| k.name.as_str()));
+        metrics.admit_providers(config.keys.iter().map(|k| k.provider));
         metrics.admit_tokens(config.access.tokens.iter().map(|t| t.name.as_str()));
         let registry = Arc::new(KeyRegistry::new());
         let capacity = Arc::new(Capacity::new(Box::new(MemoryLoad::new())));
         let holds = Arc::new(AdminHolds::default());
+        let outages = Arc::new(Outages::new());
         let cluster = match &config.cluster {
             Some(shared) => Some(Arc::new(Cluster::new(
                 shared.clone(),
@@ -174,6 +184,7 @@ impl App {
             health.clone(),
             capacity.clone(),
             holds.clone(),
+            outages.clone(),
             cluster.clone(),
         )?;
         let token_counters = Arc::new(TokenCounters::default());
@@ -196,6 +207,7 @@ impl App {
             health,
             capacity,
             holds,
+            outages,
             metrics,
             client,
             events,
@@ -440,6 +452,7 @@ impl App {
             self.0.health.clone(),
             self.0.capacity.clone(),
             self.0.holds.clone(),
+            self.0.outages.clone(),
             self.0.cluster.clone(),
         )
     }
@@ -461,6 +474,9 @@ impl App {
         self.0
             .metrics
             .admit_keys(snapshot.config.keys.iter().map(|k| k.name.as_str()));
+        self.0
+            .metrics
+            .admit_providers(snapshot.config.keys.iter().map(|k| k.provider));
         self.0
             .metrics
             .admit_tokens(snapshot.tokens.tokens().iter().map(|t| &*t.name));
@@ -539,6 +555,74 @@ impl App {
     fn scaling_at(&self, snapshot: &Snapshot, now: Instant) -> crate::scaling::Scaling {
         let figures = snapshot.pool.figures(self.0.capacity.queued(), now);
         crate::scaling::recommend(figures, snapshot.config.scaling.brake_balance)
+    }
+
+    /// Counts a transient failure of `key` (a transport failure, 5xx or server error)
+    /// against its provider, and says whether the provider is down now: then the failure
+    /// is the provider's, and must not count against the key as well. The keys that
+    /// transient failures cooled before the outage was seen were its first casualties, not
+    /// faulty themselves: they come back, to wait out the outage with their provider.
+    ///
+    /// A pool of one provider has nowhere else to send its tasks: the outage is recorded
+    /// (for `keyrelay_provider_up` and `/status`), but its keys are judged one by one as
+    /// before, so the ejection cap still keeps part of the pool trying.
+    pub fn provider_failed(&self, pool: &KeyPool, key: &KeyEntry, jitter: f64) -> bool {
+        let alone = pool.providers().nth(1).is_none();
+        let now = Instant::now();
+        let failover = &self.snapshot().config.failover;
+        let policy = OutagePolicy {
+            threshold: failover.transient_failures,
+            cooldown: failover.transient_cooldown,
+            max_cooldown: failover.transient_cooldown_max,
+            jitter,
+        };
+        let keys = pool.keys_of(key.provider);
+        let change = self
+            .0
+            .outages
+            .failed(key.provider, key.id, keys, &policy, now);
+        if let Some(OutageChange::Down { until }) = change {
+            let provider = key.provider.name();
+            let back_in = until.saturating_duration_since(now);
+            tracing::warn!(
+                provider,
+                ?back_in,
+                "provider down: its keys take no new task while another provider's can"
+            );
+            self.0
+                .metrics
+                .provider_outages
+                .with_label_values(&[provider])
+                .inc();
+            self.emit(|| Event::Provider {
+                provider: key.provider,
+                up: false,
+            });
+            if alone {
+                return false;
+            }
+            for other in pool.keys().iter().filter(|k| k.provider == key.provider) {
+                let view = pool.health(other, now);
+                if view.state == StateKind::Cooling && view.reason == Some(TRANSIENT_REASON) {
+                    self.record_health(other, HealthEvent::Restore);
+                }
+            }
+            return true;
+        }
+        !alone && self.0.outages.is_down(key.provider, now)
+    }
+
+    /// `provider` answered: an outage of it, if there was one, is over.
+    pub fn provider_answered(&self, provider: Provider) {
+        if let Some(OutageChange::Up) = self.0.outages.answered(provider, Instant::now()) {
+            tracing::info!(provider = provider.name(), "provider answers again");
+            self.emit(|| Event::Provider { provider, up: true });
+        }
+    }
+
+    /// Which providers are down.
+    pub fn outages(&self) -> &Outages {
+        &self.0.outages
     }
 
     /// Applies a health event to a key, and logs, counts and announces the change if the
@@ -634,12 +718,14 @@ fn build_pool(
     health: Arc<dyn HealthStore>,
     capacity: Arc<Capacity>,
     holds: Arc<AdminHolds>,
+    outages: Arc<Outages>,
     cluster: Option<Arc<Cluster>>,
 ) -> Result<KeyPool, RegistryFull> {
     let keys = registry.admit(&config.keys)?;
     Ok(
         KeyPool::new(keys, health, capacity, Selection::from_config(config))
             .with_admin_holds(holds)
+            .with_outages(outages)
             .with_cluster(cluster),
     )
 }

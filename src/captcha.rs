@@ -31,6 +31,7 @@ mod body_kind;
 mod json_body;
 mod multipart;
 mod param_name;
+mod profile;
 mod reply;
 mod request;
 mod request_error;
@@ -40,6 +41,7 @@ mod urlencoded;
 
 pub use answer::{error_answer, ids_answer, ok_answer, value_answer, Answer};
 pub use body_kind::BodyKind;
+pub use profile::{Currency, Profile, ZeroBalance};
 pub use reply::{
     classify, known_code, parse_balance, parse_reply, parse_threads, split_ids_reply, Outcome,
     Reply, ThreadsInfo,

@@ -25,6 +25,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::provider::Provider;
 use crate::ApiKey;
 
 pub use access::{Access, Admin, TokenConfig};
@@ -187,8 +188,10 @@ pub struct KeyConfig {
     /// Priority tier: keys of tier N+1 take tasks only while every key of tiers <= N is
     /// out of rotation or full. 0, the default, is the primary tier.
     pub tier: u32,
-    /// Every key carries its own upstream (today always the global one) so that per-key
-    /// providers can come later without reshaping the pool.
+    /// The service the key belongs to: what its answers mean (`captcha::Profile`).
+    pub provider: Provider,
+    /// Where the key's requests go: its own `upstream`, else the global one for a
+    /// CaptchaAI key and its provider's own host for any other.
     pub upstream: Upstream,
 }
 
@@ -484,6 +487,7 @@ impl KeyConfig {
             weight: DEFAULT_WEIGHT,
             threads: None,
             tier: DEFAULT_TIER,
+            provider: Provider::default(),
             upstream,
         }
     }

@@ -1,7 +1,9 @@
 //! `keyrelay demo`: the simulator and the proxy in one process, a pool with a healthy key, a
-//! heavier key, a key revoked mid-run, a key that runs out of balance and a backup key, and
-//! a script-like workload driven through the proxy, narrated as it happens: one task at a
-//! time first, then a burst of scripts at once, more than the pool has threads.
+//! heavier key, a key revoked mid-run, a key that runs out of balance (all at a simulated
+//! CaptchaAI) and a backup key at a simulated 2captcha, and a script-like workload driven
+//! through the proxy, narrated as it happens: one task at a time first, then a burst of
+//! scripts at once, more than the pool has threads, then a CaptchaAI outage that moves the
+//! new tasks to 2captcha while the tasks made before wait for CaptchaAI's return.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -20,6 +22,7 @@ use tokio::time::Instant;
 use crate::app::{App, Event};
 use crate::config::{Config, KeyConfig, Upstream};
 use crate::health::StateKind;
+use crate::provider::Provider;
 use crate::sim::{SimHandle, SimKey, SimKeyState, Simulator};
 
 type DemoError = Box<dyn std::error::Error + Send + Sync>;
@@ -32,7 +35,8 @@ const KEYS: [(&str, &str, f64); 4] = [
     ("drained", "demo-drained-0000000000000000004", 1.0),
 ];
 
-/// The backup key: tier 1, so it takes tasks only while the others are out or full.
+/// The backup key, at 2captcha: tier 1, so it takes tasks only while the others are out or
+/// full, or CaptchaAI is down.
 const SPARE: (&str, &str) = ("spare", "demo-spare-000000000000000000005");
 
 /// Threads of every demo key.
@@ -63,10 +67,20 @@ pub async fn run() -> Result<(), DemoError> {
         .key(sim_key(KEYS[2].1, 10.0, 0.01))
         // Enough for two tasks: the third submit finds the account empty.
         .key(sim_key(KEYS[3].1, 10.0, 4.0))
+        .polls_to_ready(2)
+        .spawn()
+        .await?;
+    let backup = Simulator::new()
+        .provider(Provider::TwoCaptcha)
         .key(sim_key(SPARE.1, 10.0, 0.01))
         .polls_to_ready(2)
         .spawn()
         .await?;
+    let sims = Sims {
+        captchaai: sim,
+        twocaptcha: backup,
+    };
+    let sim = &sims.captchaai;
     let upstream = Upstream::parse(&sim.url()).map_err(|e| format!("simulator url: {e}"))?;
     let mut keys: Vec<KeyConfig> = KEYS
         .iter()
@@ -77,7 +91,10 @@ pub async fn run() -> Result<(), DemoError> {
             k
         })
         .collect();
-    let mut spare = KeyConfig::new(SPARE.0, SPARE.1, upstream.clone());
+    let backup_upstream =
+        Upstream::parse(&sims.twocaptcha.url()).map_err(|e| format!("simulator url: {e}"))?;
+    let mut spare = KeyConfig::new(SPARE.0, SPARE.1, backup_upstream);
+    spare.provider = Provider::TwoCaptcha;
     spare.threads = Some(THREADS);
     spare.tier = 1;
     keys.push(spare);
@@ -95,11 +112,13 @@ pub async fn run() -> Result<(), DemoError> {
 
     println!("keyrelay demo");
     println!("  simulated CaptchaAI  {}", sim.url());
+    println!("  simulated 2captcha   {}", sims.twocaptcha.url());
     println!("  keyrelay proxy       http://{proxy_addr}");
     println!(
         "  pool: steady (weight 1), heavy (weight 2), revoked (weight 1), drained (weight 1),"
     );
-    println!("        spare (tier 1: a backup, used only while the others are out or full)");
+    println!("        at CaptchaAI; spare at 2captcha (tier 1: a backup, used only while the");
+    println!("        others are out or full, or CaptchaAI is down)");
     println!("        {THREADS} threads each");
     println!();
 
@@ -129,10 +148,7 @@ pub async fn run() -> Result<(), DemoError> {
         let outcome = solve_one(&client, &base, n).await;
         match outcome {
             Ok((task_id, token)) => {
-                let owner = sim
-                    .task_owner(task_id)
-                    .and_then(|k| names.get(k.as_str()).copied())
-                    .unwrap_or("?");
+                let owner = sims.owner(task_id, &names);
                 *served.entry(owner.to_owned()).or_default() += 1;
                 println!("task {n:>2}  id {task_id}  served by {owner:<8}  token {token}");
             }
@@ -144,11 +160,23 @@ pub async fn run() -> Result<(), DemoError> {
     }
 
     println!();
-    burst(&app, &sim, &client, &base, &names, &mut served).await;
+    burst(&app, &sims, &client, &base, &names, &mut served).await;
+
+    println!();
+    outage(
+        &app,
+        &sims,
+        &client,
+        &base,
+        &names,
+        &mut served,
+        &mut events,
+    )
+    .await;
 
     println!();
     println!("final pool state");
-    print!("{}", pool_table(&app, &sim, &served));
+    print!("{}", pool_table(&app, &sims, &served));
     println!();
     println!("/metrics (pool health)");
     let metrics = app.render_metrics();
@@ -159,14 +187,135 @@ pub async fn run() -> Result<(), DemoError> {
             || l.starts_with("keyrelay_failovers_total")
             || l.starts_with("keyrelay_key_threads_in_use")
             || l.starts_with("keyrelay_pool_full_total")
+            || l.starts_with("keyrelay_provider_up")
+            || l.starts_with("keyrelay_provider_outages_total")
     }) {
         println!("  {line}");
     }
 
     let _ = stop.send(());
     let _ = server.await;
-    sim.shutdown().await;
+    sims.captchaai.shutdown().await;
+    sims.twocaptcha.shutdown().await;
     Ok(())
+}
+
+/// The demo's two simulated services.
+struct Sims {
+    captchaai: SimHandle,
+    twocaptcha: SimHandle,
+}
+
+impl Sims {
+    /// The name of the key that made a task, at whichever service has it.
+    fn owner<'a>(&self, task_id: u64, names: &HashMap<&str, &'a str>) -> &'a str {
+        self.captchaai
+            .task_owner(task_id)
+            .or_else(|| self.twocaptcha.task_owner(task_id))
+            .and_then(|k| names.get(k.as_str()).copied())
+            .unwrap_or("?")
+    }
+
+    /// The service that holds `key`'s account.
+    fn of(&self, key: &str) -> &SimHandle {
+        if key == SPARE.1 {
+            &self.twocaptcha
+        } else {
+            &self.captchaai
+        }
+    }
+}
+
+/// The third act: CaptchaAI goes down. Tasks made just before stay pinned to their keys;
+/// new tasks go to 2captcha at once, without a CaptchaAI key being cooled for the outage;
+/// once CaptchaAI answers again, the earlier tasks are polled there and new tasks go back.
+async fn outage(
+    app: &App,
+    sims: &Sims,
+    client: &Client<HttpConnector, Full<Bytes>>,
+    base: &str,
+    names: &HashMap<&str, &str>,
+    served: &mut HashMap<String, usize>,
+    events: &mut tokio::sync::broadcast::Receiver<Event>,
+) {
+    let (mut saw_revoked, mut saw_drained) = (true, true);
+    let mut earlier = Vec::new();
+    for n in 1..=2 {
+        match submit_one(client, base, 200 + n).await {
+            Ok(task_id) => earlier.push(task_id),
+            Err(e) => println!("  a submit failed: {e}"),
+        }
+    }
+    let at = earlier
+        .iter()
+        .map(|id| format!("{id} at {}", sims.owner(*id, names)))
+        .collect::<Vec<_>>()
+        .join(", ");
+    println!("an outage: two tasks are submitted ({at}) and not yet polled; then CaptchaAI goes down (connections refused).");
+    sims.captchaai.go_down().await;
+    for n in 1..=5 {
+        match solve_one(client, base, 300 + n).await {
+            Ok((task_id, _)) => {
+                let owner = sims.owner(task_id, names);
+                *served.entry(owner.to_owned()).or_default() += 1;
+                println!("  outage task {n}  id {task_id}  served by {owner}");
+            }
+            Err(e) => println!("  outage task {n}  failed: {e}"),
+        }
+        for line in drain_events(events, &mut saw_revoked, &mut saw_drained) {
+            println!("{line}");
+        }
+    }
+    let snapshot = app.snapshot();
+    let now = Instant::now();
+    let cooled: Vec<&str> = snapshot
+        .pool
+        .keys()
+        .iter()
+        .filter(|k| k.provider == Provider::CaptchaAi)
+        .filter(|k| snapshot.pool.health(k, now).reason == Some(crate::health::TRANSIENT_REASON))
+        .map(|k| k.name.as_str())
+        .collect();
+    println!(
+        "  CaptchaAI keys cooled for the outage: {}",
+        if cooled.is_empty() {
+            "none".to_owned()
+        } else {
+            cooled.join(", ")
+        }
+    );
+    if let Err(e) = sims.captchaai.come_back().await {
+        println!("  CaptchaAI could not come back: {e}");
+        return;
+    }
+    println!("CaptchaAI is back; the next balance refresh of a CaptchaAI key gets an answer.");
+    if let Some(key) = snapshot
+        .pool
+        .keys()
+        .iter()
+        .find(|k| k.provider == Provider::CaptchaAi)
+    {
+        crate::refresh::refresh_key(app, key, snapshot.config.timeouts.refresh).await;
+    }
+    for line in drain_events(events, &mut saw_revoked, &mut saw_drained) {
+        println!("{line}");
+    }
+    for task_id in earlier {
+        match poll_to_token(client, base, task_id).await {
+            Ok((token, key)) => {
+                println!("  earlier task {task_id}  polled with {key}, its own key  token {token}")
+            }
+            Err(e) => println!("  earlier task {task_id}  failed: {e}"),
+        }
+    }
+    match solve_one(client, base, 400).await {
+        Ok((task_id, _)) => {
+            let owner = sims.owner(task_id, names);
+            *served.entry(owner.to_owned()).or_default() += 1;
+            println!("  a new task  id {task_id}  served by {owner}");
+        }
+        Err(e) => println!("  a new task failed: {e}"),
+    }
 }
 
 /// The second act: `BURST` scripts at once against the keys still in rotation, more than
@@ -174,7 +323,7 @@ pub async fn run() -> Result<(), DemoError> {
 /// overflow, and the rest wait in keyrelay's queue until a thread frees.
 async fn burst(
     app: &App,
-    sim: &SimHandle,
+    sims: &Sims,
     client: &Client<HttpConnector, Full<Bytes>>,
     base: &str,
     names: &HashMap<&str, &str>,
@@ -210,10 +359,7 @@ async fn burst(
         match result {
             Ok((task_id, _)) => {
                 solved += 1;
-                let owner = sim
-                    .task_owner(task_id)
-                    .and_then(|k| names.get(k.as_str()).copied())
-                    .unwrap_or("?");
+                let owner = sims.owner(task_id, names);
                 *served.entry(owner.to_owned()).or_default() += 1;
             }
             Err(e) => println!("  a script failed: {e}"),
@@ -221,7 +367,7 @@ async fn burst(
     }
     for key in snapshot.pool.keys() {
         if snapshot.pool.in_rotation(key, Instant::now()) {
-            let peak = sim.peak_threads(key.key.expose());
+            let peak = sims.of(key.key.expose()).peak_threads(key.key.expose());
             println!(
                 "  {:<8} at most {peak} of its {THREADS} threads at once",
                 key.name
@@ -269,6 +415,17 @@ async fn solve_one(
     base: &str,
     n: usize,
 ) -> Result<(u64, String), DemoError> {
+    let task_id = submit_one(client, base, n).await?;
+    let (token, _) = poll_to_token(client, base, task_id).await?;
+    Ok((task_id, token))
+}
+
+/// Submits one reCAPTCHA task and returns its id.
+async fn submit_one(
+    client: &Client<HttpConnector, Full<Bytes>>,
+    base: &str,
+    n: usize,
+) -> Result<u64, DemoError> {
     let submit = format!(
         "{base}/in.php?key={SCRIPT_KEY}&method=userrecaptcha&googlekey=demo-sitekey&pageurl=https://example.com/{n}&json=1"
     );
@@ -276,19 +433,36 @@ async fn solve_one(
     if answer["status"] != 1 {
         return Err(format!("submit answered {answer}").into());
     }
-    let task_id = match &answer["request"] {
+    match &answer["request"] {
         serde_json::Value::Number(n) => n.as_u64(),
         serde_json::Value::String(s) => s.parse().ok(),
         _ => None,
     }
-    .ok_or_else(|| format!("submit answered no task id: {answer}"))?;
+    .ok_or_else(|| format!("submit answered no task id: {answer}").into())
+}
+
+/// Polls a task until its token, as a script would; returns the token and the name of the
+/// key keyrelay polled with (`X-Keyrelay-Key`).
+async fn poll_to_token(
+    client: &Client<HttpConnector, Full<Bytes>>,
+    base: &str,
+    task_id: u64,
+) -> Result<(String, String), DemoError> {
     for _ in 0..20 {
         tokio::time::sleep(Duration::from_millis(20)).await;
         let poll = format!("{base}/res.php?key={SCRIPT_KEY}&action=get&id={task_id}&json=1");
-        let answer = get_json(client, &poll).await?;
+        let response = client.get(poll.parse()?).await?;
+        let key = response
+            .headers()
+            .get("x-keyrelay-key")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("?")
+            .to_owned();
+        let body = response.into_body().collect().await?.to_bytes();
+        let answer: serde_json::Value = serde_json::from_slice(&body)?;
         if answer["status"] == 1 {
             let token = answer["request"].as_str().unwrap_or_default().to_owned();
-            return Ok((task_id, token));
+            return Ok((token, key));
         }
         if answer["request"] != "CAPCHA_NOT_READY" {
             return Err(format!("poll answered {answer}").into());
@@ -344,6 +518,11 @@ fn drain_events(
                 let reason = reason.unwrap_or("-");
                 lines.push(format!("          key '{key}' {what} ({reason})"));
             }
+            Ok(Event::Provider { provider, up }) => lines.push(if up {
+                format!("          provider {provider} answers again; its keys take tasks again")
+            } else {
+                format!("          provider {provider} is down: its keys take no new task while another provider's can")
+            }),
             Ok(Event::Pinned { .. }) => {}
             Err(TryRecvError::Lagged(_)) => continue,
             Err(_) => break,
@@ -352,7 +531,7 @@ fn drain_events(
     lines
 }
 
-fn pool_table(app: &App, sim: &SimHandle, served: &HashMap<String, usize>) -> String {
+fn pool_table(app: &App, sims: &Sims, served: &HashMap<String, usize>) -> String {
     let snapshot = app.snapshot();
     let pool = &snapshot.pool;
     let now = Instant::now();
@@ -369,7 +548,8 @@ fn pool_table(app: &App, sim: &SimHandle, served: &HashMap<String, usize>) -> St
         } else {
             view.state.label()
         };
-        let balance = sim
+        let balance = sims
+            .of(key.key.expose())
             .balance(key.key.expose())
             .map_or("?".to_owned(), |b| format!("{b:.2}"));
         let _ = writeln!(

@@ -40,8 +40,11 @@ pub struct Decision {
 /// these, so only they may take a key out of rotation for long.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Check {
-    /// After `ERROR_ZERO_BALANCE`: `threadsinfo` tells "all threads busy" from "no plan".
-    Threads,
+    /// After `ERROR_ZERO_BALANCE`: a read of keyrelay's own settles what it meant, as the
+    /// key's provider uses the code (`captcha::ZeroBalance`): `threadsinfo` tells "all
+    /// threads busy" from "no plan" ([`settle_zero_balance`]), or `getbalance` tells
+    /// whether the money ran out ([`settle_no_funds`]).
+    ZeroBalance,
     /// After a key-unusable verdict (`ERROR_WRONG_USER_KEY`, `ERROR_KEY_DOES_NOT_EXIST`,
     /// `ERROR_IP_NOT_ALLOWED`, …): `getbalance` confirms it before the key is benched.
     Unusable { reason: &'static str },
@@ -146,7 +149,7 @@ pub fn on_submit(
         Outcome::Transient => (Some(transient(policy, ejection)), Next::Backoff),
     };
     let check = match outcome {
-        Outcome::ZeroBalance => Some(Check::Threads),
+        Outcome::ZeroBalance => Some(Check::ZeroBalance),
         Outcome::KeyUnusable => Some(Check::Unusable { reason: code }),
         _ => None,
     };
@@ -311,6 +314,22 @@ pub fn settle_zero_balance(
     }
 }
 
+/// Settles `ERROR_ZERO_BALANCE` at a provider where it means "no money" with the key's
+/// `getbalance`: at or below `min_balance`, the money ran out and the key is benched until a
+/// refresh reads more (`on_refresh`); above it, the key was topped up meanwhile and the
+/// provisional cooldown runs out by itself. A rejected key is benched with the service's
+/// code; no answer settles nothing.
+pub fn settle_no_funds(balance: &Result<f64, ReadError>, policy: &Failover) -> Option<HealthEvent> {
+    const REASON: &str = "ERROR_ZERO_BALANCE";
+    match balance {
+        Ok(balance) if *balance <= policy.min_balance => {
+            Some(HealthEvent::Bench { reason: REASON })
+        }
+        Ok(_) | Err(ReadError::Unavailable) => None,
+        Err(ReadError::KeyRejected(code)) => Some(HealthEvent::Bench { reason: code }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -350,7 +369,7 @@ mod tests {
         assert_eq!(d.next, Next::Failover);
 
         let d = on_submit(Outcome::ZeroBalance, "ERROR_ZERO_BALANCE", &p, EJECT);
-        assert_eq!(d.check, Some(Check::Threads));
+        assert_eq!(d.check, Some(Check::ZeroBalance));
         assert_eq!(d.next, Next::Failover);
 
         let d = on_submit(Outcome::CallerError, "other", &p, EJECT);
@@ -578,5 +597,25 @@ mod tests {
             })
         );
         assert_eq!(settle_zero_balance(&Err(ReadError::Unavailable), &p), None);
+    }
+
+    #[test]
+    fn no_funds_is_settled_by_the_balance_against_min_balance() {
+        let p = policy();
+        let bench = Some(HealthEvent::Bench {
+            reason: "ERROR_ZERO_BALANCE",
+        });
+        assert_eq!(settle_no_funds(&Ok(0.0), &p), bench);
+        assert_eq!(settle_no_funds(&Ok(p.min_balance), &p), bench);
+        assert_eq!(settle_no_funds(&Ok(-1.0), &p), bench);
+        assert_eq!(settle_no_funds(&Ok(p.min_balance + 0.01), &p), None);
+        assert_eq!(settle_no_funds(&Ok(12.5), &p), None);
+        assert_eq!(
+            settle_no_funds(&Err(ReadError::KeyRejected("ERROR_WRONG_USER_KEY")), &p),
+            Some(HealthEvent::Bench {
+                reason: "ERROR_WRONG_USER_KEY"
+            })
+        );
+        assert_eq!(settle_no_funds(&Err(ReadError::Unavailable), &p), None);
     }
 }

@@ -71,6 +71,11 @@ enum Command {
         /// Polls a task needs before its answer is ready.
         #[arg(long, default_value_t = 2)]
         polls_to_ready: u32,
+        /// Also play another 2captcha-compatible service under /NAME (for example
+        /// `--provider 2captcha` serves http://ADDR/2captcha/in.php), with its own error
+        /// semantics and the same keys as separate accounts. CaptchaAI stays at the root.
+        #[arg(long = "provider", value_name = "NAME", value_parser = parse_provider)]
+        providers: Vec<keyrelay::provider::Provider>,
     },
     /// Show keyrelay at work on the built-in simulator: no keys or config needed.
     Demo,
@@ -200,7 +205,8 @@ async fn dispatch(cli: Cli, threads: usize) -> anyhow::Result<()> {
             listen,
             keys,
             polls_to_ready,
-        }) => simulate(listen, keys, polls_to_ready).await,
+            providers,
+        }) => simulate(listen, keys, polls_to_ready, providers).await,
         Some(Command::Demo) => keyrelay::demo::run().await.map_err(|e| anyhow::anyhow!(e)),
         Some(Command::Ca { pem }) => ca(&config, pem),
         Some(Command::Ctl { url, action }) => ctl(&config, url.as_deref(), action).await,
@@ -420,29 +426,61 @@ async fn simulate(
     listen: SocketAddr,
     keys: Vec<SimKey>,
     polls_to_ready: u32,
+    providers: Vec<keyrelay::provider::Provider>,
 ) -> anyhow::Result<()> {
+    use keyrelay::provider::Provider;
     let keys = if keys.is_empty() {
         DEFAULT_KEYS.iter().map(|k| SimKey::valid(k)).collect()
     } else {
         keys
     };
-    let mut sim = Simulator::new().polls_to_ready(polls_to_ready);
     let listener = TcpListener::bind(listen)
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
     // The bound address, so that `--listen 127.0.0.1:0` says where the simulator is.
     let addr = listener.local_addr()?;
-    println!("simulated CaptchaAI on http://{addr} with keys:");
-    for key in keys {
-        println!(
-            "  {}  balance {}  threads {}  {:?}",
-            key.key, key.balance, key.threads, key.state
-        );
-        sim = sim.key(key);
+    let mut served = vec![Provider::CaptchaAi];
+    for provider in providers {
+        if !served.contains(&provider) {
+            served.push(provider);
+        }
     }
-    sim.serve(listener, keyrelay::server::shutdown_signal())
-        .await?;
+    let mut sims = Vec::new();
+    for provider in served {
+        let prefix = if provider == Provider::CaptchaAi {
+            String::new()
+        } else {
+            format!("/{}", provider.name())
+        };
+        let label = if provider == Provider::CaptchaAi {
+            "CaptchaAI".to_owned()
+        } else {
+            provider.name().to_owned()
+        };
+        println!("simulated {label} on http://{addr}{prefix} with keys:");
+        let mut sim = Simulator::new()
+            .polls_to_ready(polls_to_ready)
+            .provider(provider);
+        for key in &keys {
+            println!(
+                "  {}  balance {}  threads {}  {:?}",
+                key.key, key.balance, key.threads, key.state
+            );
+            sim = sim.key(key.clone());
+        }
+        sims.push((prefix, sim));
+    }
+    Simulator::serve_many(sims, listener, keyrelay::server::shutdown_signal()).await?;
     Ok(())
+}
+
+fn parse_provider(name: &str) -> Result<keyrelay::provider::Provider, String> {
+    keyrelay::provider::Provider::from_name(name).ok_or_else(|| {
+        format!(
+            "unknown provider {name:?}; expected one of {}",
+            keyrelay::provider::Provider::names()
+        )
+    })
 }
 
 fn init_logging(flag: Option<&str>, default_level: &str, format: LogFormat) {

@@ -119,6 +119,8 @@ label_set! {
         IpBanned => "IP_BANNED",
         ZeroBalance => "ERROR_ZERO_BALANCE",
         NoSlot => "ERROR_NO_SLOT_AVAILABLE",
+        /// A method no provider of the pool serves.
+        NoSuchMethod => "ERROR_NO_SUCH_METHOD",
         ServerError => "ERROR_SERVER_ERROR",
         WrongCaptchaId => "ERROR_WRONG_CAPTCHA_ID",
         NotReady => "CAPCHA_NOT_READY",
@@ -292,10 +294,15 @@ pub struct Metrics {
     thread_releases: IntCounterVec,
     /// Submit attempts by key and how the key answered.
     pub key_submits: IntCounterVec,
-    /// Upstream error codes (and transport failures) by key.
+    /// Upstream error codes (and transport failures) by key, its provider and code.
     pub key_errors: IntCounterVec,
-    /// Upstream latency by key and endpoint.
+    /// Upstream latency by key, its provider and endpoint.
     pub upstream_duration: HistogramVec,
+    /// 1 while a provider of the pool answers, 0 while it is out (down, or on probation
+    /// after an outage and not yet answered).
+    provider_up: IntGaugeVec,
+    /// Outages seen, by provider.
+    pub provider_outages: IntCounterVec,
     /// Caller requests by endpoint and how they ended.
     pub request_duration: HistogramVec,
     /// Answers keyrelay made itself, by [`LocalCode`]; counted through `count_local`.
@@ -664,16 +671,32 @@ impl Metrics {
                 r,
                 counter(
                     "keyrelay_key_errors_total",
-                    "Upstream error codes and transport failures seen, by key and code.",
-                    &["key", "code"],
+                    "Upstream error codes and transport failures seen, by key, its provider and code.",
+                    &["key", "provider", "code"],
                 )?
             ),
             upstream_duration: register!(
                 r,
                 histogram(
                     "keyrelay_upstream_duration_seconds",
-                    "Upstream request latency by key and endpoint.",
-                    &["key", "endpoint"],
+                    "Upstream request latency by key, its provider and endpoint.",
+                    &["key", "provider", "endpoint"],
+                )?
+            ),
+            provider_up: register!(
+                r,
+                cluster(
+                    "keyrelay_provider_up",
+                    "1 while a provider of the pool answers, 0 while it is out: down after transient failures across its keys, or not yet answered since.",
+                    &["provider"]
+                )?
+            ),
+            provider_outages: register!(
+                r,
+                counter(
+                    "keyrelay_provider_outages_total",
+                    "Times a provider was taken out for transient failures across its keys.",
+                    &["provider"]
                 )?
             ),
             request_duration: register!(
@@ -869,6 +892,14 @@ impl Metrics {
         }
     }
 
+    /// Starts the outage count of each provider of a pool at 0, so `increase()` sees the
+    /// first outage.
+    pub fn admit_providers(&self, providers: impl IntoIterator<Item = crate::provider::Provider>) {
+        for provider in providers {
+            self.provider_outages.with_label_values(&[provider.name()]);
+        }
+    }
+
     /// Counts `released` threads given back for `reason`.
     pub fn count_releases(&self, reason: Release, released: u64) {
         self.thread_releases
@@ -975,6 +1006,14 @@ impl Metrics {
         self.keys_configured.set(pool.keys().len() as i64);
         self.keys_active.set(pool.active_count(now) as i64);
         self.tasks_pinned.set(pins.len() as i64);
+        // Only the providers of the running pool: one whose keys all left has no state.
+        self.provider_up.reset();
+        for provider in pool.providers() {
+            let out = pool.outages().view(provider, now).out;
+            self.provider_up
+                .with_label_values(&[provider.name()])
+                .set(i64::from(!out));
+        }
         // Reasons change with the state; stale series would claim two reasons at once.
         self.key_state_reason.reset();
         // Only the keys of the running pool: a removed key's hold is gone with it.

@@ -153,6 +153,7 @@ async fn check_key(client: &UpstreamClient, config: &Config, key: &KeyConfig) ->
         name: &key.name,
         key: &key.key,
         upstream: &key.upstream,
+        profile: crate::captcha::Profile::of(key.provider),
     };
     let timeout = config.timeouts.refresh;
     let (balance, threads) = tokio::join!(

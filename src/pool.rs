@@ -16,11 +16,14 @@ use hyper::header::HeaderValue;
 use tokio::time::Instant;
 
 use crate::capacity::{Capacity, Lease, Load};
+use crate::captcha::Profile;
 use crate::cluster::Cluster;
 use crate::config::{Config, KeyConfig, Strategy, Upstream};
 use crate::forecast::{BalanceHistory, Forecast};
 use crate::health::{HealthStore, HealthView, StateKind};
 use crate::key_id::KeyId;
+use crate::outage::Outages;
+use crate::provider::Provider;
 use crate::scaling::PoolFigures;
 use crate::upstream::Account;
 use crate::ApiKey;
@@ -36,7 +39,9 @@ pub struct KeyEntry {
     /// allows none such, so that answer would just go without the header).
     pub name_header: Option<HeaderValue>,
     pub key: ApiKey,
-    /// Each key names its upstream, so keys of different providers can share a pool later.
+    /// The service the key belongs to; its profile says what the service's answers mean.
+    pub provider: Provider,
+    /// Where the key's requests go (its provider's host unless the config names another).
     pub upstream: Upstream,
     pub weight: f64,
     /// The plan's thread count from the config, if given.
@@ -191,12 +196,17 @@ impl KeyStats {
             Some((code, SystemTime::now()));
     }
 
+    /// Records the last `threadsinfo`, or that it gave no figure (`None`: the key's
+    /// threads are unknown again, and the configured `threads` apply).
     pub fn set_threads(&self, info: Option<(u32, u32)>) {
-        let (threads, working) = info.unwrap_or((UNKNOWN, UNKNOWN));
-        self.threads
-            .store(threads.min(UNKNOWN - 1), Ordering::Relaxed);
-        self.working
-            .store(working.min(UNKNOWN - 1), Ordering::Relaxed);
+        // A reading is kept below the marker, which only `None` may store: clamping the
+        // marker too once turned "unknown" into four billion known threads, lifting the
+        // configured cap of every key whose threadsinfo failed or does not exist.
+        let (threads, working) = info.map_or((UNKNOWN, UNKNOWN), |(threads, working)| {
+            (threads.min(UNKNOWN - 1), working.min(UNKNOWN - 1))
+        });
+        self.threads.store(threads, Ordering::Relaxed);
+        self.working.store(working, Ordering::Relaxed);
     }
 }
 
@@ -208,6 +218,7 @@ impl KeyEntry {
             name: config.name.clone(),
             name_header: HeaderValue::from_str(&config.name).ok(),
             key: config.key.clone(),
+            provider: config.provider,
             upstream: config.upstream.clone(),
             weight: config.weight,
             threads: config.threads,
@@ -236,7 +247,13 @@ impl KeyEntry {
             name: &self.name,
             key: &self.key,
             upstream: &self.upstream,
+            profile: self.profile(),
         }
+    }
+
+    /// What the key's service's answers mean.
+    pub fn profile(&self) -> &'static Profile {
+        Profile::of(self.provider)
     }
 }
 
@@ -279,6 +296,10 @@ pub struct KeyPool {
     cursor: AtomicUsize,
     /// The fleet this replica shares the pool with, if `[cluster]` is configured.
     cluster: Option<Arc<Cluster>>,
+    /// Some key's provider is known not to serve some `method`.
+    restricts_methods: bool,
+    /// Which providers are down: shared with every other pool, as health is.
+    outages: Arc<Outages>,
 }
 
 impl KeyPool {
@@ -289,6 +310,7 @@ impl KeyPool {
         selection: Selection,
     ) -> Self {
         KeyPool {
+            restricts_methods: keys.iter().any(|k| !k.profile().unserved.is_empty()),
             keys,
             health,
             capacity,
@@ -296,7 +318,32 @@ impl KeyPool {
             selection,
             cursor: AtomicUsize::new(0),
             cluster: None,
+            outages: Arc::default(),
         }
+    }
+
+    /// The same pool, reading provider outages from `outages` (the app's, which outlive
+    /// every pool) instead of a table of its own.
+    pub fn with_outages(mut self, outages: Arc<Outages>) -> Self {
+        self.outages = outages;
+        self
+    }
+
+    /// Which providers are down, for every key of theirs.
+    pub fn outages(&self) -> &Outages {
+        &self.outages
+    }
+
+    /// The keys of `provider` in this pool.
+    pub fn keys_of(&self, provider: Provider) -> usize {
+        self.keys.iter().filter(|k| k.provider == provider).count()
+    }
+
+    /// The providers this pool's keys belong to, each once, in [`Provider::ALL`] order.
+    pub fn providers(&self) -> impl Iterator<Item = Provider> + '_ {
+        Provider::ALL
+            .into_iter()
+            .filter(|p| self.keys.iter().any(|k| k.provider == *p))
     }
 
     /// The same pool, counting threads with the fleet: a key's threads are the fleet's,
@@ -501,5 +548,43 @@ impl KeyPool {
     /// `next` looks again, so a key cooled or filled meanwhile is passed over.
     pub fn candidates<R: rand::Rng>(&self, rng: R, now: Instant) -> Candidates<'_, R> {
         Candidates::new(self, rng, now)
+    }
+
+    /// Whether some key's provider is known not to serve some `method`: only then does a
+    /// submit's method need reading to choose its key.
+    pub fn restricts_methods(&self) -> bool {
+        self.restricts_methods
+    }
+
+    /// Whether any key's provider serves `method`, in rotation or not.
+    pub fn serves_method(&self, method: &str) -> bool {
+        self.keys.iter().any(|k| k.profile().serves(method))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_threadsinfo_with_no_figure_leaves_the_configured_threads_in_force() {
+        let upstream = Upstream::parse("http://127.0.0.1:1").unwrap();
+        let mut config = KeyConfig::new("k", "key-00000000000000000000000000001", upstream);
+        config.threads = Some(5);
+        let key = KeyEntry::from_config(KeyId(0), &config);
+        assert_eq!(key.thread_capacity(), Some(5), "never read");
+        key.stats.set_threads(None);
+        assert_eq!(
+            key.stats.threads(),
+            None,
+            "a failed read is unknown, not a figure"
+        );
+        assert_eq!(key.thread_capacity(), Some(5));
+        key.stats.set_threads(Some((7, 2)));
+        assert_eq!(key.thread_capacity(), Some(7), "the service's figure wins");
+        key.stats.set_threads(Some((u32::MAX, u32::MAX)));
+        assert_eq!(key.stats.threads(), Some((u32::MAX - 1, u32::MAX - 1)));
+        key.stats.set_threads(None);
+        assert_eq!(key.thread_capacity(), Some(5), "unknown again");
     }
 }

@@ -502,7 +502,7 @@ impl Ctx {
             // hyper only hands over queries a URI can carry, and the rewrite only splices
             // urlencoded ASCII into whole pairs, so this cannot happen through the listener;
             // should it ever, the attempt fails as undelivered (which it is), not a panic.
-            Err(e) => return classify(Err(UpstreamError::Connect(e.to_string()))),
+            Err(e) => return classify(key.profile(), Err(UpstreamError::Connect(e.to_string()))),
         };
         let started = Instant::now();
         let result = self
@@ -519,9 +519,13 @@ impl Ctx {
         let metrics = self.app.metrics();
         metrics
             .upstream_duration
-            .with_label_values(&[key.name.as_str(), self.endpoint.label()])
+            .with_label_values(&[
+                key.name.as_str(),
+                key.provider.name(),
+                self.endpoint.label(),
+            ])
             .observe(started.elapsed().as_secs_f64());
-        let attempt = classify(result);
+        let attempt = classify(key.profile(), result);
         if let Some(pause) = failover::pause_after(attempt.outcome(), self.policy()) {
             self.app.pause_upstream(pause);
         }
@@ -535,7 +539,7 @@ impl Ctx {
             self.app
                 .metrics()
                 .key_errors
-                .with_label_values(&[key.name.as_str(), code])
+                .with_label_values(&[key.name.as_str(), key.provider.name(), code])
                 .inc();
             key.stats.set_last_error(code);
         }
@@ -558,9 +562,19 @@ impl Ctx {
         let (_one_ejection_at_a_time, ejection) = if outcome == Outcome::Transient {
             (Some(self.app.ejection_lock()), self.ejection(rng))
         } else {
+            self.app.provider_answered(key.provider);
             (None, failover::Ejection::IRRELEVANT)
         };
-        let decision = decide(ejection);
+        let mut decision = decide(ejection);
+        // A failure while the key's whole provider is down is the provider's: counting it
+        // against the key too would cool a key that did nothing wrong.
+        if outcome == Outcome::Transient
+            && self
+                .app
+                .provider_failed(&self.snapshot.pool, key, ejection.jitter)
+        {
+            decision.health = None;
+        }
         if let Some(event) = decision.health {
             self.app.record_health(key, event);
         }
@@ -603,15 +617,15 @@ impl Ctx {
     }
 }
 
-/// Classifies an upstream result with the protocol's one outcome table.
-fn classify(result: Result<UpstreamAnswer, UpstreamError>) -> Attempt {
+/// Classifies an upstream result with the outcome table, as the key's provider reads it.
+fn classify(profile: &captcha::Profile, result: Result<UpstreamAnswer, UpstreamError>) -> Attempt {
     let answer = match result {
         Ok(answer) => answer,
         Err(error) => return Attempt::Failed(error),
     };
     let reply = captcha::parse_reply(&answer.body);
     let status = answer.status.as_u16();
-    let outcome = captcha::classify(status, &reply);
+    let outcome = profile.classify(status, &reply);
     let code = match &reply {
         Reply::Error(code) => failover::reason_code(code),
         _ if status == 429 => "http_429",

@@ -87,6 +87,11 @@ async fn share_readings(
 pub async fn refresh_key(app: &App, key: &KeyEntry, timeout: Duration) {
     let client = app.client();
     let balance = client.read_balance(key.account(), timeout).await;
+    // Any answer shows the service reachable: a provider that was down is back, even
+    // before a caller's request tries it.
+    if !matches!(balance, Err(ReadError::Unavailable)) {
+        app.provider_answered(key.provider);
+    }
     if balance.is_err() {
         app.metrics()
             .refresh_failures

@@ -29,8 +29,8 @@ impl KeyRegistry {
         KeyRegistry::default()
     }
 
-    /// Entries for a config's keys, in config order. A key whose name, value and upstream
-    /// are already known keeps its id and what keyrelay learned about it (balance, threads,
+    /// Entries for a config's keys, in config order. A key whose name, value, provider and
+    /// upstream are already known keeps its id and what keyrelay learned about it (balance, threads,
     /// last error; health is kept by id); its weight and threads come from the new config.
     /// Any other key gets a new id.
     ///
@@ -44,7 +44,10 @@ impl KeyRegistry {
                 .iter()
                 .rev()
                 .find(|e| {
-                    e.name == config.name && e.key == config.key && e.upstream == config.upstream
+                    e.name == config.name
+                        && e.key == config.key
+                        && e.provider == config.provider
+                        && e.upstream == config.upstream
                 })
                 .cloned();
             let entry = match known {

@@ -1,6 +1,8 @@
 //! The built-in CaptchaAI simulator: an in-process fake of `in.php`, `res.php` and `solve.php`
 //! used as the proxy's upstream in integration tests, by benchmarks, `keyrelay demo` and
-//! `keyrelay simulate`. Owns the builder, the handle and the serve loop; it does not share any
+//! `keyrelay simulate`. It can play the other 2captcha-compatible services too
+//! ([`Simulator::provider`]), several on one listener under path prefixes, and go down and
+//! come back ([`SimHandle::go_down`]) for outage tests. Owns the builder, the handle and the serve loop; it does not share any
 //! protocol code with the proxy (`crate::captcha`), so each checks the other.
 //!
 //! Behaviour, in the order a request meets it (facts from `docs/captcha-api.md` §1–§4):
@@ -29,7 +31,7 @@ mod tests;
 use std::future::Future;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use hyper::server::conn::http1;
@@ -40,10 +42,12 @@ use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 use tracing::debug;
 
+pub use crate::provider::Provider;
 pub use faults::{Fault, FaultKind, FaultTarget};
 pub use state::{SimKey, SimKeyState};
 pub use wire::{Received, ReceivedFile};
 
+use api::Routes;
 use state::State;
 
 /// Default keys served when no key is configured (also used by the shipped `proxy.toml`).
@@ -58,6 +62,8 @@ const DEFAULT_POLLS_TO_READY: u32 = 2;
 /// What a full key answers by default: CaptchaAI's error documentation says "no available
 /// threads" is `ERROR_ZERO_BALANCE`, and the official SDK acts on that code.
 const DEFAULT_BUSY_CODE: &str = "ERROR_ZERO_BALANCE";
+/// What a full key answers at the pay-per-task services (2captcha's "no free slot").
+const PAY_PER_TASK_BUSY_CODE: &str = "ERROR_NO_SLOT_AVAILABLE";
 /// Pause after a failed `accept` (out of file descriptors, say) before trying again.
 const ACCEPT_RETRY_DELAY: Duration = Duration::from_millis(50);
 
@@ -65,7 +71,9 @@ const ACCEPT_RETRY_DELAY: Duration = Duration::from_millis(50);
 pub struct Simulator {
     keys: Vec<SimKey>,
     polls_to_ready: u32,
-    busy_code: String,
+    /// `None`: the provider's own.
+    busy_code: Option<String>,
+    provider: Provider,
 }
 
 impl Default for Simulator {
@@ -80,8 +88,20 @@ impl Simulator {
         Simulator {
             keys: Vec::new(),
             polls_to_ready: DEFAULT_POLLS_TO_READY,
-            busy_code: DEFAULT_BUSY_CODE.to_owned(),
+            busy_code: None,
+            provider: Provider::CaptchaAi,
         }
+    }
+
+    /// Plays `provider` (CaptchaAI by default), by the simulator's own reading of how each
+    /// service differs: a full key answers `ERROR_NO_SLOT_AVAILABLE` at the pay-per-task
+    /// services (whose `ERROR_ZERO_BALANCE` means only "no money"), `threadsinfo` is
+    /// CaptchaAI's alone, CaptchaAI's own methods (`bls`, `cloudflare_challenge`) are
+    /// `ERROR_NO_SUCH_METHOD` elsewhere, and each service's task ids are a range of their
+    /// own.
+    pub fn provider(mut self, provider: Provider) -> Simulator {
+        self.provider = provider;
+        self
     }
 
     /// Registers a key (a later key with the same value replaces an earlier one).
@@ -100,12 +120,24 @@ impl Simulator {
     /// Code answered when a valid key has no free thread. Default `ERROR_ZERO_BALANCE`
     /// (CaptchaAI's error documentation); `ERROR_NO_SLOT_AVAILABLE` is the blog's variant.
     pub fn busy_code(mut self, code: &str) -> Simulator {
-        self.busy_code = code.to_owned();
+        self.busy_code = Some(code.to_owned());
         self
     }
 
     fn into_state(self) -> Arc<State> {
-        Arc::new(State::new(self.keys, self.polls_to_ready, self.busy_code))
+        let busy_code = self.busy_code.unwrap_or_else(|| {
+            if self.provider == Provider::CaptchaAi {
+                DEFAULT_BUSY_CODE.to_owned()
+            } else {
+                PAY_PER_TASK_BUSY_CODE.to_owned()
+            }
+        });
+        Arc::new(State::new(
+            self.keys,
+            self.polls_to_ready,
+            busy_code,
+            self.provider,
+        ))
     }
 
     /// Binds `127.0.0.1:0` and serves in a background task until [`SimHandle::shutdown`].
@@ -116,19 +148,11 @@ impl Simulator {
         let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
         let addr = listener.local_addr()?;
         let state = self.into_state();
-        let (stop, mut stop_requested) = watch::channel(false);
-        let shutdown = async move {
-            // A dropped sender means every handle is gone, which must not stop the server.
-            if stop_requested.wait_for(|stop| *stop).await.is_err() {
-                std::future::pending::<()>().await;
-            }
-        };
-        let task = tokio::spawn(serve_state(Arc::clone(&state), listener, shutdown));
+        let running = Running::start(Arc::clone(&state), listener);
         Ok(SimHandle(Arc::new(HandleInner {
             addr,
             state,
-            stop,
-            task: Mutex::new(Some(task)),
+            running: tokio::sync::Mutex::new(Some(running)),
         })))
     }
 
@@ -142,14 +166,61 @@ impl Simulator {
         listener: TcpListener,
         shutdown: impl Future<Output = ()>,
     ) -> io::Result<()> {
-        serve_state(self.into_state(), listener, shutdown).await
+        let routes = Routes(vec![(String::new(), self.into_state())]);
+        serve_routes(Arc::new(routes), listener, shutdown).await
+    }
+
+    /// Serves several simulators on one listener, each under its path prefix (`"/2captcha"`:
+    /// `/2captcha/in.php`; `""`: the root), until `shutdown` resolves.
+    ///
+    /// # Errors
+    /// As [`Simulator::serve`].
+    pub async fn serve_many(
+        sims: Vec<(String, Simulator)>,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()>,
+    ) -> io::Result<()> {
+        let routes = sims
+            .into_iter()
+            .map(|(prefix, sim)| (prefix.trim_end_matches('/').to_owned(), sim.into_state()))
+            .collect();
+        serve_routes(Arc::new(Routes(routes)), listener, shutdown).await
+    }
+}
+
+/// A serve loop running in the background, and how to stop it.
+struct Running {
+    stop: watch::Sender<bool>,
+    task: JoinHandle<io::Result<()>>,
+}
+
+impl Running {
+    fn start(state: Arc<State>, listener: TcpListener) -> Running {
+        let (stop, mut stop_requested) = watch::channel(false);
+        let shutdown = async move {
+            // A dropped sender means the handle is gone, which must not stop the server.
+            if stop_requested.wait_for(|stop| *stop).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        };
+        let routes = Arc::new(Routes(vec![(String::new(), state)]));
+        let task = tokio::spawn(serve_routes(routes, listener, shutdown));
+        Running { stop, task }
+    }
+
+    async fn stop(self) {
+        // Fails only if the serve loop already ended, which is what we want anyway.
+        let _ = self.stop.send(true);
+        if let Err(error) = self.task.await {
+            debug!(%error, "sim serve task ended abnormally");
+        }
     }
 }
 
 /// Accepts connections until `shutdown`, then closes idle keep-alive connections, lets
 /// in-flight requests finish, and returns once every connection is done.
-async fn serve_state(
-    state: Arc<State>,
+async fn serve_routes(
+    routes: Arc<Routes>,
     listener: TcpListener,
     shutdown: impl Future<Output = ()>,
 ) -> io::Result<()> {
@@ -165,7 +236,7 @@ async fn serve_state(
                 Ok((stream, _)) => {
                     connections.spawn(serve_connection(
                         stream,
-                        Arc::clone(&state),
+                        Arc::clone(&routes),
                         stop_requested.clone(),
                     ));
                 }
@@ -183,10 +254,10 @@ async fn serve_state(
     Ok(())
 }
 
-async fn serve_connection(stream: TcpStream, state: Arc<State>, mut stop: watch::Receiver<bool>) {
+async fn serve_connection(stream: TcpStream, routes: Arc<Routes>, mut stop: watch::Receiver<bool>) {
     let service = service_fn(move |request| {
-        let state = Arc::clone(&state);
-        async move { api::respond(&state, request).await }
+        let routes = Arc::clone(&routes);
+        async move { api::respond(&routes, request).await }
     });
     let connection = http1::Builder::new()
         .keep_alive(true)
@@ -215,9 +286,9 @@ pub struct SimHandle(Arc<HandleInner>);
 struct HandleInner {
     addr: SocketAddr,
     state: Arc<State>,
-    stop: watch::Sender<bool>,
-    /// Taken by the first `shutdown` call, which waits for the serve loop to end.
-    task: Mutex<Option<JoinHandle<io::Result<()>>>>,
+    /// The serve loop while the simulator listens: taken by `shutdown` and `go_down`,
+    /// put back by `come_back`.
+    running: tokio::sync::Mutex<Option<Running>>,
 }
 
 impl SimHandle {
@@ -294,18 +365,33 @@ impl SimHandle {
     /// Stops accepting connections and waits until in-flight requests have been answered.
     /// Later calls (from clones) return at once.
     pub async fn shutdown(self) {
-        // Fails only if the serve loop already ended, which is what we want anyway.
-        let _ = self.0.stop.send(true);
-        let task = self
-            .0
-            .task
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        if let Some(task) = task {
-            if let Err(error) = task.await {
-                debug!(%error, "sim serve task ended abnormally");
-            }
+        self.go_down().await;
+    }
+
+    /// A service outage: stops listening, so that connections to the simulator's address
+    /// are refused, and closes the open ones once their requests are answered. Keys, tasks
+    /// and counters stay for [`SimHandle::come_back`].
+    pub async fn go_down(&self) {
+        let running = self.0.running.lock().await.take();
+        if let Some(running) = running {
+            running.stop().await;
         }
+    }
+
+    /// Ends an outage: listens again on the same address, with the same keys and tasks.
+    ///
+    /// # Errors
+    /// When the address cannot be bound again (another process took the port meanwhile).
+    pub async fn come_back(&self) -> io::Result<()> {
+        let mut running = self.0.running.lock().await;
+        if running.is_none() {
+            let socket = tokio::net::TcpSocket::new_v4()?;
+            // The closed connections of before linger in TIME_WAIT on this port.
+            socket.set_reuseaddr(true)?;
+            socket.bind(self.0.addr)?;
+            let listener = socket.listen(1024)?;
+            *running = Some(Running::start(Arc::clone(&self.0.state), listener));
+        }
+        Ok(())
     }
 }

@@ -27,7 +27,23 @@ pub struct PoolStatus {
     /// `[cluster]` only: this replica, the fleet and whether Redis is shared.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cluster: Option<ClusterStatus>,
+    /// Each provider of the pool, and whether it answers.
+    pub providers: Vec<ProviderStatus>,
     pub keys: Vec<KeyStatus>,
+}
+
+/// A provider of the pool as this replica sees it.
+#[derive(Debug, Serialize)]
+pub struct ProviderStatus {
+    pub provider: &'static str,
+    /// `up`, `down` (its keys take no new task while another provider's can), or
+    /// `probation` (tried again after an outage, not yet answered).
+    pub state: &'static str,
+    /// When the outage began (RFC 3339, UTC); `null` while up.
+    pub since: Option<String>,
+    /// When it is tried again; `null` unless down.
+    pub until: Option<String>,
+    pub keys: usize,
 }
 
 /// The fleet as this replica sees it.
@@ -52,6 +68,10 @@ pub struct KeyStatus {
     pub name: String,
     /// The key's last four characters, never more.
     pub fingerprint: String,
+    /// The service the key belongs to (`provider` in the config).
+    pub provider: &'static str,
+    /// Its balance's currency at that service.
+    pub currency: &'static str,
     pub state: &'static str,
     /// The code that took the key out of rotation; `null` while active.
     pub reason: Option<&'static str>,
@@ -127,6 +147,8 @@ pub fn pool_status(app: &App) -> PoolStatus {
             KeyStatus {
                 name: key.name.clone(),
                 fingerprint: key.key.fingerprint(),
+                provider: key.provider.name(),
+                currency: key.profile().currency.code(),
                 state: view.state.label(),
                 reason: view.reason,
                 since: rfc3339(wall_time(view.since, now, wall)),
@@ -171,6 +193,25 @@ pub fn pool_status(app: &App) -> PoolStatus {
             }
         })
         .collect();
+    let providers = pool
+        .providers()
+        .map(|provider| {
+            let view = pool.outages().view(provider, now);
+            ProviderStatus {
+                provider: provider.name(),
+                state: match (view.out, view.until) {
+                    (false, _) => "up",
+                    (true, Some(_)) => "down",
+                    (true, None) => "probation",
+                },
+                since: view.since.map(|at| rfc3339(wall_time(at, now, wall))),
+                until: view
+                    .until
+                    .map(|until| rfc3339(wall + until.saturating_duration_since(now))),
+                keys: pool.keys_of(provider),
+            }
+        })
+        .collect();
     PoolStatus {
         version: env!("CARGO_PKG_VERSION"),
         uptime_seconds: app.uptime().as_secs(),
@@ -191,6 +232,7 @@ pub fn pool_status(app: &App) -> PoolStatus {
             refresher: cluster.is_shared() && cluster.is_refresher(),
             pin_backlog: cluster.backlog_len(),
         }),
+        providers,
         keys,
     }
 }
@@ -246,12 +288,13 @@ pub fn to_html(status: &PoolStatus) -> String {
         };
         let _ = writeln!(
             rows,
-            "<tr><td>{name}</td><td class=\"num\">{tier}</td><td><code>{fp}</code></td>\
+            "<tr><td>{name}</td><td>{provider}</td><td class=\"num\">{tier}</td><td><code>{fp}</code></td>\
              <td><span class=\"badge {state_class}\">{state}</span></td>\
              <td>{reason}</td><td>{since}</td><td class=\"num\">{balance}</td>\
              <td>{forecast}</td><td class=\"num\">{threads}</td><td class=\"num\">{in_flight}</td>\
              <td class=\"num\">{ok} / {failed}</td><td>{last_error}</td></tr>",
             name = escape(&key.name),
+            provider = key.provider,
             tier = key.tier,
             fp = escape(&key.fingerprint),
             state = escape(&state_text),
@@ -291,9 +334,9 @@ td.num {{ text-align: right; font-variant-numeric: tabular-nums; }}
 <p><span class="badge {pool_class}">{active} of {configured} keys in rotation</span>
  &middot; strategy {strategy} &middot; {queued} submits waiting for a thread
  &middot; {pinned} tasks pinned &middot; up {uptime}s &middot; this page reloads every {refresh}s</p>
-{cluster}
+{cluster}{providers}
 <table>
-<tr><th>Key</th><th>Tier</th><th>Fingerprint</th><th>State</th><th>Reason</th><th>Since</th><th>Balance</th><th>Forecast</th><th>Threads used</th><th>In flight</th><th>Submits ok / failed</th><th>Last error</th></tr>
+<tr><th>Key</th><th>Provider</th><th>Tier</th><th>Fingerprint</th><th>State</th><th>Reason</th><th>Since</th><th>Balance</th><th>Forecast</th><th>Threads used</th><th>In flight</th><th>Submits ok / failed</th><th>Last error</th></tr>
 {rows}</table>
 </body></html>
 "#,
@@ -306,7 +349,30 @@ td.num {{ text-align: right; font-variant-numeric: tabular-nums; }}
         queued = status.queued,
         uptime = status.uptime_seconds,
         cluster = status.cluster.as_ref().map_or(String::new(), cluster_line),
+        providers = providers_line(&status.providers),
     )
+}
+
+/// One line naming each provider and whether it answers; none for a pool of one that does.
+fn providers_line(providers: &[ProviderStatus]) -> String {
+    if providers.len() < 2 && providers.iter().all(|p| p.state == "up") {
+        return String::new();
+    }
+    let each: Vec<String> = providers
+        .iter()
+        .map(|p| {
+            let class = if p.state == "up" { "active" } else { "benched" };
+            let until = p
+                .until
+                .as_ref()
+                .map_or(String::new(), |u| format!(" until {}", escape(u)));
+            format!(
+                "<span class=\"badge {class}\">{} {}</span>{until}",
+                p.provider, p.state
+            )
+        })
+        .collect();
+    format!("<p>providers: {}</p>\n", each.join(" &middot; "))
 }
 
 fn cluster_line(cluster: &ClusterStatus) -> String {

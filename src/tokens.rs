@@ -256,6 +256,7 @@ mod tests {
             weight: 1.0,
             threads: None,
             tier,
+            provider: crate::provider::Provider::default(),
             upstream: Upstream::parse("http://127.0.0.1:9").unwrap(),
         }
     }

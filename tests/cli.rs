@@ -164,6 +164,14 @@ fn demo_shows_rotation_failover_capacity_and_metrics() {
         "final pool state",
         "keyrelay_keys_active 3",
         "keyrelay_key_up{key=\"heavy\"} 1",
+        // The outage: CaptchaAI down, new tasks at 2captcha, no key cooled for it, and the
+        // tasks made before polled with their own keys once it is back.
+        "then CaptchaAI goes down (connections refused)",
+        "provider captchaai is down",
+        "CaptchaAI keys cooled for the outage: none",
+        "provider captchaai answers again",
+        "keyrelay_provider_outages_total{provider=\"captchaai\"} 1",
+        "keyrelay_provider_up{provider=\"captchaai\"} 1",
     ] {
         assert!(
             text.contains(expected),
@@ -173,6 +181,32 @@ fn demo_shows_rotation_failover_capacity_and_metrics() {
     assert!(
         !text.contains("demo-steady-0000"),
         "the demo printed a key:\n{text}"
+    );
+    let outage = text
+        .split("then CaptchaAI goes down")
+        .nth(1)
+        .and_then(|rest| rest.split("CaptchaAI is back").next())
+        .unwrap_or_default();
+    let outage_tasks = outage.lines().filter(|l| l.contains("outage task")).count();
+    let on_backup = outage
+        .lines()
+        .filter(|l| l.contains("served by spare"))
+        .count();
+    assert_eq!(
+        (outage_tasks, on_backup),
+        (5, 5),
+        "every outage task at 2captcha:\n{text}"
+    );
+    let earlier: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("earlier task"))
+        .collect();
+    assert_eq!(earlier.len(), 2, "{text}");
+    assert!(
+        earlier
+            .iter()
+            .all(|l| l.contains("its own key  token tok-")),
+        "{text}"
     );
     // The backup key takes no task while the primaries have room: none in the first act.
     let first_act = text.split("a burst:").next().unwrap_or_default();
@@ -654,4 +688,47 @@ fn ca_refuses_half_a_pair_naming_the_files() {
         "{text}"
     );
     assert!(!dir.path().join("ca.key").exists(), "a new key was made");
+}
+
+#[test]
+fn simulate_plays_other_providers_under_their_prefixes() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let args: Vec<String> = [
+        "simulate",
+        "--listen",
+        "127.0.0.1:0",
+        "--provider",
+        "2captcha",
+        "--provider",
+        "RuCaptcha",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    let mut sim = Running::start(dir.path(), &args);
+    let line = sim.line_with("simulated 2captcha on http://", true);
+    let base = line
+        .split("http://")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .expect("an address")
+        .to_owned();
+    let (addr, prefix) = base.split_once('/').expect("a prefix");
+    assert_eq!(prefix, "2captcha");
+    sim.line_with("simulated rucaptcha on http://", true);
+    let key = keyrelay::sim::DEFAULT_KEYS[0];
+    let threads = format!("res.php?key={key}&action=threadsinfo&json=1");
+    let (_, at_root) = http_get(addr, &format!("/{threads}")).expect("CaptchaAI answers");
+    assert!(at_root.contains("\"threads\""), "{at_root}");
+    let (_, there) = http_get(addr, &format!("/2captcha/{threads}")).expect("2captcha answers");
+    assert!(there.contains("ERROR_BAD_PARAMETERS"), "{there}");
+    let (_, bls) = http_get(addr, &format!("/rucaptcha/in.php?key={key}&method=bls"))
+        .expect("rucaptcha answers");
+    assert_eq!(bls, "ERROR_NO_SUCH_METHOD");
+
+    let out = keyrelay(&["simulate", "--provider", "nope"]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(err.contains("unknown provider \"nope\""), "{err}");
+    assert!(err.contains("\"2captcha\""), "{err}");
 }

@@ -772,7 +772,9 @@ fn errors(metrics: &str, code: &str) -> f64 {
 }
 
 fn key_errors(metrics: &str, key: &str, code: &str) -> f64 {
-    let series = format!("keyrelay_key_errors_total{{code=\"{code}\",key=\"{key}\"}}");
+    let series = format!(
+        "keyrelay_key_errors_total{{code=\"{code}\",key=\"{key}\",provider=\"captchaai\"}}"
+    );
     metric(metrics, &series).unwrap_or(0.0)
 }
 

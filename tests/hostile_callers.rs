@@ -224,7 +224,9 @@ async fn no_sequence_of_malformed_submits_benches_a_healthy_key() {
     assert_eq!(metric(&metrics, "keyrelay_keys_active"), Some(3.0));
     for (key, pool_key) in [("a", KEY_A), ("b", KEY_B), ("c", KEY_C)] {
         let errors =
-            format!("keyrelay_key_errors_total{{key=\"{key}\",code=\"ERROR_WRONG_USER_KEY\"}}");
+            format!(
+                "keyrelay_key_errors_total{{code=\"ERROR_WRONG_USER_KEY\",key=\"{key}\",provider=\"captchaai\"}}"
+            );
         assert_eq!(
             metric(&metrics, &errors),
             None,

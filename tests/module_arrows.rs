@@ -206,9 +206,10 @@ fn the_loop_finder_sees_direct_and_longer_loops_and_only_those() {
 /// the test below, so a new one must be given its place.
 const LAYERS: &[&[&str]] = &[
     // Vocabulary shared by everything.
-    &["api_key", "key_id", "fast_map", "host"],
-    // The protocol, the validated config, and key health: pure or behind a narrow store.
-    &["captcha", "config", "health"],
+    &["api_key", "key_id", "fast_map", "host", "provider"],
+    // The protocol, the validated config, and key and provider health: pure or behind a
+    // narrow store.
+    &["captcha", "config", "health", "outage"],
     // The policy, pure; and the simulator, which speaks only the protocol.
     &["failover", "sim"],
     // Pure figures for autoscalers: the scaling formula and the balance forecast.

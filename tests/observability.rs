@@ -98,15 +98,15 @@ async fn the_metric_set_after_real_traffic() {
         1.0,
     );
     expect(
-        "keyrelay_key_errors_total{code=\"http_5xx\",key=\"a\"}",
+        "keyrelay_key_errors_total{code=\"http_5xx\",key=\"a\",provider=\"captchaai\"}",
         1.0,
     );
     expect(
-        "keyrelay_key_errors_total{code=\"ERROR_GOOGLEKEY\",key=\"a\"}",
+        "keyrelay_key_errors_total{code=\"ERROR_GOOGLEKEY\",key=\"a\",provider=\"captchaai\"}",
         1.0,
     );
     expect(
-        "keyrelay_key_errors_total{code=\"ERROR_KEY_DOES_NOT_EXIST\",key=\"b\"}",
+        "keyrelay_key_errors_total{code=\"ERROR_KEY_DOES_NOT_EXIST\",key=\"b\",provider=\"captchaai\"}",
         1.0,
     );
     expect("keyrelay_failovers_total{reason=\"http_5xx\"}", 1.0);
@@ -136,7 +136,7 @@ async fn the_metric_set_after_real_traffic() {
     );
     // Two polls of the solved task, and the probe for the unknown id 42, which asks every key.
     expect(
-        "keyrelay_upstream_duration_seconds_count{endpoint=\"res\",key=\"a\"}",
+        "keyrelay_upstream_duration_seconds_count{endpoint=\"res\",key=\"a\",provider=\"captchaai\"}",
         3.0,
     );
     expect("keyrelay_probes_total{result=\"not_found\"}", 1.0);

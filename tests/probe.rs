@@ -321,7 +321,7 @@ async fn the_probe_answers_when_the_owner_claims_the_id_not_when_the_slowest_key
     };
     let exchanges = |key: &str| {
         let series =
-            format!("keyrelay_upstream_duration_seconds_count{{endpoint=\"res\",key=\"{key}\"}}");
+            format!("keyrelay_upstream_duration_seconds_count{{endpoint=\"res\",key=\"{key}\",provider=\"captchaai\"}}");
         metric(&h.app.render_metrics(), &series)
     };
     // c answers "not mine" at once; a and b are held.
@@ -385,7 +385,7 @@ async fn keys_that_rightly_say_not_mine_are_not_charged_an_error() {
     assert_eq!(
         metric(
             &metrics,
-            "keyrelay_key_errors_total{code=\"http_5xx\",key=\"b\"}"
+            "keyrelay_key_errors_total{code=\"http_5xx\",key=\"b\",provider=\"captchaai\"}"
         ),
         Some(1.0)
     );

@@ -9,6 +9,7 @@ use super::problems::{a_type, Problems};
 use super::raw::RawKey;
 use super::redact::{quoted, variable};
 use super::{KeyConfig, Upstream, DEFAULT_TIER, DEFAULT_WEIGHT};
+use crate::provider::Provider;
 use crate::ApiKey;
 
 /// Longest accepted key name; names become metric label values and log fields.
@@ -28,6 +29,9 @@ struct Entry {
     weight: f64,
     threads: Option<u32>,
     tier: u32,
+    provider: Provider,
+    /// The key's own `upstream`, when it names one.
+    upstream: Option<Upstream>,
 }
 
 impl Entry {
@@ -92,13 +96,17 @@ pub(super) fn pool(
         .into_iter()
         .zip(names)
         .filter_map(|(entry, name)| {
+            let upstream = entry
+                .upstream
+                .unwrap_or_else(|| provider_upstream(entry.provider, upstream));
             Some(KeyConfig {
                 name,
                 key: entry.key?,
                 weight: entry.weight,
                 threads: entry.threads,
                 tier: entry.tier,
-                upstream: upstream.clone(),
+                provider: entry.provider,
+                upstream,
             })
         })
         .collect()
@@ -174,6 +182,8 @@ fn file_entry(
         weight: DEFAULT_WEIGHT,
         threads: None,
         tier: DEFAULT_TIER,
+        provider: Provider::default(),
+        upstream: None,
     };
     let path = entry.path(None);
     entry.key = match raw.key {
@@ -196,7 +206,61 @@ fn file_entry(
     entry.weight = weight(p, &path, raw.weight);
     entry.threads = threads(p, &path, raw.threads);
     entry.tier = tier(p, &path, raw.tier);
+    entry.provider = provider(p, &path, raw.provider);
+    entry.upstream = key_upstream(p, &path, raw.upstream);
     entry
+}
+
+/// `provider = "..."`: one of the known services; CaptchaAI when absent.
+fn provider(p: &mut Problems, path: &str, raw: Option<Value>) -> Provider {
+    match raw {
+        None => Provider::default(),
+        Some(Value::String(name)) => Provider::from_name(&name).unwrap_or_else(|| {
+            p.add(
+                format!("{path}.provider"),
+                format!(
+                    "{} is not a known provider; use one of {}",
+                    quoted(&name),
+                    Provider::names()
+                ),
+            );
+            Provider::default()
+        }),
+        Some(other) => {
+            p.add(
+                format!("{path}.provider"),
+                format!("must be a string, got {}", a_type(&other)),
+            );
+            Provider::default()
+        }
+    }
+}
+
+/// A key's own `upstream = "https://..."`, checked as the global one is.
+fn key_upstream(p: &mut Problems, path: &str, raw: Option<Value>) -> Option<Upstream> {
+    match raw? {
+        // The value itself is not repeated: a URL with user info would carry a password.
+        Value::String(text) => Upstream::parse(&text)
+            .map_err(|message| p.add(format!("{path}.upstream"), message))
+            .ok(),
+        other => {
+            p.add(
+                format!("{path}.upstream"),
+                format!("must be a string, got {}", a_type(&other)),
+            );
+            None
+        }
+    }
+}
+
+/// Where a key without an `upstream` of its own sends its requests: the global `upstream`
+/// for a CaptchaAI key (so today's files keep working, simulator tests included), its
+/// provider's own host for any other.
+fn provider_upstream(provider: Provider, global: &Upstream) -> Upstream {
+    if provider == Provider::CaptchaAi {
+        return global.clone();
+    }
+    Upstream::parse(provider.default_upstream()).expect("every provider's host is a valid URL")
 }
 
 /// What `keys_env` contributed, for the empty-pool message.
@@ -241,6 +305,8 @@ fn env_entries(
             weight: DEFAULT_WEIGHT,
             threads: None,
             tier: DEFAULT_TIER,
+            provider: Provider::default(),
+            upstream: None,
         });
     }
     if entries.len() == before {

@@ -56,6 +56,8 @@ pub(super) struct RawKey {
     pub weight: Option<Value>,
     pub threads: Option<Value>,
     pub tier: Option<Value>,
+    pub provider: Option<Value>,
+    pub upstream: Option<Value>,
 }
 
 /// `[failover]`.

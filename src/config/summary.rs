@@ -8,7 +8,15 @@ use humantime::format_duration;
 use super::Config;
 
 /// Column headers of the key table.
-const HEADERS: [&str; 5] = ["name", "tier", "weight", "threads", "fingerprint"];
+const HEADERS: [&str; 7] = [
+    "name",
+    "tier",
+    "provider",
+    "upstream",
+    "weight",
+    "threads",
+    "fingerprint",
+];
 
 pub(super) fn render(config: &Config) -> String {
     let f = &config.failover;
@@ -113,13 +121,15 @@ pub(super) fn render(config: &Config) -> String {
     let count = config.keys.len();
     let _ = writeln!(out, "{count} key{}:", if count == 1 { "" } else { "s" });
 
-    let rows: Vec<[String; 5]> = config
+    let rows: Vec<[String; 7]> = config
         .keys
         .iter()
         .map(|k| {
             [
                 k.name.clone(),
                 k.tier.to_string(),
+                k.provider.name().to_owned(),
+                k.upstream.to_string(),
                 k.weight.to_string(),
                 k.threads.map_or_else(|| "-".to_owned(), |n| n.to_string()),
                 k.key.fingerprint(),

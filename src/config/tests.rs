@@ -566,7 +566,7 @@ fn key_entries_must_be_tables_without_unknown_fields() {
     );
     assert_problem(
         &format!("[[keys]]\nkee = \"{KEY_A}\"\n"),
-        "keys[0]: unknown field `kee`, expected one of `name`, `key`, `weight`, `threads`, `tier`",
+        "keys[0]: unknown field `kee`, expected one of `name`, `key`, `weight`, `threads`, `tier`, `provider`, `upstream`",
     );
 }
 
@@ -807,10 +807,10 @@ fn debug_and_summary_show_no_key() {
          strategy weighted; capacity: queue_timeout 5s, max_queued 1000, stale_after 5m, slow_start 30s\n\
          scaling: brake_balance 0 (never brakes)\n\
          access: no tokens; admin: on the proxy listeners, no token\n3 keys:\n\
-         \x20 name      tier  weight  threads  fingerprint\n\
-         \x20 a         0     1       5        …cd01\n\
-         \x20 keyBBBBB  1     2.5     -        …cd02\n\
-         \x20 keyCCCCC  0     1       -        …cd03\n"
+         \x20 name      tier  provider   upstream                   weight  threads  fingerprint\n\
+         \x20 a         0     captchaai  https://ocr.captchaai.com  1       5        …cd01\n\
+         \x20 keyBBBBB  1     captchaai  https://ocr.captchaai.com  2.5     -        …cd02\n\
+         \x20 keyCCCCC  0     captchaai  https://ocr.captchaai.com  1       -        …cd03\n"
     );
 }
 
@@ -1137,4 +1137,5 @@ proptest::proptest! {
 
 mod cluster;
 mod exposure;
+mod providers;
 mod scaling;

@@ -33,6 +33,8 @@ pub struct Candidates<'a, R> {
     saw_full: bool,
     /// The caller's token, when it may use only some of the keys.
     token: Option<&'a Token>,
+    /// The submit's `method`, when some key's provider is known not to serve one.
+    method: Option<&'a str>,
 }
 
 impl<'a, R: Rng> Candidates<'a, R> {
@@ -45,7 +47,15 @@ impl<'a, R: Rng> Candidates<'a, R> {
             ignore_load: false,
             saw_full: false,
             token: None,
+            method: None,
         }
+    }
+
+    /// Only the keys whose provider serves `method` are candidates (`captcha::Profile`):
+    /// a submit of a type one service lacks goes to the others instead of failing there.
+    pub fn for_method(mut self, method: Option<&'a str>) -> Self {
+        self.method = method;
+        self
     }
 
     /// Only the keys `token` may use are candidates (all of them, for `None`).
@@ -81,10 +91,15 @@ impl<'a, R: Rng> Candidates<'a, R> {
     }
 
     /// Indices of the keys this pick chooses among: untried, in rotation, not full, and of
-    /// the lowest tier that has any.
+    /// the lowest tier that has any. Keys of a provider that is down come after every key
+    /// of one that is up, whatever their tier: they are tried only when nothing else is
+    /// left (so a pool of one provider still tries it), and never while a key of a live
+    /// provider is only full, when waiting for its thread is the better bet.
     fn eligible(&mut self, views: &[HealthView]) -> PerKey<usize> {
         let pool = self.pool;
         self.saw_full = false;
+        let down = pool.outages.down_set(self.now);
+        let mut live_full = false;
         let mut open = PerKey::new();
         for (i, key) in pool.keys.iter().enumerate() {
             if self.tried[i] || !pool.in_rotation_by(key, &views[i]) {
@@ -93,16 +108,28 @@ impl<'a, R: Rng> Candidates<'a, R> {
             if self.token.is_some_and(|t| !t.may_use(key.id)) {
                 continue;
             }
+            if self.method.is_some_and(|m| !key.profile().serves(m)) {
+                continue;
+            }
             if !self.ignore_load && pool.is_full(key) {
                 self.saw_full = true;
+                live_full |= !down.contains(key.provider);
                 continue;
             }
             open.push(i);
         }
-        let Some(tier) = open.iter().map(|&i| pool.keys[i].tier).min() else {
+        let rank = |i: usize| {
+            let key = &pool.keys[i];
+            (down.contains(key.provider), key.tier)
+        };
+        let Some(best) = open.iter().map(|&i| rank(i)).min() else {
             return open;
         };
-        open.retain(|i| pool.keys[*i].tier == tier);
+        if best.0 && live_full {
+            open.clear();
+            return open;
+        }
+        open.retain(|i| rank(*i) == best);
         open
     }
 
@@ -457,6 +484,65 @@ mod tests {
             .ignoring_load()
             .count();
         assert_eq!(any, 2, "actions that take no thread still see both keys");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_down_providers_keys_come_last_and_never_before_waiting_for_a_live_one() {
+        use crate::outage::OutagePolicy;
+        use crate::provider::Provider;
+        let upstream = Upstream::parse("http://127.0.0.1:1").unwrap();
+        let keys = [
+            (Provider::CaptchaAi, 0, None),
+            (Provider::CaptchaAi, 0, None),
+            (Provider::TwoCaptcha, 1, Some(1)),
+        ]
+        .iter()
+        .enumerate()
+        .map(|(i, (provider, tier, threads))| {
+            let mut config =
+                KeyConfig::new(&format!("k{i}"), &format!("key-{i:029}"), upstream.clone());
+            config.provider = *provider;
+            config.tier = *tier;
+            config.threads = *threads;
+            Arc::new(KeyEntry::from_config(KeyId(i as u16), &config))
+        })
+        .collect();
+        let selection = Selection {
+            strategy: Strategy::Weighted,
+            min_balance: 0.01,
+            slow_start: Duration::from_secs(30),
+        };
+        let capacity = Arc::new(Capacity::new(Box::new(MemoryLoad::new())));
+        let pool = KeyPool::new(keys, Arc::new(MemoryHealth::new()), capacity, selection);
+        let mut rng = StdRng::seed_from_u64(3);
+        let ids = |pool: &KeyPool, rng: &mut StdRng| -> Vec<u16> {
+            pool.candidates(rng, Instant::now())
+                .map(|k| k.id.0)
+                .collect()
+        };
+        assert_eq!(ids(&pool, &mut rng)[2], 2, "up: the backup tier comes last");
+        let policy = OutagePolicy {
+            threshold: 3,
+            cooldown: Duration::from_secs(30),
+            max_cooldown: Duration::from_secs(300),
+            jitter: 1.0,
+        };
+        for key in [0, 1, 0] {
+            pool.outages()
+                .failed(Provider::CaptchaAi, KeyId(key), 2, &policy, Instant::now());
+        }
+        let order = ids(&pool, &mut rng);
+        assert_eq!(order[0], 2, "down: the backup first, whatever the tiers");
+        assert_eq!(order.len(), 3, "and the down provider's keys still, last");
+        // The live backup only full: wait for its thread rather than try a dead provider.
+        let lease = pool.hold(&pool.keys()[2]).expect("its one thread");
+        let mut candidates = pool.candidates(&mut rng, Instant::now());
+        assert!(candidates.next().is_none());
+        assert!(candidates.saw_full());
+        drop(lease);
+        // Once the cooldown ends, the provider's keys are back in their own tier.
+        tokio::time::advance(Duration::from_secs(30)).await;
+        assert_ne!(ids(&pool, &mut rng)[0], 2);
     }
 
     #[tokio::test(start_paused = true)]

@@ -32,10 +32,16 @@ pub(super) async fn balance(ctx: &Ctx) -> Handled {
     }))
     .await;
     let now = Instant::now();
-    let total: f64 = pool
+    let mut usable = pool
         .keys()
         .iter()
         .filter(|k| ctx.may_use(k) && pool.in_rotation(k, now))
+        .peekable();
+    // Money adds up only within a currency: the total is in that of the first usable key
+    // in config order (the primary's, as a rule), and keys in another are left out.
+    let currency = usable.peek().map(|k| k.profile().currency);
+    let total: f64 = usable
+        .filter(|k| Some(k.profile().currency) == currency)
         .filter_map(|k| k.stats.balance())
         .sum();
     Local::Balance(format_balance(total)).into()
@@ -63,12 +69,25 @@ const BUSY_ECHO: Duration = Duration::from_secs(10);
 /// on. A key with a known capacity counts its threads and its threads in use; a key without
 /// one takes any number of tasks, so it counts one free thread above its use. The service
 /// answers this action in JSON only.
+///
+/// Only keys of providers that have threads count (CaptchaAI's plans, or a `threads` the
+/// config gives): a pay-per-task key would add a made-up thread to a real plan's figure.
+/// A pool of such keys alone still counts them, so that the answer never reads as "no
+/// plan" to a client that asks.
 pub(super) fn threads(ctx: &Ctx) -> Handled {
     let pool = &ctx.snapshot.pool;
     let now = Instant::now();
     let (mut threads, mut working) = (0u64, 0u64);
-    let keys = pool.keys().iter();
-    for key in keys.filter(|k| ctx.may_use(k) && pool.in_rotation(k, now)) {
+    let serving = || {
+        pool.keys()
+            .iter()
+            .filter(|k| ctx.may_use(k) && pool.in_rotation(k, now))
+    };
+    let has_threads = |k: &&std::sync::Arc<crate::pool::KeyEntry>| {
+        k.profile().threadsinfo || k.thread_capacity().is_some()
+    };
+    let only_threaded = serving().any(|k| has_threads(&k));
+    for key in serving().filter(|k| !only_threaded || has_threads(k)) {
         // In a cluster, the whole fleet's use as last synced: every replica answers alike.
         let used = u64::from(pool.in_use(key));
         match key.thread_capacity().map(u64::from) {

@@ -30,6 +30,8 @@ pub(crate) enum Local {
     IpBanPause { until: Instant },
     /// No key is in rotation (or none was, when the request began).
     NoKeyInRotation { configured: usize },
+    /// A submit of a `method` that no key's provider serves (`captcha::Profile`).
+    MethodNotServed,
     /// Every key that could take a submit is full, and waiting for a thread was refused.
     PoolFull {
         refusal: Refusal,
@@ -101,6 +103,7 @@ impl Local {
             Local::EmptyAction => LocalCode::EmptyAction,
             Local::IpBanPause { .. } => LocalCode::IpBanned,
             Local::NoKeyInRotation { .. } | Local::PoolFull { .. } => LocalCode::ZeroBalance,
+            Local::MethodNotServed => LocalCode::NoSuchMethod,
             Local::AllBusy { .. } => LocalCode::NoSlot,
             Local::AllAttemptsFailed { .. }
             | Local::SubmitMayHaveArrived { .. }
@@ -123,7 +126,8 @@ impl Local {
             | Local::BodyUnreadable
             | Local::Unreadable(_)
             | Local::EmptyAction
-            | Local::NotATaskId => RequestOutcome::BadRequest,
+            | Local::NotATaskId
+            | Local::MethodNotServed => RequestOutcome::BadRequest,
             Local::IpBanPause { .. } => RequestOutcome::IpBanned,
             Local::NoKeyInRotation { .. } => RequestOutcome::PoolExhausted,
             Local::PoolFull { .. } => RequestOutcome::PoolFull,
@@ -161,6 +165,9 @@ impl Local {
             Local::NoKeyInRotation { configured } => {
                 format!("keyrelay has no key in rotation ({configured} configured); retry later")
                     .into()
+            }
+            Local::MethodNotServed => {
+                "no key of this pool is at a provider that serves this method".into()
             }
             Local::PoolFull {
                 refusal,
@@ -267,6 +274,7 @@ mod tests {
                 },
             ),
             ("NoKeyInRotation", Local::NoKeyInRotation { configured: 3 }),
+            ("MethodNotServed", Local::MethodNotServed),
             (
                 "PoolFull",
                 Local::PoolFull {
@@ -339,6 +347,7 @@ mod tests {
             Local::EmptyAction => "EmptyAction",
             Local::IpBanPause { .. } => "IpBanPause",
             Local::NoKeyInRotation { .. } => "NoKeyInRotation",
+            Local::MethodNotServed => "MethodNotServed",
             Local::PoolFull { .. } => "PoolFull",
             Local::AllBusy { .. } => "AllBusy",
             Local::AllAttemptsFailed { .. } => "AllAttemptsFailed",

@@ -45,12 +45,18 @@ pub(super) async fn submit(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
         Ok(hold) => hold,
         Err(refusal) => return pool_full(ctx, refusal, None, 0, started),
     };
+    let pool = &ctx.snapshot.pool;
+    // Read only where it can matter: a pool of one provider that serves everything never
+    // looks at it.
+    let method = pool
+        .restricts_methods()
+        .then(|| parsed.param("method"))
+        .flatten();
     let mut walk = Walk {
-        candidates: ctx
-            .snapshot
-            .pool
+        candidates: pool
             .candidates(pick_rng, started)
-            .for_token(ctx.token.as_deref()),
+            .for_token(ctx.token.as_deref())
+            .for_method(method.as_deref()),
         retry_same: None,
     };
     let mut worst: Option<Failure<'_>> = None;
@@ -135,6 +141,9 @@ pub(super) async fn submit(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
                 tokio::time::sleep(failover::backoff(attempts, policy, &mut rng)).await;
             }
         }
+    }
+    if attempts == 0 && method.as_deref().is_some_and(|m| !pool.serves_method(m)) {
+        return Local::MethodNotServed.into();
     }
     exhausted(ctx, worst, attempts, started)
 }

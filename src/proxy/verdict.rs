@@ -1,6 +1,7 @@
 //! Settling a verdict the service gave in answer to a caller's request with a read keyrelay
-//! makes itself, in the background: `getbalance` before a key-unusable verdict benches a key,
-//! `threadsinfo` to tell a busy key from one without a plan after `ERROR_ZERO_BALANCE`.
+//! makes itself, in the background: `getbalance` before a key-unusable verdict benches a key;
+//! after `ERROR_ZERO_BALANCE`, `threadsinfo` to tell a busy key from one without a plan at
+//! CaptchaAI, and `getbalance` to see whether the money ran out where the code means that.
 //!
 //! The rule: a caller's request can fail over, but only keyrelay's own evidence can bench a
 //! key. The caller chose every byte of its request, and a request the service misreads (a
@@ -13,6 +14,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::app::App;
+use crate::captcha::ZeroBalance;
 use crate::failover::{self, Check, CheckResult};
 use crate::pool::{AdminHold, KeyEntry};
 
@@ -39,9 +41,14 @@ pub(super) fn spawn(app: &App, key: &Arc<KeyEntry>, check: Check) {
         return;
     }
     match check {
-        Check::Threads => {
-            tokio::spawn(settle_zero_balance(app.clone(), key.clone()));
-        }
+        Check::ZeroBalance => match key.profile().zero_balance {
+            ZeroBalance::Threads => {
+                tokio::spawn(settle_zero_balance(app.clone(), key.clone()));
+            }
+            ZeroBalance::Funds => {
+                tokio::spawn(settle_no_funds(app.clone(), key.clone()));
+            }
+        },
         Check::Unusable { reason } => {
             if !key.stats.begin_check(Instant::now(), CHECK_INTERVAL) {
                 count(app, CheckResult::Skipped);
@@ -111,5 +118,27 @@ async fn settle_zero_balance(app: App, key: Arc<KeyEntry>) {
         None => {
             tracing::debug!(key = %key.name, "threadsinfo got no answer; zero-balance verdict unsettled");
         }
+    }
+}
+
+/// `ERROR_ZERO_BALANCE` at a provider where it means "no money" is settled with the key's
+/// `getbalance` ([`failover::settle_no_funds`]); the balance read is kept as the key's.
+async fn settle_no_funds(app: App, key: Arc<KeyEntry>) {
+    let snapshot = app.snapshot();
+    let balance = app
+        .client()
+        .read_balance(key.account(), snapshot.config.timeouts.refresh)
+        .await;
+    match failover::settle_no_funds(&balance, &snapshot.config.failover) {
+        Some(event) => {
+            app.record_health(&key, event);
+        }
+        None => {
+            tracing::debug!(key = %key.name, "getbalance showed money or got no answer; zero-balance verdict unsettled");
+        }
+    }
+    // After the verdict: whoever sees the new balance sees the key's state that came of it.
+    if let Ok(balance) = balance {
+        key.stats.set_balance(Some(balance));
     }
 }

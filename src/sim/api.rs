@@ -15,6 +15,7 @@ use tracing::debug;
 use super::faults::{FaultKind, FaultTarget};
 use super::state::{round_money, Access, PollItem, Refusal, State, TaskSpec};
 use super::wire::{self, Received};
+use crate::provider::Provider;
 
 /// Response body type of the simulator.
 pub(crate) type Body = Full<Bytes>;
@@ -42,6 +43,11 @@ const WRONG_CAPTCHA_ID: &str = "ERROR_WRONG_CAPTCHA_ID";
 const WRONG_ID_FORMAT: &str = "ERROR_WRONG_ID_FORMAT";
 const UNSOLVABLE: &str = "ERROR_CAPTCHA_UNSOLVABLE";
 const REPORT_RECORDED: &str = "OK_REPORT_RECORDED";
+const NO_SUCH_METHOD: &str = "ERROR_NO_SUCH_METHOD";
+
+/// Methods CaptchaAI documents and 2captcha's `in.php` reference does not list: the other
+/// simulated services answer `ERROR_NO_SUCH_METHOD` to them.
+const CAPTCHAAI_ONLY_METHODS: [&str; 2] = ["bls", "cloudflare_challenge"];
 
 /// Returned by the service to make hyper drop the connection without writing a response.
 #[derive(Debug, thiserror::Error)]
@@ -203,11 +209,36 @@ fn flag(value: Option<&str>) -> bool {
 
 // === request handling ===
 
-/// Answers one request: parse, record, then behave like the service.
+/// The services one listener plays: each under its path prefix (`""` for the root).
+pub(crate) struct Routes(pub(crate) Vec<(String, std::sync::Arc<State>)>);
+
+impl Routes {
+    /// The service a path is for, and the path within it: the longest prefix that ends
+    /// at a `/` of the path wins, so `/2captcha/in.php` is 2captcha's `/in.php`.
+    fn pick<'a>(&self, path: &'a str) -> Option<(&State, &'a str)> {
+        self.0
+            .iter()
+            .filter_map(|(prefix, state)| {
+                let rest = path.strip_prefix(prefix.as_str())?;
+                rest.starts_with('/')
+                    .then_some((prefix.len(), &**state, rest))
+            })
+            .max_by_key(|(len, _, _)| *len)
+            .map(|(_, state, rest)| (state, rest))
+    }
+}
+
+/// Answers one request: picks the service it is for, parses, records, then behaves like
+/// that service.
 pub(crate) async fn respond(
-    state: &State,
+    routes: &Routes,
     request: Request<Incoming>,
 ) -> Result<Response<Body>, ResetConnection> {
+    let path = request.uri().path().to_owned();
+    let Some((state, path)) = routes.pick(&path) else {
+        return Reply::Status(StatusCode::NOT_FOUND.as_u16()).into_response(false);
+    };
+    let path = path.to_owned();
     let (parts, body) = request.into_parts();
     // A body that cannot be read whole (too large, or the client vanished) is malformed.
     let (body, unreadable) = match Limited::new(body, MAX_BODY_BYTES).collect().await {
@@ -224,7 +255,7 @@ pub(crate) async fn respond(
     let malformed = parsed.malformed || unreadable;
     let received = Received {
         method: parts.method.to_string(),
-        path: parts.uri.path().to_owned(),
+        path,
         query: query.to_owned(),
         content_type,
         key: parsed.get("key").map(str::to_owned),
@@ -299,10 +330,13 @@ fn admit_request<'a>(
     }
 }
 
-/// Parameter validation of `in.php` / `solve.php`.
-fn task_spec(request: &Received) -> Result<TaskSpec, &'static str> {
+/// Parameter validation of `in.php` / `solve.php`, as `provider` does it.
+fn task_spec(provider: Provider, request: &Received) -> Result<TaskSpec, &'static str> {
     let param = |name| wire::lookup(&request.params, name).filter(|value| !value.is_empty());
     let method = param("method").ok_or(BAD_PARAMETERS)?;
+    if provider != Provider::CaptchaAi && CAPTCHAAI_ONLY_METHODS.contains(&method) {
+        return Err(NO_SUCH_METHOD);
+    }
     match method {
         "userrecaptcha" => {
             param("googlekey").ok_or(GOOGLEKEY)?;
@@ -336,7 +370,7 @@ fn refusal_reply(state: &State, refusal: Refusal) -> Reply {
 }
 
 fn submit(state: &State, key: &str, request: &Received) -> Reply {
-    match state.submit(key, task_spec(request)) {
+    match state.submit(key, task_spec(state.provider, request)) {
         Ok(id) => {
             let is_recaptcha = wire::lookup(&request.params, "method") == Some("userrecaptcha");
             let json_id = if is_recaptcha {
@@ -364,7 +398,7 @@ impl Drop for Solving<'_> {
 }
 
 async fn solve(state: &State, key: &str, request: &Received, solve_time: Duration) -> Reply {
-    match state.submit(key, task_spec(request)) {
+    match state.submit(key, task_spec(state.provider, request)) {
         Ok(id) => {
             let solving = Solving { state, id };
             sleep_unless_zero(solve_time).await;
@@ -395,7 +429,8 @@ fn result(state: &State, key: &str, request: &Received) -> Reply {
             let balance = format_money(state.balance(key).unwrap_or_default());
             Reply::success(balance.clone(), &JsonAnswer::text(&balance))
         }
-        "threadsinfo" => {
+        // CaptchaAI's own action: the pay-per-task services know no such thing.
+        "threadsinfo" if state.provider == Provider::CaptchaAi => {
             let info = state.threads_info(key);
             Reply::JsonOnly(to_json(&ThreadsJson {
                 status: 1,

@@ -9,6 +9,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use super::faults::FaultBook;
 use super::wire::Received;
+use crate::provider::Provider;
 use crate::ApiKey;
 
 /// How the simulated service treats a key.
@@ -191,6 +192,8 @@ pub(crate) struct ThreadsInfo {
 
 /// First task id handed out; real ids are 11-digit numbers.
 const FIRST_TASK_ID: u64 = 73_000_000_001;
+/// Ids apart between two simulated providers' first tasks.
+const PROVIDER_ID_SPAN: u64 = 1_000_000_000;
 /// How many requests `received()` keeps.
 const RECEIVED_CAP: usize = 10_000;
 
@@ -229,6 +232,9 @@ pub(crate) struct State {
     polls_to_ready: u32,
     /// What a valid key with no free thread answers.
     pub(crate) busy_code: String,
+    /// Which service this simulator plays: its task ids, and the actions and methods it
+    /// answers (`api`).
+    pub(crate) provider: Provider,
     accounts: Mutex<Accounts>,
     faults: Mutex<FaultBook>,
     received: Mutex<VecDeque<Received>>,
@@ -241,14 +247,22 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl State {
-    pub(crate) fn new(keys: Vec<SimKey>, polls_to_ready: u32, busy_code: String) -> State {
+    pub(crate) fn new(
+        keys: Vec<SimKey>,
+        polls_to_ready: u32,
+        busy_code: String,
+        provider: Provider,
+    ) -> State {
         let state = State {
             polls_to_ready,
             busy_code,
+            provider,
             accounts: Mutex::new(Accounts {
                 keys: HashMap::new(),
                 tasks: HashMap::new(),
-                next_id: FIRST_TASK_ID,
+                // Each service's ids in a range of their own, as real ones are: a proxy in
+                // front of two simulators must tell tasks apart by id.
+                next_id: FIRST_TASK_ID + provider as u64 * PROVIDER_ID_SPAN,
             }),
             faults: Mutex::new(FaultBook::default()),
             received: Mutex::new(VecDeque::new()),
@@ -648,7 +662,12 @@ mod tests {
 
     #[test]
     fn the_request_log_keeps_the_most_recent_ten_thousand() {
-        let state = State::new(Vec::new(), 2, "ERROR_ZERO_BALANCE".to_owned());
+        let state = State::new(
+            Vec::new(),
+            2,
+            "ERROR_ZERO_BALANCE".to_owned(),
+            Provider::CaptchaAi,
+        );
         for n in 0..RECEIVED_CAP + 5 {
             state.record(dummy_request(n));
         }

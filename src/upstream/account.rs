@@ -10,7 +10,7 @@ use hyper::Method;
 
 use super::{Outgoing, UpstreamAnswer, UpstreamClient};
 use crate::api_key::ApiKey;
-use crate::captcha::{self, Outcome, Reply, ThreadsInfo};
+use crate::captcha::{self, Outcome, Profile, Reply, ThreadsInfo};
 use crate::config::Upstream;
 use crate::failover::{self, ReadError};
 
@@ -20,6 +20,8 @@ pub struct Account<'a> {
     pub name: &'a str,
     pub key: &'a ApiKey,
     pub upstream: &'a Upstream,
+    /// What the key's service's answers mean.
+    pub profile: &'static Profile,
 }
 
 impl UpstreamClient {
@@ -36,15 +38,20 @@ impl UpstreamClient {
         captcha::parse_balance(&answer.body).ok_or(ReadError::Unavailable)
     }
 
-    /// Reads the account's thread usage with `threadsinfo`.
+    /// Reads the account's thread usage with `threadsinfo`, where the key's service has
+    /// that action (CaptchaAI's own); elsewhere nothing is asked and there is no figure.
     ///
     /// # Errors
-    /// As [`UpstreamClient::read_balance`].
+    /// As [`UpstreamClient::read_balance`]; `Unavailable` at once where the service has no
+    /// `threadsinfo`.
     pub async fn read_threads(
         &self,
         account: Account<'_>,
         timeout: Duration,
     ) -> Result<ThreadsInfo, ReadError> {
+        if !account.profile.threadsinfo {
+            return Err(ReadError::Unavailable);
+        }
         let answer = self.account_read(account, "threadsinfo", timeout).await?;
         captcha::parse_threads(&answer.body).ok_or(ReadError::Unavailable)
     }
@@ -84,7 +91,10 @@ impl UpstreamClient {
             }
         };
         let reply = captcha::parse_reply(&answer.body);
-        match (captcha::classify(answer.status.as_u16(), &reply), &reply) {
+        match (
+            account.profile.classify(answer.status.as_u16(), &reply),
+            &reply,
+        ) {
             (Outcome::KeyUnusable, Reply::Error(code)) => {
                 Err(ReadError::KeyRejected(failover::reason_code(code)))
             }

@@ -139,7 +139,9 @@ impl Harness {
         eventually("startup refresh", || {
             let snapshot = app.snapshot();
             snapshot.pool.keys().iter().all(|k| {
-                (k.stats.balance().is_some() && k.stats.threads().is_some())
+                // A service without threadsinfo has no thread figure to wait for.
+                (k.stats.balance().is_some()
+                    && (k.stats.threads().is_some() || !k.profile().threadsinfo))
                     || app.health().view(k.id, tokio::time::Instant::now()).state
                         != StateKind::Active
             })
