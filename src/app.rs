@@ -54,6 +54,13 @@ pub enum Event {
     Provider { provider: Provider, up: bool },
 }
 
+/// How soon keyrelay asks a provider that went down, itself, whether it answers again (a
+/// `getbalance` with one of its keys); doubling after each silence, up to
+/// [`PROVIDER_PROBE_MAX`]. Without it a provider would be back only when its cooldown ran
+/// out or the next refresh came, however soon it recovered.
+const PROVIDER_PROBE_FIRST: Duration = Duration::from_secs(1);
+const PROVIDER_PROBE_MAX: Duration = Duration::from_secs(30);
+
 /// How long a first attempt keeps earning retries in the budget.
 const RETRY_BUDGET_WINDOW: Duration = Duration::from_secs(10);
 
@@ -82,6 +89,8 @@ struct Inner {
     holds: Arc<AdminHolds>,
     /// Which providers are down; outlives snapshots, as health does.
     outages: Arc<Outages>,
+    /// Providers being probed after an outage, as a bit set: one probe each at a time.
+    probing: std::sync::atomic::AtomicU8,
     metrics: Metrics,
     client: UpstreamClient,
     events: broadcast::Sender<Event>,
@@ -208,6 +217,7 @@ impl App {
             capacity,
             holds,
             outages,
+            probing: std::sync::atomic::AtomicU8::new(0),
             metrics,
             client,
             events,
@@ -598,6 +608,7 @@ impl App {
                 provider: key.provider,
                 up: false,
             });
+            self.probe_provider(key.provider);
             if alone {
                 return false;
             }
@@ -610,6 +621,59 @@ impl App {
             return true;
         }
         !alone && self.0.outages.is_down(key.provider, now)
+    }
+
+    /// Asks a provider that went down whether it answers again, in the background, until
+    /// it does, it is back by other means, or no key of it is left to ask with. One probe
+    /// per provider at a time; a key the operator disabled is never used for it.
+    fn probe_provider(&self, provider: Provider) {
+        use std::sync::atomic::Ordering;
+        let bit = 1u8 << (provider as u8);
+        if self.0.probing.fetch_or(bit, Ordering::AcqRel) & bit != 0 {
+            return;
+        }
+        let app = self.clone();
+        tokio::spawn(async move {
+            let mut delay = PROVIDER_PROBE_FIRST;
+            let mut recovered = false;
+            loop {
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(PROVIDER_PROBE_MAX);
+                if !app.0.outages.view(provider, Instant::now()).out {
+                    recovered = true;
+                    break;
+                }
+                // Paused after an IP ban: any request would extend the ban.
+                if app.upstream_paused().is_some() {
+                    continue;
+                }
+                let snapshot = app.snapshot();
+                let pool = &snapshot.pool;
+                let Some(key) = pool.keys().iter().find(|k| {
+                    k.provider == provider && pool.admin_hold(k) != Some(AdminHold::Disabled)
+                }) else {
+                    break;
+                };
+                let timeout = snapshot.config.timeouts.refresh;
+                match app.client().read_balance(key.account(), timeout).await {
+                    Err(crate::failover::ReadError::Unavailable) => {}
+                    answer => {
+                        if let Ok(balance) = answer {
+                            key.stats.set_balance(Some(balance));
+                        }
+                        app.provider_answered(provider);
+                        recovered = true;
+                        break;
+                    }
+                }
+            }
+            app.0.probing.fetch_and(!bit, Ordering::AcqRel);
+            // A new outage that began while this probe was ending found the bit still set
+            // and started no probe of its own.
+            if recovered && app.0.outages.view(provider, Instant::now()).out {
+                app.probe_provider(provider);
+            }
+        });
     }
 
     /// `provider` answered: an outage of it, if there was one, is over.

@@ -434,6 +434,53 @@ async fn a_down_provider_is_tried_again_after_its_cooldown_and_its_first_answer_
 }
 
 #[tokio::test]
+async fn a_down_provider_that_recovers_is_found_by_keyrelays_own_probe_long_before_its_cooldown() {
+    // An hour's cooldown and no refresh due for minutes: only keyrelay's own probe can
+    // bring the provider back, and it must, soon after the provider answers again.
+    let (h, twocaptcha) = captchaai_first_2captcha_backup(Duration::from_secs(3600)).await;
+    h.sim.go_down().await;
+    for _ in 0..3 {
+        h.submit().await;
+    }
+    let view = h
+        .app
+        .outages()
+        .view(Provider::CaptchaAi, tokio::time::Instant::now());
+    assert!(view.out, "the outage is seen");
+    let asked_before = h.sim.received().len();
+    h.sim.come_back().await.expect("the same port again");
+
+    eventually("the probe brings CaptchaAI back", || {
+        !h.app
+            .outages()
+            .view(Provider::CaptchaAi, tokio::time::Instant::now())
+            .out
+    })
+    .await;
+    let probes: Vec<_> = h.sim.received()[asked_before..]
+        .iter()
+        .map(|r| (r.key.clone(), r.action.clone()))
+        .collect();
+    assert!(
+        probes
+            .iter()
+            .any(|(k, a)| matches!(k.as_deref(), Some(KEY_A | KEY_C))
+                && a.as_deref() == Some("getbalance")),
+        "a getbalance with a CaptchaAI key: {probes:?}"
+    );
+    let id = h.submit().await;
+    assert!(
+        h.sim.task_owner(id).is_some(),
+        "new tasks go to CaptchaAI again"
+    );
+    for name in ["a", "c"] {
+        assert_eq!(h.state_of(name), (StateKind::Active, None), "{name}");
+    }
+    twocaptcha.shutdown().await;
+    h.stop().await;
+}
+
+#[tokio::test]
 async fn polls_reports_and_ids_lists_reach_the_provider_that_holds_each_task() {
     let captchaai = sim_of(Provider::CaptchaAi, &[KEY_A]).await;
     let twocaptcha = sim_of(Provider::TwoCaptcha, &[KEY_B]).await;
