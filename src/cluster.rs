@@ -191,6 +191,23 @@ struct PendingPin {
     value: String,
 }
 
+/// Where this replica is on its way to shared mode.
+#[derive(Debug)]
+enum Settle {
+    /// Redis does not answer.
+    Down,
+    /// Redis answers again since the heartbeat of `since_ms` (Redis time); the share still
+    /// applies until every live replica has marked itself synced since then, or until
+    /// `deadline`.
+    Waiting {
+        since_ms: u64,
+        deadline: Instant,
+        /// The live replicas not yet synced, at the last look.
+        waiting_for: Vec<String>,
+    },
+    Shared,
+}
+
 /// The fleet as last seen.
 #[derive(Clone, Debug, Default)]
 struct Fleet {
@@ -211,9 +228,8 @@ pub struct Cluster {
     up: AtomicBool,
     /// Set at the first heartbeat that got through.
     ever_up: AtomicBool,
-    /// Shared mode starts this long after Redis returned (every replica has had a renewal
-    /// period to put back what it admitted alone); before: still on the share.
-    shared_from: Mutex<Option<Instant>>,
+    /// Whether shared mode has begun since Redis last came back, or what it waits for.
+    settle: Mutex<Settle>,
     down_reason: Mutex<Option<String>>,
     held: Mutex<HashMap<String, Held>>,
     /// Spares ready for the next submits, per key name, newest last with when each came
@@ -283,7 +299,7 @@ impl Cluster {
             seq: AtomicU64::new(0),
             up: AtomicBool::new(false),
             ever_up: AtomicBool::new(false),
-            shared_from: Mutex::new(None),
+            settle: Mutex::new(Settle::Down),
             down_reason: Mutex::new(Some("not connected yet".to_owned())),
             held: Mutex::new(HashMap::new()),
             spares: Mutex::new(HashMap::new()),
@@ -309,10 +325,17 @@ impl Cluster {
         &self.config.replica
     }
 
-    /// Whether admission, pins and health go through Redis now.
+    /// Whether the fleet's count in Redis is the one check on a key's threads: Redis
+    /// answers, and every live replica has put back what it admitted without it.
     pub fn is_shared(&self) -> bool {
+        self.is_up() && matches!(*lock(&self.settle), Settle::Shared)
+    }
+
+    /// Whether Redis answers this replica. While it does, every lease and pin goes there,
+    /// even before shared mode begins (the share still applies until then), so that the
+    /// replicas that wait for the fleet's count see this one's.
+    pub fn is_up(&self) -> bool {
         self.up.load(Ordering::Acquire)
-            && lock(&self.shared_from).is_some_and(|from| Instant::now() >= from)
     }
 
     /// Why this replica is in degraded mode, while it is.
@@ -320,9 +343,16 @@ impl Cluster {
         if self.is_shared() {
             return None;
         }
-        lock(&self.down_reason)
-            .clone()
-            .or_else(|| Some("redis returned; putting back what was admitted alone".to_owned()))
+        if let Some(down) = lock(&self.down_reason).clone() {
+            return Some(down);
+        }
+        Some(match &*lock(&self.settle) {
+            Settle::Waiting { waiting_for, .. } if !waiting_for.is_empty() => format!(
+                "redis returned; waiting for {} to put back what they admitted alone",
+                waiting_for.join(", ")
+            ),
+            _ => "redis returned; putting back what was admitted alone".to_owned(),
+        })
     }
 
     /// Errors of `op` since start.
@@ -392,7 +422,7 @@ impl Cluster {
     /// # Errors
     /// Redis did not answer in time; the caller admits on the share instead.
     pub async fn acquire(self: &Arc<Self>, key: &str, limit: u32) -> Result<Admit, ClusterError> {
-        if !self.is_shared() {
+        if !self.is_up() {
             return Err(ClusterError::Degraded);
         }
         if let Some(spare) = self.take_spare(key) {
@@ -468,7 +498,7 @@ impl Cluster {
         let spare = (self.spares_ready(key) < MAX_SPARES).then(|| self.next_member("s"));
         let margin = lock(&self.fleet).live.len().max(1) as u32;
         let mut spare_granted = false;
-        let in_redis = if let (Some(old), true) = (&old, self.is_shared()) {
+        let in_redis = if let (Some(old), true) = (&old, self.is_up()) {
             let mut pipe = redis::pipe();
             pipe.cmd("EVAL")
                 .arg(scripts::KEEP)
@@ -600,7 +630,7 @@ impl Cluster {
     /// Shares a pin found by probing (no lease: keyrelay did not see the task submitted), so
     /// that no other replica probes for it again. Best effort, in the background.
     pub fn share_found_pin(self: &Arc<Self>, task: &TaskId, key: &str, token: &str) {
-        if !self.is_shared() {
+        if !self.is_up() {
             return;
         }
         let mut cmd = redis::cmd("SET");
@@ -619,7 +649,7 @@ impl Cluster {
     /// # Errors
     /// Redis did not answer in time.
     pub async fn lookup(&self, task: &TaskId) -> Result<Option<SharedPin>, ClusterError> {
-        if !self.is_shared() {
+        if !self.is_up() {
             return Err(ClusterError::Degraded);
         }
         let mut cmd = redis::cmd("GET");
@@ -854,11 +884,14 @@ impl Cluster {
         Ok(synced)
     }
 
-    /// The heartbeat, run every third of `replica_timeout`: records this replica as alive,
-    /// reads the live ones, renews this replica's leases, takes or keeps the refresher
-    /// lease, and, when Redis has come back, puts back what was admitted without it.
-    /// Returns the tasks whose leases another replica released (their final answer was
-    /// polled there), for the caller to end locally.
+    /// The heartbeat, run every third of `replica_timeout` (every `DOWN_RETRY` at most
+    /// while not shared): records this replica as alive, reads the live ones, renews this
+    /// replica's leases, takes or keeps the refresher lease, and, when Redis has come back,
+    /// puts back what was admitted without it. A heartbeat that got all of this replica's
+    /// leases and pins into Redis says so (its `synced` mark); shared mode begins once every
+    /// live replica has said so since Redis came back. Returns the tasks whose leases another
+    /// replica released (their final answer was polled there), for the caller to end
+    /// locally.
     pub async fn heartbeat(
         &self,
         refresh_interval: Duration,
@@ -877,9 +910,9 @@ impl Cluster {
             Err(_) => return Vec::new(),
         };
         let mut live = live;
-        live.pop(); // Redis's time
+        let redis_ms: u64 = live.pop().and_then(|t| t.parse().ok()).unwrap_or(0);
         lock(&self.fleet).live = live.clone();
-        self.remember(live).await;
+        self.remember(live.clone()).await;
         let lost_data = self.check_epoch().await;
         if !was_up {
             self.mark_up();
@@ -887,24 +920,80 @@ impl Cluster {
         self.drop_stale(stale_after).await;
         let admitted_alone =
             self.backlog_len() > 0 || lock(&self.held).values().any(|h| !h.in_redis);
-        let ended = self.renew(lost_data || !was_up).await;
-        self.flush_backlog().await;
+        let (ended, renewed) = self.renew(lost_data || !was_up).await;
+        let flushed = self.flush_backlog().await;
+        let counted = was_up || self.count_in_flight(in_flight).await;
         if !was_up {
-            self.count_in_flight(in_flight).await;
-            // Other replicas that served alone put back what they admitted within one
-            // renewal period of Redis's return; until then the shares still apply. A fresh
-            // start that admitted nothing alone has no outage to wait out.
+            // A fresh start that admitted nothing alone has no outage to wait out: the
+            // others' counts are in Redis already.
             let after_outage = self.ever_up.swap(true, Ordering::AcqRel);
             let settle = if after_outage || admitted_alone {
-                self.settle_period()
+                Settle::Waiting {
+                    since_ms: redis_ms,
+                    deadline: Instant::now() + self.config.replica_timeout,
+                    waiting_for: Vec::new(),
+                }
             } else {
-                Duration::ZERO
+                tracing::info!(replica = %self.config.replica, "redis is reachable; shared mode");
+                Settle::Shared
             };
-            *lock(&self.shared_from) = Some(Instant::now() + settle);
-            tracing::info!(replica = %self.config.replica, settle = ?settle, "redis is reachable; shared mode");
+            *lock(&self.settle) = settle;
+        }
+        if renewed && flushed && counted && self.is_up() {
+            self.mark_synced(redis_ms, &live).await;
         }
         self.take_refresher(refresh_interval).await;
         ended
+    }
+
+    /// Says that every lease and pin this replica had when the heartbeat of `redis_ms`
+    /// began is in Redis, and, while this replica waits to share, whether every live
+    /// replica has said the same since Redis came back: then the fleet's count is whole and
+    /// shared mode begins. One that never does (a replica of an older version, or one that
+    /// heartbeats but cannot renew) is waited for until `replica_timeout` has passed.
+    async fn mark_synced(&self, redis_ms: u64, live: &[String]) {
+        let mut pipe = redis::pipe();
+        pipe.cmd("HSET")
+            .arg(self.layout.synced())
+            .arg(&self.config.replica)
+            .arg(redis_ms)
+            .ignore()
+            .cmd("HGETALL")
+            .arg(self.layout.synced());
+        let Ok((marks,)) = self
+            .call_pipe::<(HashMap<String, u64>,)>(Op::Heartbeat, pipe)
+            .await
+        else {
+            return;
+        };
+        let gone: Vec<&String> = marks.keys().filter(|r| !live.contains(r)).collect();
+        if !gone.is_empty() {
+            let mut cmd = redis::cmd("HDEL");
+            cmd.arg(self.layout.synced()).arg(gone);
+            let _ = self.call::<()>(Op::Heartbeat, cmd).await;
+        }
+        let mut settle = lock(&self.settle);
+        let Settle::Waiting {
+            since_ms,
+            deadline,
+            waiting_for,
+        } = &mut *settle
+        else {
+            return;
+        };
+        *waiting_for = live
+            .iter()
+            .filter(|r| marks.get(*r).is_none_or(|&at| at < *since_ms))
+            .cloned()
+            .collect();
+        if waiting_for.is_empty() {
+            tracing::info!(replica = %self.config.replica, "redis is reachable and every live replica has put its leases back; shared mode");
+        } else if Instant::now() >= *deadline {
+            tracing::warn!(replica = %self.config.replica, waiting_for = ?waiting_for, "replicas alive but not yet synced after replica_timeout; shared mode without them");
+        } else {
+            return;
+        }
+        *settle = Settle::Shared;
     }
 
     /// Submits admitted alone and still on their way upstream when Redis returns are not in
@@ -912,9 +1001,9 @@ impl Cluster {
     /// must have ended, so no replica admits against a count that misses them. Their
     /// tasks' own leases follow at their pins; until the placeholders expire the fleet
     /// counts both, which errs towards fewer tasks.
-    async fn count_in_flight(&self, in_flight: &InFlight) {
+    async fn count_in_flight(&self, in_flight: &InFlight) -> bool {
         if in_flight.pending.iter().all(|(_, n)| *n == 0) {
-            return;
+            return true;
         }
         let mut pipe = redis::pipe();
         let ttl = in_flight.request_timeout.as_millis() as u64 + 1000;
@@ -932,14 +1021,7 @@ impl Cluster {
                     .ignore();
             }
         }
-        let _ = self.call_pipe::<()>(Op::Renew, pipe).await;
-    }
-
-    /// How long a replica stays on its share after Redis returns: long enough for every
-    /// other replica to have seen Redis back (they retry every `DOWN_RETRY`) and put back
-    /// what it admitted alone.
-    fn settle_period(&self) -> Duration {
-        self.renew_period().max(DOWN_RETRY * 2) + DOWN_RETRY
+        self.call_pipe::<()>(Op::Renew, pipe).await.is_ok()
     }
 
     /// How often [`Cluster::heartbeat`] runs.
@@ -1022,8 +1104,9 @@ impl Cluster {
     }
 
     /// Renews every lease this replica holds; with `restore`, adds back any that Redis no
-    /// longer has. Returns the tasks whose leases are gone.
-    async fn renew(&self, restore: bool) -> Vec<TaskId> {
+    /// longer has. Returns the tasks whose leases are gone, and whether every lease was
+    /// renewed.
+    async fn renew(&self, restore: bool) -> (Vec<TaskId>, bool) {
         let mut by_key: HashMap<Arc<str>, Vec<String>> = HashMap::new();
         let mut upload: HashMap<Arc<str>, Vec<String>> = HashMap::new();
         for (member, held) in lock(&self.held).iter() {
@@ -1055,7 +1138,7 @@ impl Cluster {
                     .arg(if restore { "1" } else { "0" })
                     .arg(&members);
                 let Ok(missing) = self.call::<Vec<String>>(Op::Renew, cmd).await else {
-                    return ended;
+                    return (ended, false);
                 };
                 let mut held = lock(&self.held);
                 for member in &members {
@@ -1088,17 +1171,18 @@ impl Cluster {
                 }
             }
         }
-        ended
+        (ended, true)
     }
 
-    async fn flush_backlog(&self) {
+    /// Sends the releases and pins that waited for Redis. Returns whether all went.
+    async fn flush_backlog(&self) -> bool {
         let released: Vec<(Arc<str>, String)> = lock(&self.released).drain(..).collect();
         if !released.is_empty() && self.send_releases(&released).await.is_err() {
             let mut backlog = lock(&self.released);
             for release in released.into_iter().rev() {
                 backlog.push_front(release);
             }
-            return;
+            return false;
         }
         loop {
             let batch: Vec<PendingPin> = {
@@ -1107,7 +1191,7 @@ impl Cluster {
                 backlog.drain(..n).collect()
             };
             if batch.is_empty() {
-                return;
+                return true;
             }
             let mut pipe = redis::pipe();
             for pin in &batch {
@@ -1123,7 +1207,7 @@ impl Cluster {
                 for pin in batch.into_iter().rev() {
                     backlog.push_front(pin);
                 }
-                return;
+                return false;
             }
         }
     }
@@ -1160,7 +1244,7 @@ impl Cluster {
     fn mark_down(&self, op: Op, error: &ClusterError) {
         self.errors[op as usize].fetch_add(1, Ordering::Relaxed);
         let was_up = self.up.swap(false, Ordering::AcqRel);
-        *lock(&self.shared_from) = None;
+        *lock(&self.settle) = Settle::Down;
         *lock(&self.down_reason) = Some(error.to_string());
         self.refresher.store(false, Ordering::Release);
         if was_up {

@@ -1002,3 +1002,162 @@ fn reqwest_free_get(addr: &str) -> impl Fn(&str) -> (u64, String) + '_ {
         (id, key)
     }
 }
+
+/// One replica's road to Redis, a unix-socket relay the test can cut and mend: Redis can
+/// then come back for one replica and not for another.
+struct Relay {
+    path: PathBuf,
+    open: Arc<std::sync::atomic::AtomicBool>,
+    cut: tokio::sync::watch::Sender<u64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Relay {
+    fn start(redis: &Redis) -> Relay {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let path = redis.dir.path().join("relay.sock");
+        let target = redis.socket();
+        let listener = tokio::net::UnixListener::bind(&path).expect("relay binds");
+        let open = Arc::new(AtomicBool::new(true));
+        let (cut, cuts) = tokio::sync::watch::channel(0u64);
+        let task = tokio::spawn({
+            let open = open.clone();
+            async move {
+                loop {
+                    let Ok((mut inbound, _)) = listener.accept().await else {
+                        return;
+                    };
+                    if !open.load(Ordering::Acquire) {
+                        continue; // dropped: the replica sees its connection closed
+                    }
+                    let target = target.clone();
+                    let mut cuts = cuts.clone();
+                    cuts.mark_unchanged();
+                    tokio::spawn(async move {
+                        let Ok(mut outbound) = tokio::net::UnixStream::connect(&target).await
+                        else {
+                            return;
+                        };
+                        tokio::select! {
+                            _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                            _ = cuts.changed() => {}
+                        }
+                    });
+                }
+            }
+        });
+        Relay {
+            path,
+            open,
+            cut,
+            task,
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("redis+unix://{}", self.path.display())
+    }
+
+    /// Closes every connection through the relay and refuses new ones.
+    fn cut(&self) {
+        self.open.store(false, std::sync::atomic::Ordering::Release);
+        self.cut.send_modify(|n| *n += 1);
+    }
+
+    fn mend(&self) {
+        self.open.store(true, std::sync::atomic::Ordering::Release);
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Polls `condition` every 20 ms for at most `bound`.
+async fn within(bound: Duration, what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + bound;
+    while !condition() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not within {bound:?}: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn after_an_outage_no_replica_shares_until_every_live_one_has_put_its_leases_back() {
+    let Some(mut redis) = Redis::start() else {
+        return;
+    };
+    let sim = sim().await;
+    let relay = Relay::start(&redis);
+    // A replica timeout long enough that kr-2 stays alive in the replica list for the
+    // whole time Redis is back for kr-1 only.
+    let timeout = Duration::from_secs(20);
+    let mut direct = replica_config(&sim, &redis, "kr-1");
+    let mut relayed = replica_config(&sim, &redis, "kr-2");
+    relayed.cluster.as_mut().expect("cluster").redis = RedisUrl::new(relay.url());
+    for config in [&mut direct, &mut relayed] {
+        config.cluster.as_mut().expect("cluster").replica_timeout = timeout;
+    }
+    let kr1 = Harness::start_without_refresh_wait(sim.clone(), direct).await;
+    let kr2 = Harness::start_without_refresh_wait(sim.clone(), relayed).await;
+    let replicas = [kr1, kr2];
+    for replica in &replicas {
+        wait_shared(replica).await;
+    }
+    wait_fleet(&replicas, 2).await;
+    let [kr1, kr2] = &replicas;
+    let cluster = |h: &Harness| h.app.cluster().cloned().expect("a cluster replica");
+
+    redis.kill();
+    relay.cut();
+    for replica in &replicas {
+        let c = cluster(replica);
+        within(Duration::from_secs(10), "degraded", || !c.is_up()).await;
+    }
+    // Admitted by kr-2 on its share, with Redis away: not in Redis yet.
+    let (alone, alone_key) = submit(kr2).await;
+
+    redis.launch();
+    let c1 = cluster(kr1);
+    within(Duration::from_secs(10), "kr-1 reaches redis again", || {
+        c1.is_up()
+    })
+    .await;
+    // kr-1's own submits go into Redis at once, while it still keeps to its share.
+    let (early, early_key) = submit(kr1).await;
+    assert!(
+        redis.leases(&early_key).contains(&format!("t:{early}")),
+        "a replica that reaches Redis puts its leases there before it shares"
+    );
+    // As long as kr-2 is alive in the list and has not put back what it admitted alone,
+    // kr-1 does not count on Redis alone: watched for longer than the old fixed settle
+    // period (a third of the replica timeout and a second).
+    let watch_until = tokio::time::Instant::now() + timeout / 3 + Duration::from_secs(2);
+    while tokio::time::Instant::now() < watch_until {
+        assert!(!c1.is_shared(), "kr-1 shared while kr-2 still served alone");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let status = kr1.get("/status").await.json();
+    assert_eq!(status["cluster"]["mode"], "degraded");
+    let reason = status["cluster"]["degraded_reason"]
+        .as_str()
+        .expect("a reason");
+    assert!(reason.contains("waiting for kr-2"), "{reason}");
+
+    relay.mend();
+    let c2 = cluster(kr2);
+    within(Duration::from_secs(30), "both replicas share again", || {
+        c1.is_shared() && c2.is_shared()
+    })
+    .await;
+    assert!(
+        redis.leases(&alone_key).contains(&format!("t:{alone}")),
+        "kr-2 put back the lease it admitted alone"
+    );
+    assert_never_overfilled(&sim, &replicas);
+}

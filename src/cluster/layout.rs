@@ -53,6 +53,12 @@ impl Layout {
         format!("{}:replicas", self.prefix)
     }
 
+    /// Hash: per replica, the Redis time (ms) of its last heartbeat that had all its leases
+    /// and pins in Redis; fields of replicas no longer alive are removed.
+    pub fn synced(&self) -> String {
+        format!("{}:synced", self.prefix)
+    }
+
     /// String with a TTL: the replica that runs the balance and thread refresh.
     pub fn refresher(&self) -> String {
         format!("{}:refresher", self.prefix)
@@ -109,6 +115,7 @@ mod tests {
             layout.readings("a"),
             layout.pin("123"),
             layout.replicas(),
+            layout.synced(),
             layout.refresher(),
             layout.pause(),
             layout.epoch(),

@@ -287,10 +287,12 @@ enum FleetThread {
     Unavailable,
 }
 
-/// Takes one of the fleet's threads of `key` after the local one, in shared mode. A key the
-/// fleet has full is marked so for a moment, so that the walk and the queue pass it over.
+/// Takes one of the fleet's threads of `key` after the local one, whenever Redis answers
+/// (before shared mode begins too, so that replicas waiting for the fleet's count see this
+/// one's). A key the fleet has full is marked so for a moment, so that the walk and the
+/// queue pass it over.
 async fn fleet_thread(ctx: &Ctx, key: &KeyEntry) -> FleetThread {
-    let Some(cluster) = ctx.app.cluster().filter(|c| c.is_shared()) else {
+    let Some(cluster) = ctx.app.cluster().filter(|c| c.is_up()) else {
         return FleetThread::Alone;
     };
     let limit = ctx.snapshot.pool.fleet_limit(key);
