@@ -57,36 +57,51 @@ return {had, 1}
 /// its task's final answer, or expired) is returned. With `restore` (Redis came back, or lost
 /// its data) a gone lease is added back instead, unless the released set says another
 /// replica saw its task end; a gone spare never is, since no thread stands behind it.
-/// Returns the members gone for good.
+/// Returns the members gone for good. The members are looked up with one `ZMSCORE` and
+/// renewed with one variadic `ZADD` per set, not a command each (Redis 6.2 or later).
 pub const RENEW: &str = r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
-local ttl = tonumber(ARGV[1])
+local expiry = now + tonumber(ARGV[1])
 local restore = ARGV[2] == '1'
-local missing = {}
-local spares = false
+local leases, spares = {}, {}
 for i = 3, #ARGV do
   local m = ARGV[i]
   if string.sub(m, 1, 2) == 's:' then
-    if redis.call('ZSCORE', KEYS[3], m) then
-      redis.call('ZADD', KEYS[3], now + ttl, m)
-      spares = true
+    spares[#spares + 1] = m
+  else
+    leases[#leases + 1] = m
+  end
+end
+local missing = {}
+local function renew(set, members, may_restore)
+  if #members == 0 then
+    return false
+  end
+  local scores = redis.call('ZMSCORE', set, unpack(members))
+  local scored = {}
+  for i, m in ipairs(members) do
+    if scores[i] or (may_restore and not redis.call('ZSCORE', KEYS[2], m)) then
+      scored[#scored + 1] = expiry
+      scored[#scored + 1] = m
     else
       missing[#missing + 1] = m
     end
-  elseif redis.call('ZSCORE', KEYS[1], m) or (restore and not redis.call('ZSCORE', KEYS[2], m)) then
-    redis.call('ZADD', KEYS[1], now + ttl, m)
-  else
-    missing[#missing + 1] = m
   end
+  if #scored > 0 then
+    redis.call('ZADD', set, unpack(scored))
+  end
+  return #scored > 0
 end
+renew(KEYS[1], leases, restore)
+local spares_renewed = renew(KEYS[3], spares, false)
 if #ARGV > 2 then
-  redis.call('PEXPIRE', KEYS[1], ttl * 4)
+  redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[1]) * 4)
 end
-if spares then
-  redis.call('PEXPIRE', KEYS[3], ttl * 4)
+if spares_renewed then
+  redis.call('PEXPIRE', KEYS[3], tonumber(ARGV[1]) * 4)
 end
 return missing
 ";
