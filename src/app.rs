@@ -649,9 +649,7 @@ impl App {
                 }
                 let snapshot = app.snapshot();
                 let pool = &snapshot.pool;
-                let Some(key) = pool.keys().iter().find(|k| {
-                    k.provider == provider && pool.admin_hold(k) != Some(AdminHold::Disabled)
-                }) else {
+                let Some(key) = pool.askable().find(|k| k.provider == provider) else {
                     break;
                 };
                 let timeout = snapshot.config.timeouts.refresh;

@@ -373,6 +373,14 @@ impl KeyPool {
         &self.keys
     }
 
+    /// The keys keyrelay may send requests of its own with (refreshes, provider probes):
+    /// every key but those the operator disabled.
+    pub fn askable(&self) -> impl Iterator<Item = &Arc<KeyEntry>> {
+        self.keys
+            .iter()
+            .filter(|key| self.admin_hold(key) != Some(AdminHold::Disabled))
+    }
+
     pub fn strategy(&self) -> Strategy {
         self.selection.strategy
     }

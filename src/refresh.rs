@@ -14,7 +14,7 @@ use crate::app::App;
 use crate::captcha::ThreadsInfo;
 use crate::cluster::{Cluster, Readings};
 use crate::failover::{self, ReadError};
-use crate::pool::{AdminHold, KeyEntry};
+use crate::pool::KeyEntry;
 
 /// Runs refreshes until the task is dropped: one now, then one per interval.
 pub async fn run(app: App) {
@@ -44,13 +44,7 @@ pub async fn refresh_all(app: &App) {
     let timeout = snapshot.config.timeouts.refresh;
     app.metrics().refresh_runs.inc();
     let pool = &snapshot.pool;
-    join_all(
-        pool.keys()
-            .iter()
-            .filter(|key| pool.admin_hold(key) != Some(AdminHold::Disabled))
-            .map(|key| refresh_key(app, key, timeout)),
-    )
-    .await;
+    join_all(pool.askable().map(|key| refresh_key(app, key, timeout))).await;
     // New capacity figures or restored keys may give queued submits somewhere to go.
     app.capacity().nudge();
     let active = snapshot.pool.active_count(Instant::now());

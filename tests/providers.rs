@@ -290,6 +290,18 @@ async fn captchaai_first_2captcha_backup(cooldown: Duration) -> (Harness, SimHan
     (Harness::start(captchaai, config).await, twocaptcha)
 }
 
+/// Takes the harness's CaptchaAI simulator down and submits three times, enough for the
+/// outage to be seen; CaptchaAI's outage view after.
+async fn take_captchaai_down(h: &Harness) -> keyrelay::outage::OutageView {
+    h.sim.go_down().await;
+    for _ in 0..3 {
+        h.submit().await;
+    }
+    h.app
+        .outages()
+        .view(Provider::CaptchaAi, tokio::time::Instant::now())
+}
+
 fn errors_at(metrics: &str, provider: &str) -> f64 {
     metrics
         .lines()
@@ -409,12 +421,7 @@ async fn a_down_provider_is_tried_again_after_its_cooldown_and_its_first_answer_
     // The cooldown ends without a refresh: the provider is on probation, its keys are
     // tried again, and the first answer brings it back.
     let (h, twocaptcha) = captchaai_first_2captcha_backup(Duration::from_millis(500)).await;
-    h.sim.go_down().await;
-    for _ in 0..3 {
-        h.submit().await;
-    }
-    let now = tokio::time::Instant::now();
-    let view = h.app.outages().view(Provider::CaptchaAi, now);
+    let view = take_captchaai_down(&h).await;
     let until = view.until.expect("down, until a deadline");
     h.sim.come_back().await.expect("the same port again");
     let mut landed = None;
@@ -438,14 +445,7 @@ async fn a_down_provider_that_recovers_is_found_by_keyrelays_own_probe_long_befo
     // An hour's cooldown and no refresh due for minutes: only keyrelay's own probe can
     // bring the provider back, and it must, soon after the provider answers again.
     let (h, twocaptcha) = captchaai_first_2captcha_backup(Duration::from_secs(3600)).await;
-    h.sim.go_down().await;
-    for _ in 0..3 {
-        h.submit().await;
-    }
-    let view = h
-        .app
-        .outages()
-        .view(Provider::CaptchaAi, tokio::time::Instant::now());
+    let view = take_captchaai_down(&h).await;
     assert!(view.out, "the outage is seen");
     let asked_before = h.sim.received().len();
     h.sim.come_back().await.expect("the same port again");
