@@ -9,6 +9,7 @@
 //! await) removes it, and a replica that stops renewing loses its leases within
 //! `replica_timeout` of its last renewal.
 
+mod held;
 mod layout;
 mod remembered;
 mod scripts;
@@ -23,6 +24,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::Value;
 use tokio::time::Instant;
 
+use held::{Held, HeldLeases};
 pub use layout::Layout;
 
 use crate::captcha::TaskId;
@@ -167,16 +169,6 @@ pub struct Synced {
     pub pause_until_ms: Option<u64>,
 }
 
-/// A lease (or spare) this replica holds, for renewal.
-#[derive(Clone, Debug)]
-struct Held {
-    key: Arc<str>,
-    task: Option<TaskId>,
-    opened: Instant,
-    /// False for a task admitted while Redis was away: added when it returns.
-    in_redis: bool,
-}
-
 /// The most leases one renewal script handles: a script blocks Redis while it runs, so a
 /// replica with many open tasks renews them in several short scripts that other replicas'
 /// calls can run between, not one long one.
@@ -231,7 +223,7 @@ pub struct Cluster {
     /// Whether shared mode has begun since Redis last came back, or what it waits for.
     settle: Mutex<Settle>,
     down_reason: Mutex<Option<String>>,
-    held: Mutex<HashMap<String, Held>>,
+    held: Mutex<HeldLeases>,
     /// Spares ready for the next submits, per key name, newest last with when each came
     /// (so that a stock larger than the demand ages at its front and is given back).
     spares: Mutex<HashMap<Arc<str>, Vec<Spare>>>,
@@ -301,7 +293,7 @@ impl Cluster {
             ever_up: AtomicBool::new(false),
             settle: Mutex::new(Settle::Down),
             down_reason: Mutex::new(Some("not connected yet".to_owned())),
-            held: Mutex::new(HashMap::new()),
+            held: Mutex::new(HeldLeases::default()),
             spares: Mutex::new(HashMap::new()),
             backlog: Mutex::new(VecDeque::new()),
             released: Mutex::new(VecDeque::new()),
@@ -410,10 +402,7 @@ impl Cluster {
 
     /// How many leases and spares of this replica's are live, by key name.
     pub fn held_by_me(&self, key: &str) -> usize {
-        lock(&self.held)
-            .values()
-            .filter(|held| &*held.key == key)
-            .count()
+        lock(&self.held).count(key)
     }
 
     /// Takes one of `key`'s threads in the fleet if fewer than `limit` are held: a spare
@@ -446,10 +435,8 @@ impl Cluster {
                 in_redis: true,
             },
         );
-        let mut cmd = redis::cmd("EVAL");
-        cmd.arg(scripts::ACQUIRE)
-            .arg(2)
-            .arg(self.layout.leases(&key))
+        let mut cmd = scripts::ACQUIRE.call(2);
+        cmd.arg(self.layout.leases(&key))
             .arg(self.layout.spares(&key))
             .arg(&member)
             .arg(limit)
@@ -500,9 +487,7 @@ impl Cluster {
         let mut spare_granted = false;
         let in_redis = if let (Some(old), true) = (&old, self.is_up()) {
             let mut pipe = redis::pipe();
-            pipe.cmd("EVAL")
-                .arg(scripts::KEEP)
-                .arg(2)
+            pipe.add_command(scripts::KEEP.call(2))
                 .arg(self.layout.leases(key))
                 .arg(self.layout.spares(key))
                 .arg(old)
@@ -698,9 +683,7 @@ impl Cluster {
     async fn send_releases(&self, releases: &[(Arc<str>, String)]) -> Result<(), ClusterError> {
         let mut pipe = redis::pipe();
         for (key, member) in releases {
-            pipe.cmd("EVAL")
-                .arg(scripts::RELEASE)
-                .arg(2)
+            pipe.add_command(scripts::RELEASE.call(2))
                 .arg(self.layout.leases(key))
                 .arg(self.layout.released(key))
                 .arg(member)
@@ -723,9 +706,7 @@ impl Cluster {
         }
         let until_ms = until.map_or(0, unix_ms);
         let mut pipe = redis::pipe();
-        pipe.cmd("EVAL")
-            .arg(scripts::HEALTH)
-            .arg(1)
+        pipe.add_command(scripts::HEALTH.call(1))
             .arg(self.layout.health(key))
             .arg(state)
             .arg(reason)
@@ -820,10 +801,8 @@ impl Cluster {
     /// # Errors
     /// Redis did not answer in time.
     pub async fn held(&self, key: &str) -> Result<u32, ClusterError> {
-        let mut cmd = redis::cmd("EVAL");
-        cmd.arg(scripts::COUNT)
-            .arg(2)
-            .arg(self.layout.leases(key))
+        let mut cmd = scripts::COUNT.call(2);
+        cmd.arg(self.layout.leases(key))
             .arg(self.layout.spares(key));
         let (leases, _spares): (u32, u32) = self.call(Op::Sync, cmd).await?;
         Ok(leases)
@@ -839,9 +818,7 @@ impl Cluster {
         for key in keys {
             pipe.cmd("HGETALL").arg(self.layout.health(key));
             pipe.cmd("HGETALL").arg(self.layout.readings(key));
-            pipe.cmd("EVAL")
-                .arg(scripts::COUNT)
-                .arg(2)
+            pipe.add_command(scripts::COUNT.call(2))
                 .arg(self.layout.leases(key))
                 .arg(self.layout.spares(key));
         }
@@ -899,10 +876,8 @@ impl Cluster {
         in_flight: &InFlight,
     ) -> Vec<TaskId> {
         let was_up = self.up.load(Ordering::Acquire);
-        let mut cmd = redis::cmd("EVAL");
-        cmd.arg(scripts::HEARTBEAT)
-            .arg(1)
-            .arg(self.layout.replicas())
+        let mut cmd = scripts::HEARTBEAT.call(1);
+        cmd.arg(self.layout.replicas())
             .arg(&self.config.replica)
             .arg(self.config.replica_timeout.as_millis() as u64);
         let live: Vec<String> = match self.call(Op::Heartbeat, cmd).await {
@@ -919,7 +894,7 @@ impl Cluster {
         }
         self.drop_stale(stale_after).await;
         let admitted_alone =
-            self.backlog_len() > 0 || lock(&self.held).values().any(|h| !h.in_redis);
+            self.backlog_len() > 0 || lock(&self.held).iter().any(|(_, h)| !h.in_redis);
         let (ended, renewed) = self.renew(lost_data || !was_up).await;
         let flushed = self.flush_backlog().await;
         let counted = was_up || self.count_in_flight(in_flight).await;
@@ -1010,9 +985,7 @@ impl Cluster {
         for (key, pending) in &in_flight.pending {
             for _ in 0..*pending {
                 let member = self.next_member("r");
-                pipe.cmd("EVAL")
-                    .arg(scripts::ACQUIRE)
-                    .arg(2)
+                pipe.add_command(scripts::ACQUIRE.call(2))
                     .arg(self.layout.leases(key))
                     .arg(self.layout.spares(key))
                     .arg(member)
@@ -1128,10 +1101,8 @@ impl Cluster {
                     .collect::<Vec<_>>()
             });
             for (key, members) in chunks {
-                let mut cmd = redis::cmd("EVAL");
-                cmd.arg(scripts::RENEW)
-                    .arg(3)
-                    .arg(self.layout.leases(&key))
+                let mut cmd = scripts::RENEW.call(3);
+                cmd.arg(self.layout.leases(&key))
                     .arg(self.layout.released(&key))
                     .arg(self.layout.spares(&key))
                     .arg(self.lease_ttl_ms())
@@ -1142,9 +1113,7 @@ impl Cluster {
                 };
                 let mut held = lock(&self.held);
                 for member in &members {
-                    if let Some(entry) = held.get_mut(member) {
-                        entry.in_redis = true;
-                    }
+                    held.mark_in_redis(member);
                 }
                 let mut spares_gone = Vec::new();
                 for member in missing {
@@ -1214,10 +1183,8 @@ impl Cluster {
 
     async fn take_refresher(&self, refresh_interval: Duration) {
         let ttl = (refresh_interval * 3).max(self.config.replica_timeout);
-        let mut cmd = redis::cmd("EVAL");
-        cmd.arg(scripts::REFRESHER)
-            .arg(1)
-            .arg(self.layout.refresher())
+        let mut cmd = scripts::REFRESHER.call(1);
+        cmd.arg(self.layout.refresher())
             .arg(&self.config.replica)
             .arg(ttl.as_millis() as u64);
         let held = self
@@ -1259,8 +1226,16 @@ impl Cluster {
     ) -> Result<T, ClusterError> {
         let mut conn = self.conn.clone();
         self.round_trips[op as usize].fetch_add(1, Ordering::Relaxed);
-        let result =
-            tokio::time::timeout(self.config.timeout, cmd.query_async::<T>(&mut conn)).await;
+        let result = tokio::time::timeout(self.config.timeout, async {
+            match cmd.query_async::<T>(&mut conn).await {
+                Err(e) if forgot_scripts(&e) => {
+                    self.load_scripts(op, &mut conn).await?;
+                    cmd.query_async::<T>(&mut conn).await
+                }
+                other => other,
+            }
+        })
+        .await;
         self.judge(op, result)
     }
 
@@ -1271,9 +1246,29 @@ impl Cluster {
     ) -> Result<T, ClusterError> {
         let mut conn = self.conn.clone();
         self.round_trips[op as usize].fetch_add(1, Ordering::Relaxed);
-        let result =
-            tokio::time::timeout(self.config.timeout, pipe.query_async::<T>(&mut conn)).await;
+        // A pipeline's other commands ran before the retry too: each one keyrelay pipelines
+        // (SET, ZREM, PUBLISH, reads) may run twice.
+        let result = tokio::time::timeout(self.config.timeout, async {
+            match pipe.query_async::<T>(&mut conn).await {
+                Err(e) if forgot_scripts(&e) => {
+                    self.load_scripts(op, &mut conn).await?;
+                    pipe.query_async::<T>(&mut conn).await
+                }
+                other => other,
+            }
+        })
+        .await;
         self.judge(op, result)
+    }
+
+    /// Loads every script again, in one round trip: Redis restarted or flushed its scripts.
+    async fn load_scripts(&self, op: Op, conn: &mut ConnectionManager) -> redis::RedisResult<()> {
+        self.round_trips[op as usize].fetch_add(2, Ordering::Relaxed);
+        let mut pipe = redis::pipe();
+        for script in scripts::ALL {
+            pipe.add_command(script.load()).ignore();
+        }
+        pipe.query_async::<()>(conn).await
     }
 
     fn judge<T>(
@@ -1321,6 +1316,12 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Redis answered that it does not know a script's SHA1 (it restarted without its data, or
+/// was told `SCRIPT FLUSH`).
+fn forgot_scripts(e: &redis::RedisError) -> bool {
+    e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
 }
 
 fn redis_error(op: Op, e: &redis::RedisError) -> ClusterError {

@@ -797,6 +797,62 @@ async fn a_submit_on_the_success_path_costs_one_round_trip_once_a_spare_is_ready
     );
 }
 
+/// `INFO commandstats` calls of one command (`evalsha`, `eval`, …), 0 if never called.
+fn command_calls(redis: &Redis, command: &str) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut redis.conn())
+        .expect("INFO commandstats");
+    let prefix = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|line| line.strip_prefix(&prefix)?.split(',').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn scripts_go_by_sha_and_a_redis_that_forgot_them_is_taught_again() {
+    let Some(redis) = Redis::start() else { return };
+    let sim = sim_with(20).await;
+    let config = replica_config_with(&sim, &redis, "kr-1", 20);
+    let replica = Harness::start_without_refresh_wait(sim.clone(), config).await;
+    wait_shared(&replica).await;
+    let mut made = Vec::new();
+    for _ in 0..5 {
+        made.push(submit(&replica).await);
+    }
+    assert!(
+        command_calls(&redis, "evalsha") >= 5,
+        "scripts sent by SHA1"
+    );
+    assert_eq!(command_calls(&redis, "eval"), 0, "no script body sent");
+    // Redis forgets every script, as a restart without data or `SCRIPT FLUSH` does. Each
+    // kind of call (the pin, an acquire, the sync's counts) loads them again and goes on.
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query(&mut redis.conn())
+        .expect("SCRIPT FLUSH");
+    for _ in 0..5 {
+        made.push(submit(&replica).await);
+    }
+    for (id, key) in &made {
+        let (_, polled) = poll(&replica, *id).await;
+        assert_eq!(polled.as_deref(), Some(key.as_str()), "task {id}");
+    }
+    let leases: usize = KEYS.iter().map(|(n, _)| redis.leases(n).len()).sum();
+    assert_eq!(leases, made.len(), "one lease per open task, none lost");
+    assert!(
+        replica.app.cluster().is_some_and(|c| c.is_shared()),
+        "a forgotten script is no outage: {}",
+        cluster_errors(&replica)
+    );
+    assert_eq!(cluster_errors(&replica), "", "no failed Redis call");
+    assert_eq!(
+        command_calls(&redis, "eval"),
+        0,
+        "still no script body sent"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn spares_never_let_the_fleet_overfill_a_key_and_go_back_when_idle() {
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

@@ -7,9 +7,48 @@
 //! the key's threads like leases, but not as threads in use. Every script first drops the
 //! expired members, so an abandoned lease costs nothing once its time is up.
 
+use std::sync::OnceLock;
+
+/// A script and its SHA1, sent as `EVALSHA` so that a call carries 40 bytes, not the whole
+/// body, and Redis looks the script up instead of hashing it again. Redis forgets scripts
+/// when it restarts or is told `SCRIPT FLUSH`: `Cluster` then loads [`ALL`] and retries.
+pub struct Lua {
+    code: &'static str,
+    sha: OnceLock<String>,
+}
+
+impl Lua {
+    const fn new(code: &'static str) -> Lua {
+        Lua {
+            code,
+            sha: OnceLock::new(),
+        }
+    }
+
+    /// `EVALSHA <sha> <numkeys>`, for the keys and arguments to follow.
+    pub fn call(&self, keys: usize) -> redis::Cmd {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(self.sha()).arg(keys);
+        cmd
+    }
+
+    /// `SCRIPT LOAD <body>`.
+    pub fn load(&self) -> redis::Cmd {
+        let mut cmd = redis::cmd("SCRIPT");
+        cmd.arg("LOAD").arg(self.code);
+        cmd
+    }
+
+    pub fn sha(&self) -> &str {
+        self.sha
+            .get_or_init(|| redis::Script::new(self.code).get_hash().to_owned())
+    }
+}
+
 /// KEYS[1] the key's lease set, KEYS[2] its spare set. ARGV: member, limit, ttl ms.
 /// Returns `{granted (0/1), leases and spares held after}`.
-pub const ACQUIRE: &str = r"
+pub static ACQUIRE: Lua = Lua::new(
+    r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
@@ -21,20 +60,27 @@ end
 redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
 redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]) * 4)
 return {1, held + 1}
-";
+",
+);
 
 /// KEYS[1] the key's lease set, KEYS[2] its spare set. ARGV: old member, new member, ttl
-/// ms, spare member ('' for none), limit, margin. The lease (or spare) a submit took becomes
-/// its task's, under a name any replica can release; if the old one had expired it is taken
+/// ms, spare member ('' for none), limit, margin. The lease (or spare, a member named `s:`,
+/// in the spare set) a submit took becomes its task's, under a name any replica can
+/// release; if the old one had expired it is taken
 /// again (the task exists upstream and holds a thread whatever Redis thought). Then, if a
 /// spare member is given, it is added while at least `margin` threads stay free after it,
 /// so that the next submit on this replica needs no round trip of its own and every other
 /// replica can still take a thread. Returns `{had the old one (0/1), spare granted (0/1)}`.
-pub const KEEP: &str = r"
+pub static KEEP: Lua = Lua::new(
+    r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ttl = tonumber(ARGV[3])
-local had = redis.call('ZREM', KEYS[1], ARGV[1]) + redis.call('ZREM', KEYS[2], ARGV[1])
+local from = KEYS[1]
+if string.sub(ARGV[1], 1, 2) == 's:' then
+  from = KEYS[2]
+end
+local had = redis.call('ZREM', from, ARGV[1])
 redis.call('ZADD', KEYS[1], now + ttl, ARGV[2])
 redis.call('PEXPIRE', KEYS[1], ttl * 4)
 if ARGV[4] == '' then
@@ -49,7 +95,8 @@ end
 redis.call('ZADD', KEYS[2], now + ttl, ARGV[4])
 redis.call('PEXPIRE', KEYS[2], ttl * 4)
 return {had, 1}
-";
+",
+);
 
 /// KEYS[1] the key's lease set, KEYS[2] its released set, KEYS[3] its spare set. ARGV: ttl
 /// ms, restore (0/1), then members. Pushes each member's expiry forward (a spare's, members
@@ -59,7 +106,8 @@ return {had, 1}
 /// replica saw its task end; a gone spare never is, since no thread stands behind it.
 /// Returns the members gone for good. The members are looked up with one `ZMSCORE` and
 /// renewed with one variadic `ZADD` per set, not a command each (Redis 6.2 or later).
-pub const RENEW: &str = r"
+pub static RENEW: Lua = Lua::new(
+    r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
@@ -104,12 +152,14 @@ if spares_renewed then
   redis.call('PEXPIRE', KEYS[3], tonumber(ARGV[1]) * 4)
 end
 return missing
-";
+",
+);
 
 /// KEYS[1] the key's lease set, KEYS[2] its released set. ARGV: member, keep ms. A task's
 /// final answer: its lease goes, and the released set remembers it for `keep`, so that the
 /// replica that created the task does not put it back after an outage.
-pub const RELEASE: &str = r"
+pub static RELEASE: Lua = Lua::new(
+    r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREM', KEYS[1], ARGV[1])
@@ -117,22 +167,26 @@ redis.call('ZADD', KEYS[2], now, ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - tonumber(ARGV[2]))
 redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[2]))
 return 1
-";
+",
+);
 
 /// KEYS[1] the key's lease set, KEYS[2] its spare set. Returns `{live leases, live
 /// spares}`.
-pub const COUNT: &str = r"
+pub static COUNT: Lua = Lua::new(
+    r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 return {redis.call('ZCARD', KEYS[1]), redis.call('ZCARD', KEYS[2])}
-";
+",
+);
 
 /// KEYS[1] the replica set. ARGV: this replica, its timeout ms. Records the heartbeat,
 /// forgets replicas silent longer than the timeout, and returns the live ones, sorted, with
 /// the Redis time (ms) as the last element.
-pub const HEARTBEAT: &str = r"
+pub static HEARTBEAT: Lua = Lua::new(
+    r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZADD', KEYS[1], now, ARGV[1])
@@ -141,11 +195,13 @@ local live = redis.call('ZRANGE', KEYS[1], 0, -1)
 table.sort(live)
 live[#live + 1] = tostring(now)
 return live
-";
+",
+);
 
 /// KEYS[1] the refresher lease. ARGV: this replica, ttl ms. Takes the lease if free, or
 /// extends it if this replica holds it. Returns 1 if this replica is the refresher.
-pub const REFRESHER: &str = r"
+pub static REFRESHER: Lua = Lua::new(
+    r"
 local holder = redis.call('GET', KEYS[1])
 if not holder then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
@@ -156,12 +212,20 @@ if holder == ARGV[1] then
   return 1
 end
 return 0
-";
+",
+);
 
 /// KEYS[1] a key's health hash. ARGV: state, reason, until (unix ms, 0: none), replica.
 /// Bumps the version, so that every replica can tell a change it has not seen.
-pub const HEALTH: &str = r"
+pub static HEALTH: Lua = Lua::new(
+    r"
 local v = redis.call('HINCRBY', KEYS[1], 'v', 1)
 redis.call('HSET', KEYS[1], 'state', ARGV[1], 'reason', ARGV[2], 'until', ARGV[3], 'by', ARGV[4])
 return v
-";
+",
+);
+
+/// Every script, for loading them all again after Redis forgot them.
+pub static ALL: [&Lua; 8] = [
+    &ACQUIRE, &KEEP, &RENEW, &RELEASE, &COUNT, &HEARTBEAT, &REFRESHER, &HEALTH,
+];
