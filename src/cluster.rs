@@ -481,12 +481,12 @@ impl Cluster {
         let task_text = task.to_string();
         let member = Layout::task_lease(&task_text);
         let old = lease.and_then(|mut lease| lease.member.take());
-        let value = format!("{key}\t{token}");
+        let value = [key, "\t", token].concat();
         let spare = (self.spares_ready(key) < MAX_SPARES).then(|| self.next_member("s"));
         let margin = lock(&self.fleet).live.len().max(1) as u32;
         let mut spare_granted = false;
         let in_redis = if let (Some(old), true) = (&old, self.is_up()) {
-            let mut pipe = redis::pipe();
+            let mut pipe = redis::Pipeline::with_capacity(2);
             pipe.add_command(scripts::KEEP.call(2))
                 .arg(self.layout.leases(key))
                 .arg(self.layout.spares(key))

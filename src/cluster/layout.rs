@@ -17,35 +17,41 @@ impl Layout {
 
     /// Sorted set: the key's thread leases, scored by expiry.
     pub fn leases(&self, key: &str) -> String {
-        format!("{}:key:{{{key}}}:leases", self.prefix)
+        self.key_state(key, "leases")
     }
 
     /// Sorted set: the key's spares (threads a replica took ahead for its next submits),
     /// scored by expiry.
     pub fn spares(&self, key: &str) -> String {
-        format!("{}:key:{{{key}}}:spares", self.prefix)
+        self.key_state(key, "spares")
     }
 
     /// Sorted set: tasks of the key whose final answer was seen, scored by when (Redis time,
     /// ms), kept for the pin TTL.
     pub fn released(&self, key: &str) -> String {
-        format!("{}:key:{{{key}}}:released", self.prefix)
+        self.key_state(key, "released")
     }
 
     /// Hash: the key's shared health (`state`, `reason`, `until`, `by`, `v`).
     pub fn health(&self, key: &str) -> String {
-        format!("{}:key:{{{key}}}:health", self.prefix)
+        self.key_state(key, "health")
     }
 
     /// Hash: the refresher's last reading of the key (`balance`, `threads`, `working`,
     /// `external`, `at`).
     pub fn readings(&self, key: &str) -> String {
-        format!("{}:key:{{{key}}}:readings", self.prefix)
+        self.key_state(key, "readings")
     }
 
     /// String, with the pin TTL: `key name \t token name` of a task.
     pub fn pin(&self, task: &str) -> String {
-        format!("{}:pin:{task}", self.prefix)
+        [&self.prefix, ":pin:", task].concat()
+    }
+
+    /// `prefix:key:{name}:what`. Names are built on every submit: one `concat` sizes and
+    /// fills the string at once, where `format!` goes through the formatting machinery.
+    fn key_state(&self, key: &str, what: &str) -> String {
+        [&self.prefix, ":key:{", key, "}:", what].concat()
     }
 
     /// Sorted set: live replicas, scored by their last heartbeat (Redis time, ms).
@@ -82,7 +88,7 @@ impl Layout {
 
     /// The lease member of a task once created: any replica can release it by task id.
     pub fn task_lease(task: &str) -> String {
-        format!("t:{task}")
+        ["t:", task].concat()
     }
 
     /// Whether a member is a spare (`s:`), which lives in the spare set, not the leases.
@@ -125,5 +131,14 @@ mod tests {
         }
         assert_eq!(layout.leases("client-a"), "kr:key:{client-a}:leases");
         assert_eq!(layout.health("client-a"), "kr:key:{client-a}:health");
+        // The names docs/cluster.md lists, spelled out: replicas of different versions
+        // must agree on them.
+        assert_eq!(layout.spares("client-a"), "kr:key:{client-a}:spares");
+        assert_eq!(layout.released("b"), "kr:key:{b}:released");
+        assert_eq!(layout.readings("b"), "kr:key:{b}:readings");
+        assert_eq!(layout.pin("123"), "kr:pin:123");
+        assert_eq!(Layout::task_lease("123"), "t:123");
+        assert_eq!(layout.set_of("b", "s:kr-1:x:7"), "kr:key:{b}:spares");
+        assert_eq!(layout.set_of("b", "t:123"), "kr:key:{b}:leases");
     }
 }

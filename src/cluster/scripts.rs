@@ -27,7 +27,9 @@ impl Lua {
 
     /// `EVALSHA <sha> <numkeys>`, for the keys and arguments to follow.
     pub fn call(&self, keys: usize) -> redis::Cmd {
-        let mut cmd = redis::cmd("EVALSHA");
+        // Room for a submit's call (sha, two keys, six arguments) without regrowing.
+        let mut cmd = redis::Cmd::with_capacity(12, 256);
+        cmd.arg("EVALSHA");
         cmd.arg(self.sha()).arg(keys);
         cmd
     }
