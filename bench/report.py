@@ -315,8 +315,11 @@ def cluster_table(runs, a):
                     "the idle background subtracted** |" + blank)
         for mode, sc in seq:
             what = "GET submit" if mode == "get" else "poll of a pinned task"
-            trips, commands = {}, {}
+            trips, own, commands = {}, {}, {}
             for t in replicas:
+                mine = med(t, sc, "request_trips")
+                if mine is not None:
+                    own[t] = mine
                 reads = med(t, sc, "redis_reads")
                 if reads is None:
                     continue
@@ -331,9 +334,19 @@ def cluster_table(runs, a):
                 commands[t] = ", ".join(f"{v:.2f} {name.upper()}" for name, v in mix
                                         if v >= SENT_SHOWN) or "none"
             limit = CLUSTER_TRIPS_GOAL[mode]
-            rows.append(row(f"round trips per {what}", ["—"] + [
+            # The goal is read on keyrelay's own count of its request path's round trips:
+            # the read events also hold whatever of the background the idle window did not
+            # match (a heartbeat renewing thousands of leases), so they only cross-check it.
+            if own:
+                rows.append(row(f"round trips per {what}, as keyrelay counts its request "
+                                "path's (keyrelay_cluster_round_trips_total, op acquire, "
+                                "pin, lookup)", ["—"] + [
+                                    f"{own[t]:.2f}" if t in own else "—" for t in replicas],
+                                (), goal(f"≤ {limit}", own, lambda v: round(v, 2) <= limit)))
+            rows.append(row(f"round trips per {what}, as Redis's read events count them "
+                            "(the background's not all subtracted)", ["—"] + [
                 f"{trips[t]:.2f}" if t in trips else "—" for t in replicas], (),
-                goal(f"≤ {limit}", trips, lambda v: round(v, 2) <= limit)))
+                "" if own else goal(f"≤ {limit}", trips, lambda v: round(v, 2) <= limit)))
             rows.append(row(f"commands keyrelay sent per {what} (MONITOR; "
                             f"below {SENT_SHOWN} left out)", ["—"] + [
                                 commands.get(t, "—") for t in replicas]))

@@ -53,7 +53,9 @@
 # (of a task submitted through the same target) at BENCH_RATE, as C's fixed-rate rows, with
 # each Redis's commands and read events per request from `INFO stats commandstats` before
 # and after; and once, before the rounds, BENCH_CLUSTER_SEQUENTIAL submits and as many polls
-# one at a time (oha -c1), where a read event is a round trip. Each replica must be in
+# one at a time (oha -c1), where keyrelay's own count of its request path's round trips
+# (keyrelay_cluster_round_trips_total, op acquire, pin, lookup) is read before and after,
+# and Redis's read events cross-check it (a read event is a round trip). Each replica must be in
 # shared mode (keyrelay_cluster_up 1) before the rounds.
 # See bench/README.md for what is measured and docs/performance.md for how to read it.
 #
@@ -269,6 +271,16 @@ poll_url() {
 metric_total() {
   curl -sf --max-time 2 "${URL[$1]}/metrics" |
     awk -v m="$2" 'index($1, m) == 1 && substr($1, length(m) + 1, 1) ~ /^[{]?$/ { n += $2 }
+      END { printf "%d\n", n }' ||
+    die "target $1: no /metrics"
+}
+
+# request_trips TARGET: the Redis round trips keyrelay made on its request path (its
+# keyrelay_cluster_round_trips_total of the ops acquire, pin and lookup), which no
+# background call (sync, heartbeat, renewal, release) is counted in.
+request_trips() {
+  curl -sf --max-time 2 "${URL[$1]}/metrics" |
+    awk '$1 ~ /^keyrelay_cluster_round_trips_total[{]op="(acquire|pin|lookup)"[}]$/ { n += $2 }
       END { printf "%d\n", n }' ||
     die "target $1: no /metrics"
 }
@@ -694,6 +706,7 @@ run_cluster() {
 # after both snapshots, so that its own connection's reads fall outside them.
 count_round_trips() {
   local t=$1 mode=$2 port=${REDIS_PORT[$1]} url="${URL[$1]}/in.php?$GET_QUERY" n t0 t1
+  local trips0 trips1
   local out=$TMP/oha-seq.json
   if [[ $mode == poll ]]; then
     poll_url "$t"
@@ -711,11 +724,13 @@ count_round_trips() {
   idle_lines=$(wc -l <"$TMP/monitor.log")
   idle=$(awk -v ns=$((t1 - t0)) '$1 == "redis_reads" { printf "%.3f\n", $2 / ns * 1e9 }' \
     <(redis_delta "$TMP/redis.idle" "$TMP/redis.before" 1))
+  trips0=$(request_trips "$t")
   t0=$(date +%s%N)
   run_fg "$TMP/oha-seq.log" timeout 120 taskset -c "$CLIENT_CPU" \
     "$OHA" -n "$CLUSTER_SEQUENTIAL" -c 1 --no-tui "${OHA_THREADS[@]}" "${OHA_JSON[@]}" \
     -o "$out" "$url" || die "oha failed: $(tail -3 "$TMP/oha-seq.log")"
   t1=$(date +%s%N)
+  trips1=$(request_trips "$t")
   redis_snapshot "$port" >"$TMP/redis.after"
   # MONITOR may not have written the last lines yet: bounded wait for the third snapshot's
   # INFO (idle, before, after), which Redis ran after every command of the requests.
@@ -735,11 +750,13 @@ print(sum(v for k, v in codes.items() if 200 <= int(k) < 300))' "$out")
   local metric value line="" sc=cluster-seq-$mode
   while read -r metric value; do
     record 1 "$t" "$sc" "$metric" "$value"
-    [[ $metric != redis_reads && $metric != redis_sent ]] || line+=" ${metric#redis_} $value"
+    [[ $metric != redis_reads && $metric != redis_sent && $metric != request_trips ]] ||
+      line+=" ${metric#redis_} $value"
   done < <(
     echo "requests $n"
     awk -v ns=$((t1 - t0)) 'BEGIN { printf "seconds %.3f\n", ns / 1e9 }'
     echo "idle_reads_per_s $idle"
+    awk -v d=$((trips1 - trips0)) -v n="$n" 'BEGIN { printf "request_trips %.4f\n", d / n }'
     redis_delta "$TMP/redis.before" "$TMP/redis.after" "$n"
     redis_sent "$TMP/monitor.run" "$n"
   )
