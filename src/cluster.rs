@@ -42,6 +42,11 @@ pub const DOWN_RETRY: Duration = Duration::from_secs(1);
 /// never sits on much of a key the others need.
 const MAX_SPARES: usize = 8;
 
+/// A pin asks Redis for spares of its key once the stock (ready and already asked for) is
+/// down to this many, and then for a batch: the room check in Redis (six commands) is paid
+/// once per batch, not once per submit.
+const SPARES_LOW: usize = MAX_SPARES / 2;
+
 /// A spare unused this long goes back: the replica's submits no longer need it. Checked at
 /// every sync, so it goes back within this plus one `sync_interval`.
 pub const SPARE_IDLE: Duration = Duration::from_secs(1);
@@ -177,6 +182,77 @@ const RENEW_BATCH: usize = 256;
 /// A spare's lease member, and when it came into the stock.
 type Spare = (String, Instant);
 
+/// A key's spares: those ready for the next submits, newest last with when each came (so
+/// that a stock larger than the demand ages at its front and is given back), and how many
+/// the pins on their way have asked Redis for, so that concurrent pins never ask for more
+/// than [`MAX_SPARES`] between them.
+#[derive(Debug, Default)]
+struct Stock {
+    ready: Vec<Spare>,
+    asked: usize,
+    /// The key's pins in this [`SPARE_IDLE`] window and the one before, and when this one
+    /// began: a batch is no larger than the demand, so that a replica with a trickle of
+    /// submits never sits on threads other replicas could use.
+    pins_now: usize,
+    pins_before: usize,
+    window: Option<Instant>,
+}
+
+impl Stock {
+    /// Counts a pin at `now`; returns the pins of the last full window or of this one,
+    /// whichever is more.
+    fn count_pin(&mut self, now: Instant) -> usize {
+        let age = self
+            .window
+            .map(|start| now.saturating_duration_since(start));
+        match age {
+            Some(age) if age < SPARE_IDLE => {}
+            Some(age) if age < SPARE_IDLE * 2 => {
+                self.pins_before = self.pins_now;
+                self.pins_now = 0;
+                self.window = Some(now);
+            }
+            _ => {
+                self.pins_before = 0;
+                self.pins_now = 0;
+                self.window = Some(now);
+            }
+        }
+        self.pins_now += 1;
+        self.pins_now.max(self.pins_before)
+    }
+}
+
+/// Spares a pin asked Redis for, counted in the key's stock until dropped: also when the
+/// pin is cancelled at its await, so that a caller who leaves never stops the key's
+/// refills.
+struct Asked<'a> {
+    cluster: &'a Cluster,
+    key: &'a str,
+    count: usize,
+}
+
+impl<'a> Asked<'a> {
+    fn none(cluster: &'a Cluster, key: &'a str) -> Asked<'a> {
+        Asked {
+            cluster,
+            key,
+            count: 0,
+        }
+    }
+}
+
+impl Drop for Asked<'_> {
+    fn drop(&mut self) {
+        if self.count == 0 {
+            return;
+        }
+        if let Some(stock) = lock(&self.cluster.spares).get_mut(self.key) {
+            stock.asked = stock.asked.saturating_sub(self.count);
+        }
+    }
+}
+
 /// A pin to write once Redis returns.
 struct PendingPin {
     task: String,
@@ -224,9 +300,8 @@ pub struct Cluster {
     settle: Mutex<Settle>,
     down_reason: Mutex<Option<String>>,
     held: Mutex<HeldLeases>,
-    /// Spares ready for the next submits, per key name, newest last with when each came
-    /// (so that a stock larger than the demand ages at its front and is given back).
-    spares: Mutex<HashMap<Arc<str>, Vec<Spare>>>,
+    /// Spares per key name.
+    spares: Mutex<HashMap<Arc<str>, Stock>>,
     backlog: Mutex<VecDeque<PendingPin>>,
     /// Threads of each key held by the other replicas at the last sync. In shared mode a
     /// replica may hold more than its share; when Redis goes away those threads stay busy,
@@ -359,7 +434,9 @@ impl Cluster {
 
     /// Spares of `key` this replica has ready for its next submits.
     pub fn spares_ready(&self, key: &str) -> usize {
-        lock(&self.spares).get(key).map_or(0, Vec::len)
+        lock(&self.spares)
+            .get(key)
+            .map_or(0, |stock| stock.ready.len())
     }
 
     /// The replicas seen alive at the last heartbeat.
@@ -456,7 +533,7 @@ impl Cluster {
 
     /// The newest spare of `key`, as a lease for a submit on its way upstream.
     fn take_spare(self: &Arc<Self>, key: &str) -> Option<SharedLease> {
-        let (member, _) = lock(&self.spares).get_mut(key)?.pop()?;
+        let (member, _) = lock(&self.spares).get_mut(key)?.ready.pop()?;
         Some(SharedLease {
             cluster: self.clone(),
             key: Arc::from(key),
@@ -482,10 +559,16 @@ impl Cluster {
         let member = Layout::task_lease(&task_text);
         let old = lease.and_then(|mut lease| lease.member.take());
         let value = [key, "\t", token].concat();
-        let spare = (self.spares_ready(key) < MAX_SPARES).then(|| self.next_member("s"));
         let margin = lock(&self.fleet).live.len().max(1) as u32;
-        let mut spare_granted = false;
-        let in_redis = if let (Some(old), true) = (&old, self.is_up()) {
+        let keeps = old.is_some() && self.is_up();
+        let asked = if keeps {
+            self.ask_spares(key)
+        } else {
+            Asked::none(self, key)
+        };
+        let spares: Vec<String> = (0..asked.count).map(|_| self.next_member("s")).collect();
+        let mut granted = 0;
+        let in_redis = if let (Some(old), true) = (&old, keeps) {
             let mut pipe = redis::Pipeline::with_capacity(2);
             pipe.add_command(scripts::KEEP.call(2))
                 .arg(self.layout.leases(key))
@@ -493,18 +576,18 @@ impl Cluster {
                 .arg(old)
                 .arg(&member)
                 .arg(self.lease_ttl_ms())
-                .arg(spare.as_deref().unwrap_or(""))
                 .arg(limit)
                 .arg(margin)
+                .arg(&spares)
                 .cmd("SET")
                 .arg(self.layout.pin(&task_text))
                 .arg(&value)
                 .arg("EX")
                 .arg(self.pin_ttl.as_secs().max(1))
                 .ignore();
-            match self.call_pipe::<((u32, u32),)>(Op::Pin, pipe).await {
-                Ok(((_had, granted),)) => {
-                    spare_granted = granted == 1;
+            match self.call_pipe::<((u32, usize),)>(Op::Pin, pipe).await {
+                Ok(((_had, n),)) => {
+                    granted = n.min(spares.len());
                     true
                 }
                 Err(_) => false,
@@ -526,8 +609,8 @@ impl Cluster {
                 in_redis,
             },
         );
-        let spare = spare.filter(|_| spare_granted);
-        if let Some(spare) = &spare {
+        let spares = &spares[..granted];
+        for spare in spares {
             held.insert(
                 spare.clone(),
                 Held {
@@ -539,12 +622,17 @@ impl Cluster {
             );
         }
         drop(held);
-        if let Some(spare) = spare {
+        if !spares.is_empty() {
+            // Into the stock before the ask is forgotten, so that the stock never looks
+            // emptier than it is to a pin deciding whether to ask.
+            let now = Instant::now();
             lock(&self.spares)
                 .entry(key)
                 .or_default()
-                .push((spare, Instant::now()));
+                .ready
+                .extend(spares.iter().map(|spare| (spare.clone(), now)));
         }
+        drop(asked);
         if !in_redis {
             let mut backlog = lock(&self.backlog);
             if backlog.len() >= MAX_BACKLOG {
@@ -557,6 +645,28 @@ impl Cluster {
         }
     }
 
+    /// How many spares of `key` this pin asks for: none while the stock, with what other
+    /// pins asked for, is above [`SPARES_LOW`]; else as many as the key had pins in the
+    /// last second, up to a stock of [`MAX_SPARES`]. Counted as asked until the guard is
+    /// dropped.
+    fn ask_spares<'a>(&'a self, key: &'a str) -> Asked<'a> {
+        let mut spares = lock(&self.spares);
+        let stock = spares.entry(Arc::from(key)).or_default();
+        let demand = stock.count_pin(Instant::now());
+        let have = stock.ready.len() + stock.asked;
+        let count = if have <= SPARES_LOW {
+            demand.min(MAX_SPARES - have)
+        } else {
+            0
+        };
+        stock.asked += count;
+        Asked {
+            cluster: self,
+            key,
+            count,
+        }
+    }
+
     /// Gives back the spares unused for [`SPARE_IDLE`], and every spare of the keys in
     /// `shrunk` (whose fleet count is above their limit now, or which left rotation), in one
     /// round trip. Run at each sync.
@@ -566,18 +676,25 @@ impl Cluster {
         {
             let mut spares = lock(&self.spares);
             for (key, stock) in spares.iter_mut() {
+                let ready = &mut stock.ready;
                 let all = shrunk.contains(key);
                 let keep_from = if all {
-                    stock.len()
+                    ready.len()
                 } else {
-                    stock
+                    ready
                         .iter()
                         .position(|(_, at)| now.saturating_duration_since(*at) < SPARE_IDLE)
-                        .unwrap_or(stock.len())
+                        .unwrap_or(ready.len())
                 };
-                gone.extend(stock.drain(..keep_from).map(|(m, _)| (key.clone(), m)));
+                gone.extend(ready.drain(..keep_from).map(|(m, _)| (key.clone(), m)));
             }
-            spares.retain(|_, stock| !stock.is_empty());
+            // An empty stock keeps its pin count while that is recent.
+            spares.retain(|_, stock| {
+                let recent = stock
+                    .window
+                    .is_some_and(|start| now.saturating_duration_since(start) < SPARE_IDLE * 2);
+                !stock.ready.is_empty() || stock.asked > 0 || recent
+            });
         }
         if gone.is_empty() {
             return;
@@ -1135,7 +1252,9 @@ impl Cluster {
                 drop(held);
                 if !spares_gone.is_empty() {
                     if let Some(stock) = lock(&self.spares).get_mut(&key) {
-                        stock.retain(|(member, _)| !spares_gone.contains(member));
+                        stock
+                            .ready
+                            .retain(|(member, _)| !spares_gone.contains(member));
                     }
                 }
             }
@@ -1399,6 +1518,57 @@ mod tests {
                 assert_eq!(total, threads, "{fleet_size} replicas, {threads} threads");
             }
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn spares_are_asked_for_in_batches_no_larger_than_the_demand() {
+        let c = cluster("r0");
+        // A trickle, a pin every 2 s: one spare at a time, never a batch.
+        for _ in 0..3 {
+            assert_eq!(c.ask_spares("a").count, 1);
+            tokio::time::advance(SPARE_IDLE * 2).await;
+        }
+        // A flow: each ask grows with the pins of the last second.
+        let asks: Vec<Asked<'_>> = (0..3).map(|_| c.ask_spares("b")).collect();
+        let counts: Vec<usize> = asks.iter().map(|a| a.count).collect();
+        assert_eq!(counts, [1, 2, 3], "the demand so far, nothing granted yet");
+        drop(asks);
+        // The next window remembers this one's demand.
+        tokio::time::advance(SPARE_IDLE).await;
+        assert_eq!(c.ask_spares("b").count, 3, "the last window's three pins");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn spares_are_asked_for_up_to_the_stock_and_an_ask_is_forgotten_when_its_pin_ends() {
+        let c = cluster("r0");
+        for _ in 0..20 {
+            drop(c.ask_spares("a"));
+            drop(c.ask_spares("b"));
+        }
+        let first = c.ask_spares("a");
+        assert_eq!(
+            first.count, MAX_SPARES,
+            "a busy key's empty stock asks to be filled"
+        );
+        assert_eq!(c.ask_spares("a").count, 0, "asked for already: none more");
+        assert_eq!(
+            c.ask_spares("b").count,
+            MAX_SPARES,
+            "each key has its own stock"
+        );
+        // The pin is cancelled (or Redis granted nothing): the ask goes with its guard.
+        drop(first);
+        let again = c.ask_spares("a");
+        assert_eq!(again.count, MAX_SPARES);
+        // Granted spares join the stock before the guard goes: a stock above the low
+        // mark asks for nothing, one at it asks for the rest.
+        let now = Instant::now();
+        lock(&c.spares).get_mut("a").expect("a stock").ready =
+            (0..=SPARES_LOW).map(|i| (format!("s:{i}"), now)).collect();
+        drop(again);
+        assert_eq!(c.ask_spares("a").count, 0, "{} ready", SPARES_LOW + 1);
+        lock(&c.spares).get_mut("a").expect("a stock").ready.pop();
+        assert_eq!(c.ask_spares("a").count, MAX_SPARES - SPARES_LOW);
     }
 
     #[tokio::test]

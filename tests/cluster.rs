@@ -910,6 +910,50 @@ async fn spares_never_let_the_fleet_overfill_a_key_and_go_back_when_idle() {
     eventually_no_spares(&redis, &replicas).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_pins_never_take_more_than_eight_spares_of_a_key() {
+    // keyrelay's MAX_SPARES: the most spares a replica keeps of one key.
+    const MAX_SPARES: usize = 8;
+    let Some(redis) = Redis::start() else { return };
+    let sim = sim_with(40).await;
+    let config = replica_config_with(&sim, &redis, "kr-1", 40);
+    let replica = Arc::new(Harness::start_without_refresh_wait(sim.clone(), config).await);
+    wait_shared(&replica).await;
+    let cluster = replica.app.cluster().cloned().expect("a cluster replica");
+    let mut made = 0;
+    for burst in 0..4 {
+        // Many pins at once (96 tasks in all, of 120 threads), each of which may ask for a
+        // batch of spares: between them they never ask for more than the stock has room
+        // for.
+        let submits: Vec<_> = (0..24)
+            .map(|_| {
+                let replica = replica.clone();
+                tokio::spawn(async move { submit(&replica).await })
+            })
+            .collect();
+        for handle in submits {
+            handle.await.expect("a submit");
+            made += 1;
+        }
+        for (name, _) in KEYS {
+            let in_redis = redis.spares(name).len();
+            let ready = cluster.spares_ready(name);
+            assert!(
+                in_redis <= MAX_SPARES && ready <= MAX_SPARES,
+                "burst {burst}, key {name}: {in_redis} spares in Redis, {ready} ready"
+            );
+            assert_eq!(
+                in_redis, ready,
+                "key {name}: every spare granted is in the stock"
+            );
+        }
+    }
+    let leases: usize = KEYS.iter().map(|(n, _)| redis.leases(n).len()).sum();
+    assert_eq!(leases, made, "one lease per open task");
+    assert_eq!(cluster_errors(&replica), "", "no failed Redis call");
+    eventually_no_spares(&redis, std::slice::from_ref(&*replica)).await;
+}
+
 /// Redis's clock, ms.
 fn redis_now_ms(redis: &Redis) -> u64 {
     let (secs, micros): (u64, u64) = redis::cmd("TIME").query(&mut redis.conn()).expect("TIME");

@@ -66,13 +66,14 @@ return {1, held + 1}
 );
 
 /// KEYS[1] the key's lease set, KEYS[2] its spare set. ARGV: old member, new member, ttl
-/// ms, spare member ('' for none), limit, margin. The lease (or spare, a member named `s:`,
-/// in the spare set) a submit took becomes its task's, under a name any replica can
-/// release; if the old one had expired it is taken
-/// again (the task exists upstream and holds a thread whatever Redis thought). Then, if a
-/// spare member is given, it is added while at least `margin` threads stay free after it,
-/// so that the next submit on this replica needs no round trip of its own and every other
-/// replica can still take a thread. Returns `{had the old one (0/1), spare granted (0/1)}`.
+/// ms, limit, margin, then the spare members asked for (none or several). The lease (or
+/// spare, a member named `s:`, in the spare set) a submit took becomes its task's, under a
+/// name any replica can release; if the old one had expired it is taken again (the task
+/// exists upstream and holds a thread whatever Redis thought). Then as many of the spares
+/// asked for are added as leave at least `margin` threads free after them, so that the
+/// next submits on this replica need no round trip of their own and every other replica
+/// can still take a thread. Returns `{had the old one (0/1), spares granted}`: the first
+/// that many of those asked for.
 pub static KEEP: Lua = Lua::new(
     r"
 local t = redis.call('TIME')
@@ -85,18 +86,25 @@ end
 local had = redis.call('ZREM', from, ARGV[1])
 redis.call('ZADD', KEYS[1], now + ttl, ARGV[2])
 redis.call('PEXPIRE', KEYS[1], ttl * 4)
-if ARGV[4] == '' then
+if #ARGV < 6 then
   return {had, 0}
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 local held = redis.call('ZCARD', KEYS[1]) + redis.call('ZCARD', KEYS[2])
-if held + 1 + tonumber(ARGV[6]) > tonumber(ARGV[5]) then
+local room = tonumber(ARGV[4]) - tonumber(ARGV[5]) - held
+local granted = math.min(room, #ARGV - 5)
+if granted <= 0 then
   return {had, 0}
 end
-redis.call('ZADD', KEYS[2], now + ttl, ARGV[4])
+local scored = {}
+for i = 1, granted do
+  scored[#scored + 1] = now + ttl
+  scored[#scored + 1] = ARGV[5 + i]
+end
+redis.call('ZADD', KEYS[2], unpack(scored))
 redis.call('PEXPIRE', KEYS[2], ttl * 4)
-return {had, 1}
+return {had, granted}
 ",
 );
 
