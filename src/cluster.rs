@@ -223,32 +223,49 @@ impl Stock {
     }
 }
 
-/// Spares a pin asked Redis for, counted in the key's stock until dropped: also when the
-/// pin is cancelled at its await, so that a caller who leaves never stops the key's
-/// refills.
+/// Spares a pin asked Redis for, counted in the key's stock until dropped. Dropped before
+/// Redis's answer was read (the call failed or timed out, or the pin was cancelled at its
+/// await), it also removes them from Redis, best effort, since Redis may have granted them
+/// with nobody here to use or renew them: a lost answer never holds a batch of the key's
+/// threads until they expire.
 struct Asked<'a> {
-    cluster: &'a Cluster,
+    cluster: &'a Arc<Cluster>,
     key: &'a str,
-    count: usize,
+    members: Vec<String>,
+    answered: bool,
 }
 
 impl<'a> Asked<'a> {
-    fn none(cluster: &'a Cluster, key: &'a str) -> Asked<'a> {
+    fn none(cluster: &'a Arc<Cluster>, key: &'a str) -> Asked<'a> {
         Asked {
             cluster,
             key,
-            count: 0,
+            members: Vec::new(),
+            answered: false,
         }
     }
 }
 
 impl Drop for Asked<'_> {
     fn drop(&mut self) {
-        if self.count == 0 {
+        if self.members.is_empty() {
             return;
         }
         if let Some(stock) = lock(&self.cluster.spares).get_mut(self.key) {
-            stock.asked = stock.asked.saturating_sub(self.count);
+            stock.asked = stock.asked.saturating_sub(self.members.len());
+        }
+        if self.answered {
+            return;
+        }
+        let key: Arc<str> = Arc::from(self.key);
+        let gone: Vec<(Arc<str>, String)> = self
+            .members
+            .drain(..)
+            .map(|member| (key.clone(), member))
+            .collect();
+        let cluster = self.cluster.clone();
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move { cluster.remove_members(&gone).await });
         }
     }
 }
@@ -548,7 +565,7 @@ impl Cluster {
     /// on the success path costs one round trip, not two. Without Redis the pin waits in the
     /// backlog and the lease is put back when Redis returns.
     pub async fn pin(
-        &self,
+        self: &Arc<Self>,
         lease: Option<SharedLease>,
         task: &TaskId,
         key: &str,
@@ -561,12 +578,11 @@ impl Cluster {
         let value = [key, "\t", token].concat();
         let margin = lock(&self.fleet).live.len().max(1) as u32;
         let keeps = old.is_some() && self.is_up();
-        let asked = if keeps {
+        let mut asked = if keeps {
             self.ask_spares(key)
         } else {
             Asked::none(self, key)
         };
-        let spares: Vec<String> = (0..asked.count).map(|_| self.next_member("s")).collect();
         let mut granted = 0;
         let in_redis = if let (Some(old), true) = (&old, keeps) {
             let mut pipe = redis::Pipeline::with_capacity(2);
@@ -578,7 +594,7 @@ impl Cluster {
                 .arg(self.lease_ttl_ms())
                 .arg(limit)
                 .arg(margin)
-                .arg(&spares)
+                .arg(&asked.members)
                 .cmd("SET")
                 .arg(self.layout.pin(&task_text))
                 .arg(&value)
@@ -587,7 +603,8 @@ impl Cluster {
                 .ignore();
             match self.call_pipe::<((u32, usize),)>(Op::Pin, pipe).await {
                 Ok(((_had, n),)) => {
-                    granted = n.min(spares.len());
+                    asked.answered = true;
+                    granted = n.min(asked.members.len());
                     true
                 }
                 Err(_) => false,
@@ -609,7 +626,7 @@ impl Cluster {
                 in_redis,
             },
         );
-        let spares = &spares[..granted];
+        let spares = &asked.members[..granted];
         for spare in spares {
             held.insert(
                 spare.clone(),
@@ -649,7 +666,7 @@ impl Cluster {
     /// pins asked for, is above [`SPARES_LOW`]; else as many as the key had pins in the
     /// last second, up to a stock of [`MAX_SPARES`]. Counted as asked until the guard is
     /// dropped.
-    fn ask_spares<'a>(&'a self, key: &'a str) -> Asked<'a> {
+    fn ask_spares<'a>(self: &'a Arc<Self>, key: &'a str) -> Asked<'a> {
         let mut spares = lock(&self.spares);
         let stock = spares.entry(Arc::from(key)).or_default();
         let demand = stock.count_pin(Instant::now());
@@ -660,10 +677,12 @@ impl Cluster {
             0
         };
         stock.asked += count;
+        drop(spares);
         Asked {
             cluster: self,
             key,
-            count,
+            members: (0..count).map(|_| self.next_member("s")).collect(),
+            answered: false,
         }
     }
 
@@ -1522,53 +1541,67 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn spares_are_asked_for_in_batches_no_larger_than_the_demand() {
-        let c = cluster("r0");
+        let c = Arc::new(cluster("r0"));
         // A trickle, a pin every 2 s: one spare at a time, never a batch.
         for _ in 0..3 {
-            assert_eq!(c.ask_spares("a").count, 1);
+            assert_eq!(c.ask_spares("a").members.len(), 1);
             tokio::time::advance(SPARE_IDLE * 2).await;
         }
         // A flow: each ask grows with the pins of the last second.
         let asks: Vec<Asked<'_>> = (0..3).map(|_| c.ask_spares("b")).collect();
-        let counts: Vec<usize> = asks.iter().map(|a| a.count).collect();
+        let counts: Vec<usize> = asks.iter().map(|a| a.members.len()).collect();
         assert_eq!(counts, [1, 2, 3], "the demand so far, nothing granted yet");
         drop(asks);
         // The next window remembers this one's demand.
         tokio::time::advance(SPARE_IDLE).await;
-        assert_eq!(c.ask_spares("b").count, 3, "the last window's three pins");
+        assert_eq!(
+            c.ask_spares("b").members.len(),
+            3,
+            "the last window's three pins"
+        );
     }
 
     #[tokio::test(start_paused = true)]
     async fn spares_are_asked_for_up_to_the_stock_and_an_ask_is_forgotten_when_its_pin_ends() {
-        let c = cluster("r0");
+        let c = Arc::new(cluster("r0"));
         for _ in 0..20 {
             drop(c.ask_spares("a"));
             drop(c.ask_spares("b"));
         }
         let first = c.ask_spares("a");
         assert_eq!(
-            first.count, MAX_SPARES,
+            first.members.len(),
+            MAX_SPARES,
             "a busy key's empty stock asks to be filled"
         );
-        assert_eq!(c.ask_spares("a").count, 0, "asked for already: none more");
         assert_eq!(
-            c.ask_spares("b").count,
+            c.ask_spares("a").members.len(),
+            0,
+            "asked for already: none more"
+        );
+        assert_eq!(
+            c.ask_spares("b").members.len(),
             MAX_SPARES,
             "each key has its own stock"
         );
         // The pin is cancelled (or Redis granted nothing): the ask goes with its guard.
         drop(first);
         let again = c.ask_spares("a");
-        assert_eq!(again.count, MAX_SPARES);
+        assert_eq!(again.members.len(), MAX_SPARES);
         // Granted spares join the stock before the guard goes: a stock above the low
         // mark asks for nothing, one at it asks for the rest.
         let now = Instant::now();
         lock(&c.spares).get_mut("a").expect("a stock").ready =
             (0..=SPARES_LOW).map(|i| (format!("s:{i}"), now)).collect();
         drop(again);
-        assert_eq!(c.ask_spares("a").count, 0, "{} ready", SPARES_LOW + 1);
+        assert_eq!(
+            c.ask_spares("a").members.len(),
+            0,
+            "{} ready",
+            SPARES_LOW + 1
+        );
         lock(&c.spares).get_mut("a").expect("a stock").ready.pop();
-        assert_eq!(c.ask_spares("a").count, MAX_SPARES - SPARES_LOW);
+        assert_eq!(c.ask_spares("a").members.len(), MAX_SPARES - SPARES_LOW);
     }
 
     #[tokio::test]

@@ -954,6 +954,46 @@ async fn concurrent_pins_never_take_more_than_eight_spares_of_a_key() {
     eventually_no_spares(&redis, std::slice::from_ref(&*replica)).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn spares_granted_after_their_pin_gave_up_waiting_are_removed() {
+    use keyrelay::captcha::TaskId;
+    use keyrelay::cluster::Admit;
+    let Some(redis) = Redis::start() else { return };
+    let sim = sim_with(20).await;
+    let config = replica_config_with(&sim, &redis, "kr-1", 20);
+    let replica = Harness::start_without_refresh_wait(sim.clone(), config).await;
+    wait_shared(&replica).await;
+    let cluster = replica.app.cluster().cloned().expect("a cluster replica");
+    let Ok(Admit::Granted(lease)) = cluster.acquire("a", 20).await else {
+        panic!("a lease of an idle key");
+    };
+    // Redis holds every command for 600 ms: the pin (which asks for a spare, the key's
+    // stock being empty) gives up after its 250 ms timeout, and Redis runs it afterwards,
+    // granting a spare that nobody here will use or renew.
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(600)
+        .arg("ALL")
+        .query(&mut redis.conn())
+        .expect("CLIENT PAUSE");
+    cluster.pin(Some(lease), &TaskId::Num(1), "a", "", 20).await;
+    assert_eq!(
+        cluster.spares_ready("a"),
+        0,
+        "no answer, no spare in the stock"
+    );
+    // The pin's guard removed what it asked for, after the script: long before the spare
+    // would expire on its own (3 s, the test's replica_timeout).
+    let redis = Arc::new(redis);
+    let leases = redis.clone();
+    within(
+        Duration::from_millis(2000),
+        "the orphan spare removed",
+        move || leases.spares("a").is_empty() && leases.leases("a") == ["t:1"],
+    )
+    .await;
+}
+
 /// Redis's clock, ms.
 fn redis_now_ms(redis: &Redis) -> u64 {
     let (secs, micros): (u64, u64) = redis::cmd("TIME").query(&mut redis.conn()).expect("TIME");
