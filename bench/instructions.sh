@@ -7,6 +7,10 @@
 #                     (the floor under it)
 #   keyrelay          keyrelay with 3 keys, pins in memory, --log warn
 #   keyrelay-durable  the same with the shipped default, the durable pin journal
+#   keyrelay-cluster  keyrelay-durable plus `[cluster]` on a redis-server of its own (unix
+#                     socket, no persistence, flushed before each run); only keyrelay's
+#                     instructions are counted, not Redis's. Not in the default targets:
+#                     INSTR_TARGETS="keyrelay-durable keyrelay-cluster" compares the two.
 # Every target runs on one thread (nginx one worker, the others a current-thread runtime;
 # keyrelay with --threads 1), so like is compared with like: left to size its runtime from
 # the machine's CPUs, keyrelay would count a second worker's hand-offs too.
@@ -152,17 +156,48 @@ EOF
 keyrelay_conf "$TMP/keyrelay.toml" "" $'[pins]\ndurable = false'
 # The shipped default: the durable journal, here in a data_dir of its own.
 keyrelay_conf "$TMP/keyrelay-durable.toml" "data_dir = \"$TMP/data\"" ""
+REDIS_SOCK=$TMP/redis.sock
+keyrelay_conf "$TMP/keyrelay-cluster.toml" "data_dir = \"$TMP/data\"" \
+  "$(printf '[cluster]\nredis = "redis+unix://%s"\nreplica = "instr"' "$REDIS_SOCK")"
 
 for target in $TARGETS; do
   case $target in
-    nginx | passthrough | keyrelay | keyrelay-durable) ;;
-    *) die "unknown target $target (nginx, passthrough, keyrelay, keyrelay-durable)" ;;
+    nginx | passthrough | keyrelay | keyrelay-durable | keyrelay-cluster) ;;
+    *) die "unknown target $target (nginx, passthrough, keyrelay, keyrelay-durable, keyrelay-cluster)" ;;
   esac
 done
 for mode in $MODES; do
   [[ $mode == get || $mode == post || $mode == poll ]] ||
     die "unknown mode $mode (get, post, poll)"
 done
+
+if [[ " $TARGETS " == *" keyrelay-cluster "* ]]; then
+  for tool in redis-server redis-cli; do
+    command -v "$tool" >/dev/null || die "$tool is missing (apt-get install redis-server redis-tools)"
+  done
+  redis-server --port 0 --unixsocket "$REDIS_SOCK" --save "" --appendonly no --dir "$TMP" \
+    >"$TMP/redis.log" 2>&1 &
+  PIDS+=($!)
+  for _ in $(seq 100); do
+    [[ $(redis-cli -s "$REDIS_SOCK" PING 2>/dev/null) == PONG ]] && break
+    sleep 0.1
+  done
+  [[ $(redis-cli -s "$REDIS_SOCK" PING 2>/dev/null) == PONG ]] || die "redis-server did not start"
+fi
+
+# wait_shared PID: a keyrelay-cluster target in shared mode (keyrelay_cluster_up 1), its
+# first heartbeat through, so that the run measures it on Redis and not on its own share.
+wait_shared() {
+  local i metrics
+  for i in $(seq 600); do
+    metrics=$(curl -sf --max-time 1 "http://127.0.0.1:$PROXY/metrics" || true)
+    awk '$1 ~ /^keyrelay_cluster_up([{]|$)/ && $2 == 1 { up = 1 } END { exit !up }' \
+      <<<"$metrics" && return 0
+    kill -0 "$1" 2>/dev/null || die "keyrelay-cluster exited during start-up"
+    sleep 0.1
+  done
+  die "keyrelay-cluster did not reach shared mode (log: $(tail -3 "$TMP/keyrelay-cluster.log"))"
+}
 
 # poll_url TARGET: sets POLL_URL to a res.php poll of a task the proxy knows: one submit
 # through it, the id of its "OK|<id>", and one poll of that id, which must be answered
@@ -202,8 +237,10 @@ measure() {
   case $target in
     nginx) cmd=(nginx -p "$TMP" -e "$TMP/nginx-error.log" -c "$TMP/proxy.conf") ;;
     passthrough) cmd=("$PASSTHROUGH" --serve "127.0.0.1:$PROXY" "http://127.0.0.1:$STUB") ;;
-    keyrelay | keyrelay-durable)
+    keyrelay | keyrelay-durable | keyrelay-cluster)
       rm -rf "$TMP/data"
+      # Each run starts on an empty Redis: no leases left by the last one to renew.
+      [[ $target != keyrelay-cluster ]] || redis-cli -s "$REDIS_SOCK" FLUSHALL >/dev/null
       cmd=("$KEYRELAY" --config "$TMP/$target.toml" --log warn --threads 1)
       ;;
   esac
@@ -212,6 +249,7 @@ measure() {
   pid=$!
   PIDS+=("$pid")
   wait_answer "http://127.0.0.1:$PROXY/in.php?$QUERY" "$pid" "$target"
+  [[ $target != keyrelay-cluster ]] || wait_shared "$pid"
   # get sends the URL as given (for poll, a res.php URL); wrk.lua's post mode sends its
   # POST /in.php instead.
   local url="http://127.0.0.1:$PROXY/in.php?$QUERY" wrk_mode=$mode
