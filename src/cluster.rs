@@ -1362,19 +1362,7 @@ impl Cluster {
         op: Op,
         cmd: redis::Cmd,
     ) -> Result<T, ClusterError> {
-        let mut conn = self.conn.clone();
-        self.round_trips[op as usize].fetch_add(1, Ordering::Relaxed);
-        let result = tokio::time::timeout(self.config.timeout, async {
-            match cmd.query_async::<T>(&mut conn).await {
-                Err(e) if forgot_scripts(&e) => {
-                    self.load_scripts(op, &mut conn).await?;
-                    cmd.query_async::<T>(&mut conn).await
-                }
-                other => other,
-            }
-        })
-        .await;
-        self.judge(op, result)
+        self.send(op, Query::Cmd(&cmd)).await
     }
 
     async fn call_pipe<T: redis::FromRedisValue>(
@@ -1382,15 +1370,25 @@ impl Cluster {
         op: Op,
         pipe: redis::Pipeline,
     ) -> Result<T, ClusterError> {
+        self.send(op, Query::Pipe(&pipe)).await
+    }
+
+    /// One command or pipeline, bounded by the timeout, counted as a round trip of `op`.
+    /// A Redis that forgot the scripts has them loaded again and the call retried once; a
+    /// pipeline's other commands ran before the retry too, so each one keyrelay pipelines
+    /// (SET, ZREM, PUBLISH, reads) may run twice.
+    async fn send<T: redis::FromRedisValue>(
+        &self,
+        op: Op,
+        query: Query<'_>,
+    ) -> Result<T, ClusterError> {
         let mut conn = self.conn.clone();
         self.round_trips[op as usize].fetch_add(1, Ordering::Relaxed);
-        // A pipeline's other commands ran before the retry too: each one keyrelay pipelines
-        // (SET, ZREM, PUBLISH, reads) may run twice.
         let result = tokio::time::timeout(self.config.timeout, async {
-            match pipe.query_async::<T>(&mut conn).await {
+            match query.run::<T>(&mut conn).await {
                 Err(e) if forgot_scripts(&e) => {
                     self.load_scripts(op, &mut conn).await?;
-                    pipe.query_async::<T>(&mut conn).await
+                    query.run::<T>(&mut conn).await
                 }
                 other => other,
             }
@@ -1454,6 +1452,24 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A command or a pipeline, for [`Cluster::send`].
+enum Query<'a> {
+    Cmd(&'a redis::Cmd),
+    Pipe(&'a redis::Pipeline),
+}
+
+impl Query<'_> {
+    async fn run<T: redis::FromRedisValue>(
+        &self,
+        conn: &mut ConnectionManager,
+    ) -> redis::RedisResult<T> {
+        match self {
+            Query::Cmd(cmd) => cmd.query_async(conn).await,
+            Query::Pipe(pipe) => pipe.query_async(conn).await,
+        }
+    }
 }
 
 /// Redis answered that it does not know a script's SHA1 (it restarted without its data, or
