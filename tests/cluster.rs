@@ -186,6 +186,17 @@ async fn fleet(sim: &SimHandle, redis: &Redis) -> Vec<Harness> {
     replicas
 }
 
+/// A lone replica `kr-1` in shared mode, on a simulator whose keys have `threads` threads
+/// each and a Redis of its own; `None` where redis-server is missing (see `Redis::start`).
+async fn lone_replica(threads: u32) -> Option<(Redis, Harness)> {
+    let redis = Redis::start()?;
+    let sim = sim_with(threads).await;
+    let config = replica_config_with(&sim, &redis, "kr-1", threads);
+    let replica = Harness::start_without_refresh_wait(sim, config).await;
+    wait_shared(&replica).await;
+    Some((redis, replica))
+}
+
 async fn wait_shared(replica: &Harness) {
     let app = replica.app.clone();
     eventually("replica in shared mode", move || {
@@ -757,11 +768,9 @@ async fn eventually_no_spares(redis: &Redis, replicas: &[Harness]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_submit_on_the_success_path_costs_one_round_trip_once_a_spare_is_ready() {
-    let Some(redis) = Redis::start() else { return };
-    let sim = sim_with(20).await;
-    let config = replica_config_with(&sim, &redis, "kr-1", 20);
-    let replica = Harness::start_without_refresh_wait(sim.clone(), config).await;
-    wait_shared(&replica).await;
+    let Some((redis, replica)) = lone_replica(20).await else {
+        return;
+    };
     let (acquires, pins) = (
         round_trips(&replica, "acquire"),
         round_trips(&replica, "pin"),
@@ -811,11 +820,9 @@ fn command_calls(redis: &Redis, command: &str) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn scripts_go_by_sha_and_a_redis_that_forgot_them_is_taught_again() {
-    let Some(redis) = Redis::start() else { return };
-    let sim = sim_with(20).await;
-    let config = replica_config_with(&sim, &redis, "kr-1", 20);
-    let replica = Harness::start_without_refresh_wait(sim.clone(), config).await;
-    wait_shared(&replica).await;
+    let Some((redis, replica)) = lone_replica(20).await else {
+        return;
+    };
     let mut made = Vec::new();
     for _ in 0..5 {
         made.push(submit(&replica).await);
@@ -914,12 +921,10 @@ async fn spares_never_let_the_fleet_overfill_a_key_and_go_back_when_idle() {
 async fn concurrent_pins_never_take_more_than_eight_spares_of_a_key() {
     // keyrelay's MAX_SPARES: the most spares a replica keeps of one key.
     const MAX_SPARES: usize = 8;
-    let Some(redis) = Redis::start() else { return };
-    let redis = Arc::new(redis);
-    let sim = sim_with(40).await;
-    let config = replica_config_with(&sim, &redis, "kr-1", 40);
-    let replica = Arc::new(Harness::start_without_refresh_wait(sim.clone(), config).await);
-    wait_shared(&replica).await;
+    let Some((redis, replica)) = lone_replica(40).await else {
+        return;
+    };
+    let (redis, replica) = (Arc::new(redis), Arc::new(replica));
     let cluster = replica.app.cluster().cloned().expect("a cluster replica");
     let mut made = 0;
     for burst in 0..4 {
@@ -967,11 +972,9 @@ async fn concurrent_pins_never_take_more_than_eight_spares_of_a_key() {
 async fn spares_granted_after_their_pin_gave_up_waiting_are_removed() {
     use keyrelay::captcha::TaskId;
     use keyrelay::cluster::Admit;
-    let Some(redis) = Redis::start() else { return };
-    let sim = sim_with(20).await;
-    let config = replica_config_with(&sim, &redis, "kr-1", 20);
-    let replica = Harness::start_without_refresh_wait(sim.clone(), config).await;
-    wait_shared(&replica).await;
+    let Some((redis, replica)) = lone_replica(20).await else {
+        return;
+    };
     let cluster = replica.app.cluster().cloned().expect("a cluster replica");
     let Ok(Admit::Granted(lease)) = cluster.acquire("a", 20).await else {
         panic!("a lease of an idle key");
