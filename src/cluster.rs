@@ -353,7 +353,7 @@ impl Cluster {
         pin_ttl: Duration,
         data_dir: Option<&Path>,
     ) -> Result<Cluster, ClusterError> {
-        let client = redis::Client::open(config.redis.expose())
+        let client = redis::Client::open(connection_info(config.redis.expose())?)
             .map_err(|e| redis_error(Op::Heartbeat, &e))?;
         let manager = ConnectionManagerConfig::new()
             .set_response_timeout(Some(config.timeout))
@@ -1521,6 +1521,18 @@ fn parse_readings(fields: &HashMap<String, String>) -> Option<Readings> {
     })
 }
 
+/// Where and how to connect. TCP_NODELAY is set (redis-rs leaves Nagle on): a submit's
+/// call is one small write, and with Nagle on, a call sent while another's segment waits
+/// for its ACK would wait too, on every submit that overlaps another.
+fn connection_info(url: &str) -> Result<redis::ConnectionInfo, ClusterError> {
+    use redis::IntoConnectionInfo;
+    let info = url
+        .into_connection_info()
+        .map_err(|e| redis_error(Op::Heartbeat, &e))?;
+    let tcp = info.tcp_settings().clone().set_nodelay(true);
+    Ok(info.set_tcp_settings(tcp))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1535,6 +1547,22 @@ mod tests {
             sync_interval: Duration::from_millis(500),
         };
         Cluster::new(config, Duration::from_secs(60), None).expect("valid url")
+    }
+
+    #[tokio::test]
+    async fn the_redis_connection_sends_each_call_at_once() {
+        // Nagle would hold a call written while an earlier one is unacknowledged.
+        let c = cluster("r0");
+        assert!(c.client.get_connection_info().tcp_settings().nodelay());
+        for url in ["redis://:secret@10.0.0.7:6380/2", "rediss://redis.internal/0"] {
+            let info = connection_info(url).expect("valid url");
+            assert!(info.tcp_settings().nodelay(), "{url}");
+            assert_eq!(
+                info.redis_settings().db(),
+                if url.ends_with("/2") { 2 } else { 0 },
+                "the rest of the URL is kept: {url}"
+            );
+        }
     }
 
     #[tokio::test]
