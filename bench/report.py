@@ -274,6 +274,11 @@ def cluster_table(runs, a):
         rows.append(row("added p50 µs over S", ["—"] + [
             fmt(added[t]) if t in added else "—" for t in replicas], (),
             goal(f"≤ {CLUSTER_P50_GOAL} µs", added, lambda v: v <= CLUSTER_P50_GOAL)))
+        if mode == "get" and tab.has("cluster-ping"):
+            # A submit makes one round trip on its way: the added p50 cannot be below it.
+            rows.append(row("a bare Redis round trip on this machine, µs (PING every 10 ms, "
+                            "redis-cli --latency, mean)", ["—"] + [
+                                cell(t, "cluster-ping", "ping_avg_us", 0) for t in replicas]))
         for metric, name in (("p99_us", "p99 µs"), ("p999_us", "p99.9 µs")):
             values = {t: med(t, sc, metric) for t in targets}
             rows.append(row(name, [cell(t, sc, metric, 0) for t in targets], vs_s(values)))

@@ -764,6 +764,21 @@ print(sum(v for k, v in codes.items() if 200 <= int(k) < 300))' "$out")
     "request:$line (idle: $idle reads/s)"
 }
 
+# ping_floor TARGET: the mean of a bare Redis round trip on this machine, a PING every
+# 10 ms for 3 s from the client core (redis-cli --latency): what one round trip costs a
+# submit before keyrelay or Redis does any work, and so the least a submit's p50 can grow
+# by. On a virtual machine whose cores idle between requests most of it is waking them up.
+ping_floor() {
+  local t=$1 line avg samples _
+  line=$(taskset -c "$CLIENT_CPU" redis-cli -h 127.0.0.1 -p "${REDIS_PORT[$t]}" --latency \
+    -i 3 --raw) || die "redis-cli --latency failed against target $t's Redis"
+  # "min max avg samples", in ms (min and max whole, avg to 10 µs).
+  read -r _ _ avg samples <<<"$line"
+  record 1 "$t" cluster-ping ping_avg_us "$(awk -v v="$avg" 'BEGIN { printf "%.0f", v * 1000 }')"
+  record 1 "$t" cluster-ping ping_samples "$samples"
+  log "a bare Redis round trip, target $t: ${avg} ms on average over $samples PINGs"
+}
+
 run_cluster_rounds() {
   local t r mode
   if ((WARMUP > 0)); then
@@ -771,6 +786,7 @@ run_cluster_rounds() {
     for t in "${CLUSTER_TARGETS[@]}"; do run_cluster 0 "$t" get "$WARMUP"; done
   fi
   for t in "${CLUSTER_TARGETS[@]:1}"; do
+    ping_floor "$t"
     count_round_trips "$t" get
     count_round_trips "$t" poll
   done
