@@ -1554,7 +1554,10 @@ mod tests {
         // Nagle would hold a call written while an earlier one is unacknowledged.
         let c = cluster("r0");
         assert!(c.client.get_connection_info().tcp_settings().nodelay());
-        for url in ["redis://:secret@10.0.0.7:6380/2", "rediss://redis.internal/0"] {
+        for url in [
+            "redis://:secret@10.0.0.7:6380/2",
+            "rediss://redis.internal/0",
+        ] {
             let info = connection_info(url).expect("valid url");
             assert!(info.tcp_settings().nodelay(), "{url}");
             assert_eq!(
