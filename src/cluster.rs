@@ -613,6 +613,8 @@ impl Cluster {
             false
         };
         let key: Arc<str> = Arc::from(key);
+        // One clock read for the task's lease, its spares and their place in the stock.
+        let now = Instant::now();
         let mut held = lock(&self.held);
         if let Some(old) = &old {
             held.remove(old);
@@ -622,7 +624,7 @@ impl Cluster {
             Held {
                 key: key.clone(),
                 task: Some(task.clone()),
-                opened: Instant::now(),
+                opened: now,
                 in_redis,
             },
         );
@@ -633,7 +635,7 @@ impl Cluster {
                 Held {
                     key: key.clone(),
                     task: None,
-                    opened: Instant::now(),
+                    opened: now,
                     in_redis: true,
                 },
             );
@@ -642,7 +644,6 @@ impl Cluster {
         if !spares.is_empty() {
             // Into the stock before the ask is forgotten, so that the stock never looks
             // emptier than it is to a pin deciding whether to ask.
-            let now = Instant::now();
             lock(&self.spares)
                 .entry(key)
                 .or_default()
