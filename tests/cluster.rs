@@ -150,6 +150,12 @@ async fn sim_with(threads: u32) -> SimHandle {
     sim.spawn().await.expect("simulator binds 127.0.0.1:0")
 }
 
+/// The replicas' `[cluster] timeout`. CI runs these tests side by side on two cores, each
+/// with its own redis-server and replicas; there a call held past the default 250 ms is the
+/// machine, not keyrelay, and one timed-out call rightly puts a replica in degraded mode,
+/// where polls probe and tests that count probes would fail for the wrong reason.
+const REDIS_CALL_TIMEOUT: Duration = Duration::from_secs(1);
+
 fn replica_config(sim: &SimHandle, redis: &Redis, name: &str) -> Config {
     replica_config_with(sim, redis, name, THREADS)
 }
@@ -166,7 +172,7 @@ fn replica_config_with(sim: &SimHandle, redis: &Redis, name: &str, threads: u32)
         replica: name.to_owned(),
         prefix: "keyrelay".to_owned(),
         replica_timeout: Duration::from_secs(3),
-        timeout: Duration::from_millis(250),
+        timeout: REDIS_CALL_TIMEOUT,
         sync_interval: Duration::from_millis(500),
     });
     config
@@ -729,7 +735,12 @@ async fn a_killed_replicas_threads_come_back_and_its_tasks_stay_pollable() {
         assert_eq!(polled.as_deref(), Some(key.as_str()));
     }
     for replica in &survivors {
-        assert_eq!(probes(replica), 0.0, "found through Redis, not by probing");
+        assert_eq!(
+            probes(replica),
+            0.0,
+            "found through Redis, not by probing; failed Redis calls: {}",
+            cluster_errors(replica)
+        );
     }
 }
 
@@ -979,12 +990,12 @@ async fn spares_granted_after_their_pin_gave_up_waiting_are_removed() {
     let Ok(Admit::Granted(lease)) = cluster.acquire("a", 20).await else {
         panic!("a lease of an idle key");
     };
-    // Redis holds every command for 600 ms: the pin (which asks for a spare, the key's
-    // stock being empty) gives up after its 250 ms timeout, and Redis runs it afterwards,
-    // granting a spare that nobody here will use or renew.
+    // Redis holds every command for one and a half call timeouts: the pin (which asks for a
+    // spare, the key's stock being empty) gives up after its timeout, and Redis runs it
+    // afterwards, granting a spare that nobody here will use or renew.
     let _: () = redis::cmd("CLIENT")
         .arg("PAUSE")
-        .arg(600)
+        .arg(REDIS_CALL_TIMEOUT.as_millis() as u64 * 3 / 2)
         .arg("ALL")
         .query(&mut redis.conn())
         .expect("CLIENT PAUSE");
@@ -995,7 +1006,7 @@ async fn spares_granted_after_their_pin_gave_up_waiting_are_removed() {
         "no answer, no spare in the stock"
     );
     // The pin's guard removed what it asked for, after the script: long before the spare
-    // would expire on its own (3 s, the test's replica_timeout).
+    // would expire on its own (3 s after the pause ends, the test's replica_timeout).
     let redis = Arc::new(redis);
     let leases = redis.clone();
     within(
@@ -1118,8 +1129,9 @@ fn write_binary_config(dir: &Path, sim: &SimHandle, redis: &Redis) -> PathBuf {
         ));
     }
     text.push_str(&format!(
-        "[cluster]\nredis = \"{}\"\nreplica = \"kr-doomed\"\nreplica_timeout = \"3s\"\n",
-        redis.url()
+        "[cluster]\nredis = \"{}\"\nreplica = \"kr-doomed\"\nreplica_timeout = \"3s\"\ntimeout = \"{}ms\"\n",
+        redis.url(),
+        REDIS_CALL_TIMEOUT.as_millis()
     ));
     let path = dir.join("proxy.toml");
     std::fs::write(&path, text).expect("write config");
