@@ -12,6 +12,7 @@
 
 use std::io;
 use std::net::TcpStream as StdTcpStream;
+use std::os::fd::AsFd;
 use std::sync::Arc;
 
 use tokio::net::TcpStream;
@@ -26,20 +27,20 @@ pub struct Hangup {
 }
 
 impl Hangup {
-    /// Gives `stream` back with a `Hangup` that watches it.
+    /// A `Hangup` that watches `stream`.
     ///
     /// # Errors
-    /// If the socket cannot be duplicated or handed back to the runtime; the connection is
-    /// then lost, as if the accept had failed.
-    pub fn watch(stream: TcpStream) -> io::Result<(TcpStream, Hangup)> {
-        // into_std leaves the socket non-blocking, and the duplicate shares that flag.
-        let socket = stream.into_std()?;
-        let duplicate = socket.try_clone()?;
-        let stream = TcpStream::from_std(socket)?;
-        let hangup = Hangup {
+    /// If the socket cannot be duplicated (out of file descriptors); the connection is then
+    /// lost, as if the accept had failed.
+    pub fn watch(stream: &TcpStream) -> io::Result<Hangup> {
+        // Duplicated in place: the runtime keeps its registration of the original (taking
+        // the stream out of the runtime and back cost two `epoll_ctl` calls a connection).
+        // The duplicate shares the original's non-blocking flag, and the runtime never
+        // sees it, so its peeks arm no wake-up.
+        let duplicate = StdTcpStream::from(stream.as_fd().try_clone_to_owned()?);
+        Ok(Hangup {
             socket: Some(Arc::new(duplicate)),
-        };
-        Ok((stream, hangup))
+        })
     }
 
     /// True if the caller has closed (or reset) its side: nothing left to read but the end
@@ -73,8 +74,8 @@ mod tests {
         let mut client = TcpStream::connect(listener.local_addr().unwrap())
             .await
             .unwrap();
-        let (server, _) = listener.accept().await.unwrap();
-        let (mut server, hangup) = Hangup::watch(server).unwrap();
+        let (mut server, _) = listener.accept().await.unwrap();
+        let hangup = Hangup::watch(&server).unwrap();
         assert!(!hangup.seen(), "silence is not a hangup");
 
         client.write_all(b"GET / HTTP/1.1\r\n").await.unwrap();

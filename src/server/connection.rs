@@ -123,8 +123,8 @@ impl Connections {
             return None;
         };
         let _ = stream.set_nodelay(true);
-        match Hangup::watch(stream) {
-            Ok((stream, hangup)) => Some((stream, Caller { hangup, peer }, permit)),
+        match Hangup::watch(&stream) {
+            Ok(hangup) => Some((stream, Caller { hangup, peer }, permit)),
             Err(e) => {
                 tracing::warn!(listener, %peer, error = %e, "cannot set up the connection; closed");
                 None
