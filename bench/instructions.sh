@@ -15,10 +15,12 @@
 # keyrelay with --threads 1), so like is compared with like: left to size its runtime from
 # the machine's CPUs, keyrelay would count a second worker's hand-offs too.
 #
-# Three requests (INSTR_MODES, default `get post`): get,
+# Four requests (INSTR_MODES, default `get post`): get,
 # `GET /in.php?…method=userrecaptcha…&json=1`; post, `POST /in.php` with bench/wrk.lua's
-# 219-byte urlencoded base64 submit; and poll, `GET /res.php?key=…&action=get&id=<id>&json=1`,
-# which the stub answers `CAPCHA_NOT_READY`. keyrelay relays a poll only for a task pinned
+# 219-byte urlencoded base64 submit; poll, `GET /res.php?key=…&action=get&id=<id>&json=1`,
+# which the stub answers `CAPCHA_NOT_READY`; and close, the get with `Connection: close`, so
+# that every request comes on a new connection (as 2captcha-python's do) and the count
+# includes accepting and closing it. keyrelay relays a poll only for a task pinned
 # to one of its keys, so before a poll run the script submits once through the target and
 # polls the id it was answered (every target alike).
 #
@@ -30,6 +32,7 @@
 #   bench/instructions.sh                         # every target, GET and POST, 20 s each
 #   INSTR_TARGETS="keyrelay" INSTR_MODES=get bench/instructions.sh
 #   INSTR_MODES="get post poll" bench/instructions.sh   # the res.php poll too
+#   INSTR_MODES=close bench/instructions.sh      # a new connection per request
 #   INSTR_DURATION=10 KEYRELAY_BIN=/path/to/keyrelay bench/instructions.sh
 #   INSTR_KEEP=/tmp/cg bench/instructions.sh     # keep the callgrind files for annotation
 #
@@ -167,8 +170,8 @@ for target in $TARGETS; do
   esac
 done
 for mode in $MODES; do
-  [[ $mode == get || $mode == post || $mode == poll ]] ||
-    die "unknown mode $mode (get, post, poll)"
+  [[ $mode == get || $mode == post || $mode == poll || $mode == close ]] ||
+    die "unknown mode $mode (get, post, poll, close)"
 done
 
 if [[ " $TARGETS " == *" keyrelay-cluster "* ]]; then
@@ -250,8 +253,8 @@ measure() {
   PIDS+=("$pid")
   wait_answer "http://127.0.0.1:$PROXY/in.php?$QUERY" "$pid" "$target"
   [[ $target != keyrelay-cluster ]] || wait_shared "$pid"
-  # get sends the URL as given (for poll, a res.php URL); wrk.lua's post mode sends its
-  # POST /in.php instead.
+  # get and close send the URL as given (close with `Connection: close`; for poll, a
+  # res.php URL); wrk.lua's post mode sends its POST /in.php instead.
   local url="http://127.0.0.1:$PROXY/in.php?$QUERY" wrk_mode=$mode
   if [[ $mode == poll ]]; then
     poll_url "$target"

@@ -3,6 +3,9 @@
 --   wrk ... -s bench/wrk.lua URL -- get    GET the URL as given (query-string submit, or
 --                                           the res.php URL of run.sh's poll mode)
 --   wrk ... -s bench/wrk.lua URL -- post   POST /in.php with a 219-byte urlencoded body
+--   wrk ... -s bench/wrk.lua URL -- close  GET the URL with `Connection: close`: a new
+--                                           connection per request, as 2captcha-python
+--                                           makes (module-level requests.get/post)
 --
 -- It adds no per-request Lua (no request()/response() hooks), so wrk stays as fast as
 -- with a plain URL; done() prints one machine-readable line that run.sh parses:
@@ -25,8 +28,10 @@ function init(args)
     wrk.path = "/in.php"
     wrk.headers["Content-Type"] = "application/x-www-form-urlencoded"
     wrk.body = post_body
+  elseif mode == "close" then
+    wrk.headers["Connection"] = "close"
   elseif mode ~= "get" then
-    error("bench/wrk.lua: mode must be get or post, got " .. mode)
+    error("bench/wrk.lua: mode must be get, post or close, got " .. mode)
   end
 end
 
