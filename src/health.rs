@@ -112,9 +112,12 @@ pub const TRANSIENT_REASON: &str = "transient";
 ///
 /// Each key's entry is updated under the map's shard lock for the few instructions an event
 /// takes; nothing is awaited while it is held.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct MemoryHealth {
     entries: FastMap<KeyId, Entry>,
+    /// When the store was made: a key no event has touched has been active since then, so
+    /// its `since` reads the same on every look (and after its first success).
+    started: Instant,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -174,7 +177,16 @@ impl Entry {
 
 impl MemoryHealth {
     pub fn new() -> MemoryHealth {
-        MemoryHealth::default()
+        MemoryHealth {
+            entries: FastMap::default(),
+            started: Instant::now(),
+        }
+    }
+}
+
+impl Default for MemoryHealth {
+    fn default() -> MemoryHealth {
+        MemoryHealth::new()
     }
 }
 
@@ -186,8 +198,8 @@ impl HealthStore for MemoryHealth {
                 entry.settle(now);
                 entry.view()
             }
-            // Keys start active; the epoch of a key never touched does not matter to callers.
-            None => Entry::active(now).view(),
+            // Keys start active, as of the store's start.
+            None => Entry::active(self.started.min(now)).view(),
         }
     }
 
@@ -195,7 +207,7 @@ impl HealthStore for MemoryHealth {
         let mut entry = self
             .entries
             .entry(key)
-            .or_insert_with(|| Entry::active(now));
+            .or_insert_with(|| Entry::active(self.started.min(now)));
         entry.settle(now);
         let before = entry.state;
         match event {
@@ -323,6 +335,35 @@ mod tests {
             .unwrap();
         assert_eq!(t.to, StateKind::Active);
         assert_eq!(health.record(K, HealthEvent::Restore, Instant::now()), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_key_no_event_moved_has_been_active_since_the_start() {
+        let health = MemoryHealth::new();
+        let started = Instant::now();
+        tokio::time::advance(Duration::from_secs(60)).await;
+        assert_eq!(health.view(K, Instant::now()).since, started, "untouched");
+        tokio::time::advance(Duration::from_secs(60)).await;
+        assert_eq!(
+            health.view(K, Instant::now()).since,
+            started,
+            "looked at later"
+        );
+        // Events that leave the key active do not restart its clock either.
+        assert_eq!(health.record(K, HealthEvent::Success, Instant::now()), None);
+        assert_eq!(health.record(K, HealthEvent::Restore, Instant::now()), None);
+        let view = health.view(K, Instant::now());
+        assert_eq!((view.state, view.since), (StateKind::Active, started));
+        // A real change does.
+        let now = Instant::now();
+        health.record(
+            K,
+            HealthEvent::Bench {
+                reason: "ERROR_WRONG_USER_KEY",
+            },
+            now,
+        );
+        assert_eq!(health.view(K, Instant::now()).since, now);
     }
 
     #[tokio::test(start_paused = true)]
