@@ -185,6 +185,40 @@ async fn connect_to_another_host_is_tunnelled_byte_for_byte() {
     h.stop().await;
 }
 
+/// A tunnel to an IPv6 literal dials the address inside the brackets. Skipped where the
+/// machine has no IPv6 loopback.
+#[tokio::test]
+async fn connect_to_an_ipv6_literal_is_tunnelled() {
+    let Ok(listener) = TcpListener::bind("[::1]:0").await else {
+        eprintln!("no IPv6 loopback here; skipped");
+        return;
+    };
+    let echo = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let (mut r, mut w) = stream.split();
+                let _ = tokio::io::copy(&mut r, &mut w).await;
+            });
+        }
+    });
+    let h = proxy(|_| {}).await;
+    // `echo` displays as `[::1]:PORT`, as a CONNECT line spells it.
+    let (mut stream, head, _) = exchange(
+        h.addr,
+        &format!("CONNECT {echo} HTTP/1.1\r\nHost: {echo}\r\n\r\n"),
+    )
+    .await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    stream.write_all(b"ping over v6").await.unwrap();
+    assert_eq!(
+        read_body(&mut stream, Vec::new(), 12).await,
+        b"ping over v6"
+    );
+    drop(stream);
+    h.stop().await;
+}
+
 #[tokio::test]
 async fn absolute_form_requests_to_another_host_are_relayed_without_proxy_headers() {
     let h = proxy(|_| {}).await;
@@ -260,6 +294,17 @@ async fn bad_connect_targets_get_a_clear_answer_and_others_are_unaffected() {
         ),
         (
             "GET https://example.test/ HTTP/1.1\r\nHost: example.test\r\n\r\n".to_owned(),
+            "400",
+        ),
+        // No host: nothing to look up, so no lookup's error either.
+        (
+            "CONNECT :443 HTTP/1.1\r\nHost: :443\r\n\r\n".to_owned(),
+            "400",
+        ),
+        ("CONNECT []:443 HTTP/1.1\r\n\r\n".to_owned(), "400"),
+        // A port out of range is no port.
+        (
+            "CONNECT example.test:99999 HTTP/1.1\r\n\r\n".to_owned(),
             "400",
         ),
     ];

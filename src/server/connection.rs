@@ -215,9 +215,12 @@ fn relay_client(connect_timeout: Duration) -> RelayClient {
 
 /// Whether `host` is on the `intercepted` list: compared without case and without a final
 /// dot, which names the same host.
+/// By name, without case or a final dot; an IPv6 literal with or without its brackets.
 fn is_intercepted(intercepted: &[String], host: &str) -> bool {
-    let host = host.trim_end_matches('.');
-    intercepted.iter().any(|h| h.eq_ignore_ascii_case(host))
+    let host = super::forward::unbracket(host.trim_end_matches('.'));
+    intercepted
+        .iter()
+        .any(|h| super::forward::unbracket(h).eq_ignore_ascii_case(host))
 }
 
 #[cfg(test)]
@@ -226,16 +229,30 @@ mod tests {
 
     #[test]
     fn hosts_are_intercepted_by_name_without_case_or_a_final_dot() {
-        let list = vec!["ocr.captchaai.com".to_owned(), "127.0.0.1".to_owned()];
+        let list = vec![
+            "ocr.captchaai.com".to_owned(),
+            "127.0.0.1".to_owned(),
+            "[::1]".to_owned(),
+        ];
         for host in [
             "ocr.captchaai.com",
             "OCR.CaptchaAI.com",
             "ocr.captchaai.com.",
             "127.0.0.1",
+            "::1",
+            "[::1]",
         ] {
             assert!(is_intercepted(&list, host), "{host}");
         }
-        for host in ["captchaai.com", "example.com", "127.0.0.2", ""] {
+        for host in [
+            "captchaai.com",
+            "example.com",
+            "127.0.0.2",
+            "",
+            "[::2]",
+            "[",
+            "]",
+        ] {
             assert!(!is_intercepted(&list, host), "{host}");
         }
     }

@@ -34,7 +34,8 @@ pub(super) async fn connect(
     let Some(target) = req
         .uri()
         .authority()
-        .map(|a| (a.host().to_owned(), a.port_u16()))
+        .map(|a| (unbracket(a.host()).to_owned(), a.port_u16()))
+        .filter(|(host, _)| !host.is_empty())
     else {
         metrics.count_forward(ForwardOutcome::BadTarget);
         return Ok(text(
@@ -46,7 +47,7 @@ pub(super) async fn connect(
         metrics.count_forward(ForwardOutcome::BadTarget);
         return Ok(text(
             StatusCode::BAD_REQUEST,
-            "CONNECT needs a port, such as CONNECT example.com:443\n",
+            "CONNECT needs a port from 1 to 65535, such as CONNECT example.com:443\n",
         ));
     };
     if conns.intercepts(&host) {
@@ -109,6 +110,14 @@ pub(super) async fn connect(
         }
     });
     Ok(Response::new(empty()))
+}
+
+/// An IPv6 literal without the brackets a URI puts around it (`[::1]` is `::1`), so that
+/// it can be dialled and named in a certificate; any other host as it is.
+pub(super) fn unbracket(host: &str) -> &str {
+    host.strip_prefix('[')
+        .and_then(|inner| inner.strip_suffix(']'))
+        .unwrap_or(host)
 }
 
 /// An absolute-form request (`GET http://host/path`) to a host that is not intercepted:
