@@ -3,6 +3,7 @@
 mod connection;
 mod forward;
 mod header_timer;
+mod host;
 mod intercept;
 mod tls_accept;
 

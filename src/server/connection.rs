@@ -23,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::header_timer::HeaderTimer;
+use super::host;
 use crate::app::App;
 use crate::config::Limits;
 use crate::proxy::{self, Caller, Hangup};
@@ -86,7 +87,7 @@ impl Connections {
     /// Whether a request for `host` (from a request target or a `CONNECT`, any case) is
     /// the pool's: an intercepted API host.
     pub(super) fn intercepts(&self, host: &str) -> bool {
-        is_intercepted(&self.0.intercepted, host)
+        host::is_intercepted(&self.0.intercepted, host)
     }
 
     /// A place for one more connection, or `None` over `limits.max_connections` (counted):
@@ -211,49 +212,4 @@ fn relay_client(connect_timeout: Duration) -> RelayClient {
     http.set_connect_timeout(Some(connect_timeout));
     http.set_nodelay(true);
     Client::builder(TokioExecutor::new()).build(http)
-}
-
-/// Whether `host` is on the `intercepted` list: compared without case and without a final
-/// dot, which names the same host.
-/// By name, without case or a final dot; an IPv6 literal with or without its brackets.
-fn is_intercepted(intercepted: &[String], host: &str) -> bool {
-    let host = super::forward::unbracket(host.trim_end_matches('.'));
-    intercepted
-        .iter()
-        .any(|h| super::forward::unbracket(h).eq_ignore_ascii_case(host))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn hosts_are_intercepted_by_name_without_case_or_a_final_dot() {
-        let list = vec![
-            "ocr.captchaai.com".to_owned(),
-            "127.0.0.1".to_owned(),
-            "[::1]".to_owned(),
-        ];
-        for host in [
-            "ocr.captchaai.com",
-            "OCR.CaptchaAI.com",
-            "ocr.captchaai.com.",
-            "127.0.0.1",
-            "::1",
-            "[::1]",
-        ] {
-            assert!(is_intercepted(&list, host), "{host}");
-        }
-        for host in [
-            "captchaai.com",
-            "example.com",
-            "127.0.0.2",
-            "",
-            "[::2]",
-            "[",
-            "]",
-        ] {
-            assert!(!is_intercepted(&list, host), "{host}");
-        }
-    }
 }

@@ -19,6 +19,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
 use super::connection::{Connections, ServerBody};
+use super::host::unbracket;
 use crate::config::Tunnel;
 use crate::metrics::ForwardOutcome;
 use crate::proxy::{self, Caller};
@@ -110,14 +111,6 @@ pub(super) async fn connect(
         }
     });
     Ok(Response::new(empty()))
-}
-
-/// An IPv6 literal without the brackets a URI puts around it (`[::1]` is `::1`), so that
-/// it can be dialled and named in a certificate; any other host as it is.
-pub(super) fn unbracket(host: &str) -> &str {
-    host.strip_prefix('[')
-        .and_then(|inner| inner.strip_suffix(']'))
-        .unwrap_or(host)
 }
 
 /// An absolute-form request (`GET http://host/path`) to a host that is not intercepted:
