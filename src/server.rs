@@ -1,9 +1,9 @@
 //! The accept loop, the background tasks, and graceful shutdown.
 
+mod authority;
 mod connection;
 mod forward;
 mod header_timer;
-mod host;
 mod intercept;
 mod tls_accept;
 

@@ -22,8 +22,8 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::authority;
 use super::header_timer::HeaderTimer;
-use super::host;
 use crate::app::App;
 use crate::config::Limits;
 use crate::proxy::{self, Caller, Hangup};
@@ -87,7 +87,7 @@ impl Connections {
     /// Whether a request for `host` (from a request target or a `CONNECT`, any case) is
     /// the pool's: an intercepted API host.
     pub(super) fn intercepts(&self, host: &str) -> bool {
-        host::is_intercepted(&self.0.intercepted, host)
+        authority::is_intercepted(&self.0.intercepted, host)
     }
 
     /// A place for one more connection, or `None` over `limits.max_connections` (counted):

@@ -18,8 +18,8 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
+use super::authority::unbracket;
 use super::connection::{Connections, ServerBody};
-use super::host::unbracket;
 use crate::config::Tunnel;
 use crate::metrics::ForwardOutcome;
 use crate::proxy::{self, Caller};

@@ -1,4 +1,5 @@
-//! Host names as the proxy compares and dials them: case, a final dot, IPv6 brackets.
+//! The host of a request's authority as the proxy compares and dials it: case, a final dot,
+//! IPv6 brackets.
 
 /// An IPv6 literal without the brackets a URI puts around it (`[::1]` is `::1`), so that
 /// it can be dialled and named in a certificate; any other host as it is.
