@@ -26,6 +26,7 @@ use crate::provider::Provider;
 use crate::registry::{KeyRegistry, RegistryFull};
 use crate::tls::{LocalCa, TlsError};
 use crate::tokens::{Denials, TokenCounters, TokenTable};
+use crate::upstream::roots::{self, RootsError};
 use crate::upstream::UpstreamClient;
 
 /// The configuration and the pool built from it, replaced as a whole.
@@ -137,6 +138,8 @@ pub struct NoSuchKey;
 pub enum AppError {
     #[error("cannot set up TLS for the upstream client: {0}")]
     Tls(#[from] rustls::Error),
+    #[error(transparent)]
+    UpstreamCa(#[from] RootsError),
     #[error("cannot register metrics: {0}")]
     Metrics(#[from] prometheus::Error),
     #[error(transparent)]
@@ -170,7 +173,8 @@ impl App {
 
     fn build(config: Config, seed: Option<u64>) -> Result<App, AppError> {
         let health: Arc<dyn HealthStore> = Arc::new(MemoryHealth::new());
-        let client = UpstreamClient::new(config.timeouts.connect)?;
+        let roots = roots::configured(config.upstream_ca.as_deref())?;
+        let client = UpstreamClient::new(config.timeouts.connect, &roots)?;
         let metrics = Metrics::new()?;
         metrics.admit_keys(config.keys.iter().map(|k| k.name.as_str()));
         metrics.admit_providers(config.keys.iter().map(|k| k.provider));

@@ -140,6 +140,9 @@ pub struct Config {
     pub capacity: Capacity,
     /// The service requests are forwarded to.
     pub upstream: Upstream,
+    /// A PEM file of CA certificates trusted for `https://` upstreams beside the Mozilla
+    /// roots: for a TLS-inspecting egress proxy, or a service behind a private CA.
+    pub upstream_ca: Option<PathBuf>,
     /// How often balances and thread counts are refreshed and benched keys re-probed.
     pub refresh_interval: Duration,
     /// The pool, in file order, then the `keys_env` keys.
@@ -413,6 +416,9 @@ impl Config {
         let mut config = Config::from_toml_str(&text, &|name| std::env::var(name).ok())?;
         config.data_dir = Some(data_dir_for(path, config.data_dir.take()));
         // Certificate files are named relative to the file, as data_dir is.
+        if let Some(ca) = config.upstream_ca.take() {
+            config.upstream_ca = Some(data_dir_for(path, Some(ca)));
+        }
         let files = (config.tls.as_mut().and_then(|tls| tls.files.as_mut()))
             .into_iter()
             .chain(config.ca.files.as_mut());
@@ -431,6 +437,7 @@ impl Config {
             strategy: Strategy::default(),
             capacity: Capacity::default(),
             upstream,
+            upstream_ca: None,
             refresh_interval: DEFAULT_REFRESH_INTERVAL,
             keys,
             failover: Failover::default(),

@@ -194,6 +194,8 @@ async fn dispatch(cli: Cli, threads: usize) -> anyhow::Result<()> {
         None => serve(&config, threads).await,
         Some(Command::Check { online }) => {
             let loaded = load_config(&config)?;
+            // Read as keyrelay reads it at start, so that a bad bundle fails here first.
+            keyrelay::upstream::roots::configured(loaded.upstream_ca.as_deref())?;
             println!("{} is valid", config.path().display());
             print!("{}", loaded.summary());
             if online {

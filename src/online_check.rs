@@ -63,6 +63,8 @@ pub struct Report {
 pub enum CheckError {
     #[error("cannot build the upstream client: {0}")]
     Client(#[from] rustls::Error),
+    #[error(transparent)]
+    UpstreamCa(#[from] crate::upstream::roots::RootsError),
     #[error(
         "no key got an answer from the upstream {upstream} within timeouts.connect / \
          timeouts.refresh: is it reachable from here, and is `upstream` right?"
@@ -132,7 +134,8 @@ impl Report {
 /// [`CheckError::Unreachable`] when no key got any answer: that says nothing about the
 /// keys, only about the way to the upstream.
 pub async fn run(config: &Config) -> Result<Report, CheckError> {
-    let client = UpstreamClient::new(config.timeouts.connect)?;
+    let roots = crate::upstream::roots::configured(config.upstream_ca.as_deref())?;
+    let client = UpstreamClient::new(config.timeouts.connect, &roots)?;
     let rows = join_all(
         config
             .keys

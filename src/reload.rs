@@ -231,6 +231,11 @@ fn keep_start_only_settings(running: &Config, new: &mut Config) -> Vec<&'static 
         changed.push("cluster");
         new.cluster = running.cluster.clone();
     }
+    // The upstream client's trust roots are read once, when it is built.
+    if new.upstream_ca != running.upstream_ca {
+        changed.push("upstream_ca");
+        new.upstream_ca = running.upstream_ca.clone();
+    }
     if new.timeouts.connect != running.timeouts.connect {
         changed.push("timeouts.connect");
         new.timeouts.connect = running.timeouts.connect;

@@ -3,6 +3,7 @@
 
 mod account;
 mod pool;
+pub mod roots;
 
 pub use account::Account;
 
@@ -88,9 +89,14 @@ pub struct UpstreamClient {
 }
 
 impl UpstreamClient {
+    /// A client that trusts the Mozilla roots and `extra_roots` (from [`roots::read`]).
+    ///
     /// # Errors
     /// Fails only if rustls cannot set up its TLS defaults.
-    pub fn new(connect_timeout: Duration) -> Result<UpstreamClient, rustls::Error> {
+    pub fn new(
+        connect_timeout: Duration,
+        extra_roots: &[rustls::pki_types::CertificateDer<'static>],
+    ) -> Result<UpstreamClient, rustls::Error> {
         let mut http = HttpConnector::new();
         // The https connector below decides the scheme; HttpConnector must accept both.
         http.enforce_http(false);
@@ -98,7 +104,7 @@ impl UpstreamClient {
         http.set_nodelay(true);
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_provider_and_webpki_roots(provider)?
+            .with_tls_config(roots::client_config(provider, extra_roots)?)
             .https_or_http()
             .enable_http1()
             .wrap_connector(http);
@@ -409,7 +415,7 @@ mod tests {
 
     #[test]
     fn every_request_carries_its_own_upstreams_host_first() {
-        let client = UpstreamClient::new(Duration::from_secs(1)).unwrap();
+        let client = UpstreamClient::new(Duration::from_secs(1), &[]).unwrap();
         let caller = header_map(&[("user-agent", "python-requests"), ("host", "caller")]);
         for (uri, host) in [
             ("http://127.0.0.1:9/in.php?a=1", "127.0.0.1:9"),

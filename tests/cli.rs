@@ -135,6 +135,54 @@ fn check_rejects_a_broken_config_with_a_precise_message() {
     assert!(!text.contains("0123456789abcdef"), "{text}");
 }
 
+/// `upstream_ca` is named relative to the config file and read as keyrelay reads it at
+/// start, so a missing or unusable bundle fails `check`, naming the file.
+#[test]
+fn check_reads_upstream_ca_beside_the_config_and_refuses_a_bad_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("proxy.toml");
+    std::fs::write(
+        &path,
+        "upstream = \"https://solver.internal\"\nupstream_ca = \"roots.pem\"\n[[keys]]\nname = \"main\"\nkey = \"0123456789abcdef0123456789abcdef\"\n",
+    )
+    .unwrap();
+    let roots = std::path::absolute(dir.path().join("roots.pem")).unwrap();
+    let check = || keyrelay(&["check", "--config", path.to_str().unwrap()]);
+
+    let missing = check();
+    assert!(!missing.status.success());
+    let text = stderr(&missing);
+    assert!(
+        text.contains(&format!("upstream_ca {}: cannot read it", roots.display())),
+        "{text}"
+    );
+
+    std::fs::write(&roots, "not a certificate\n").unwrap();
+    let garbage = check();
+    assert!(!garbage.status.success());
+    assert!(
+        stderr(&garbage).contains("no certificate in it"),
+        "{}",
+        stderr(&garbage)
+    );
+
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    std::fs::write(&roots, params.self_signed(&key).unwrap().pem()).unwrap();
+    let good = check();
+    assert!(good.status.success(), "{}", stderr(&good));
+    let want = format!(
+        "upstream_ca {}: trusted for https upstreams beside the Mozilla roots",
+        roots.display()
+    );
+    assert!(
+        stdout(&good).lines().any(|l| l == want),
+        "{}",
+        stdout(&good)
+    );
+}
+
 #[test]
 fn check_reports_a_missing_file() {
     let out = keyrelay(&["check", "--config", "/nonexistent/proxy.toml"]);

@@ -136,7 +136,8 @@ async fn start_only_settings_keep_their_running_values() {
     std::fs::write(
         &path,
         format!(
-            "listen = \"127.0.0.1:1\"\nupstream = \"{}\"\n[pins]\nttl = \"3h\"\n\
+            "listen = \"127.0.0.1:1\"\nupstream = \"{}\"\nupstream_ca = \"roots.pem\"\n\
+             [pins]\nttl = \"3h\"\n\
              [tls]\nlisten = \"127.0.0.1:2\"\n[ca]\ncert = \"c.pem\"\nkey = \"k.pem\"\n\
              [forward]\nintercept = [\"x.test\"]\ntunnel = \"none\"\n[access]\nopen = true\n\
              [[keys]]\nname = \"a\"\nkey = \"{KEY_A}\"\n",
@@ -153,6 +154,7 @@ async fn start_only_settings_keep_their_running_values() {
             "ca",
             "forward.intercept",
             "access.open",
+            "upstream_ca",
             "pins"
         ]
     );
@@ -160,6 +162,7 @@ async fn start_only_settings_keep_their_running_values() {
     assert_eq!(snapshot.config.listen.port(), 0);
     assert!(snapshot.config.tls.is_none() && snapshot.config.ca.files.is_none());
     assert!(snapshot.config.forward.intercept.is_none() && !snapshot.config.access.open);
+    assert!(snapshot.config.upstream_ca.is_none());
     // What the server reads per request applies at once.
     assert_eq!(
         snapshot.config.forward.tunnel,

@@ -520,3 +520,74 @@ async fn keyrelay_refuses_to_start_on_a_corrupt_ca_naming_the_file() {
         "garbage\n"
     );
 }
+
+/// keyrelay in front of `upstream` (an `https://` URL) with two keys, trusting `upstream_ca`
+/// beside the Mozilla roots. Its own simulator is never asked: it only keeps the harness's
+/// shape.
+async fn front(upstream: &str, upstream_ca: Option<std::path::PathBuf>) -> common::Harness {
+    let upstream = keyrelay::config::Upstream::parse(upstream).unwrap();
+    let keys = [("front-a", KEY_A), ("front-b", KEY_B)]
+        .iter()
+        .map(|(name, value)| common::key(name, value, 1.0, &upstream))
+        .collect();
+    let mut config = Config::for_keys(upstream, keys);
+    config.upstream_ca = upstream_ca;
+    config.failover.backoff_base = Duration::from_millis(1);
+    config.failover.backoff_max = Duration::from_millis(5);
+    let unused = sim_with(&[]).await;
+    common::Harness::start_without_refresh_wait(unused, config).await
+}
+
+fn all_failures(text: &str) -> f64 {
+    ["timeout", "not_tls", "protocol", "io"]
+        .iter()
+        .map(|reason| failures(text, reason))
+        .sum()
+}
+
+/// An `https://` upstream whose certificate a private CA signed (here another keyrelay's
+/// TLS listener, with its local CA): trusted once `upstream_ca` names that CA, refused
+/// without it, and in neither case is a key benched for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_https_upstream_behind_a_private_ca_is_trusted_through_upstream_ca() {
+    let behind = TlsProxy::start(None, Duration::from_secs(5)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let roots = dir.path().join("private-ca.pem");
+    std::fs::write(&roots, behind.app.ca().unwrap().cert_pem()).unwrap();
+    let upstream = format!("https://localhost:{}", behind.tls.port());
+
+    // Without the CA, the handshake fails on the front's side: nothing reaches the
+    // upstream's pool, the caller gets a well-formed error, and no key is benched.
+    let untrusting = front(&upstream, None).await;
+    let answer = untrusting.get(&submit_target()).await;
+    let json = answer.json();
+    assert_eq!(json["status"], 0, "{}", answer.text());
+    assert!(
+        json["request"].as_str().unwrap().starts_with("ERROR_"),
+        "{}",
+        answer.text()
+    );
+    assert!(all_failures(&metrics(&behind).await) >= 1.0);
+    for name in ["front-a", "front-b"] {
+        let (state, _) = untrusting.state_of(name);
+        assert_ne!(state, keyrelay::health::StateKind::Benched, "{name}");
+    }
+    untrusting.stop().await;
+
+    // With it, a task is submitted and solved through both, and its poll stays pinned.
+    let trusting = front(&upstream, Some(roots)).await;
+    let id = trusting.submit().await;
+    let poll = format!("/res.php?key={CALLER_KEY}&action=get&id={id}&json=1");
+    let mut solved = None;
+    for _ in 0..20 {
+        let answer = trusting.get(&poll).await;
+        if !answer.text().contains("CAPCHA_NOT_READY") {
+            solved = Some(answer);
+            break;
+        }
+    }
+    let solved = solved.expect("the task is solved within 20 polls");
+    assert_eq!(solved.json()["status"], 1, "{}", solved.text());
+    trusting.stop().await;
+    behind.stop().await;
+}

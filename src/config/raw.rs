@@ -16,6 +16,7 @@ pub(super) struct RawConfig {
     pub refresh_interval: Option<Value>,
     pub keys_env: Option<String>,
     pub data_dir: Option<String>,
+    pub upstream_ca: Option<String>,
     /// Kept raw, not `Vec<RawKey>`: serde's type errors quote the offending value, and in
     /// `keys = ["0123…"]` that value is a secret. See `RawKey`.
     pub keys: Option<Value>,

@@ -30,6 +30,13 @@ pub(super) fn render(config: &Config) -> String {
         config.upstream,
         format_duration(config.refresh_interval)
     );
+    if let Some(ca) = &config.upstream_ca {
+        let _ = writeln!(
+            out,
+            "upstream_ca {}: trusted for https upstreams beside the Mozilla roots",
+            ca.display()
+        );
+    }
     let _ = writeln!(
         out,
         "failover: max_attempts {}, retry_unsure_submits {}, min_balance {}, busy_cooldown {}, \

@@ -1001,6 +1001,7 @@ fn placements(value: &str) -> Vec<(String, &'static str)> {
         top("upstream"),
         top("keys_env"),
         top("data_dir"),
+        top("upstream_ca"),
         top("refresh_interval"),
         section("failover", "max_attempts"),
         section("failover", "min_balance"),

@@ -61,6 +61,10 @@ pub(super) fn validate(
         strategy,
         capacity,
         upstream,
+        upstream_ca: raw
+            .upstream_ca
+            .filter(|c| !c.trim().is_empty())
+            .map(PathBuf::from),
         refresh_interval,
         keys,
         failover,
