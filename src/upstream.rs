@@ -278,13 +278,19 @@ impl UpstreamClient {
         *request.uri_mut() = Uri::from(path);
         let headers = request.headers_mut();
         headers.insert(header::HOST, host);
+        // Without the field any coding is acceptable (RFC 9110 §12.5.3); an answer must come
+        // back readable, for its task id to be pinned and its error code to be classified.
+        headers.insert(header::ACCEPT_ENCODING, IDENTITY);
         copy_request_headers(out.headers, headers);
         Ok((origin, request, idle))
     }
 }
 
+/// The `Accept-Encoding` of every upstream request: answers uncompressed only.
+const IDENTITY: header::HeaderValue = header::HeaderValue::from_static("identity");
+
 /// Hop-by-hop headers (RFC 9110 §7.6.1) and those the client recomputes must not be copied.
-/// `accept-encoding` is dropped so answers come back uncompressed and can be classified.
+/// The caller's `accept-encoding` gives way to keyrelay's own, [`IDENTITY`].
 fn is_forwardable(name: &header::HeaderName) -> bool {
     !matches!(
         name.as_str(),
@@ -378,7 +384,8 @@ fn copy_request_headers(from: &HeaderMap, to: &mut HeaderMap) {
 
 /// An upstream answer's headers, cut down to those that pass back to the caller. In place:
 /// an answer carries a handful of headers and one or two to drop, so editing its map is
-/// cheaper than building another.
+/// cheaper than building another. `content-encoding` goes too: an answer is relayed only
+/// once keyrelay has read it as text, so whatever its label said, it is not compressed.
 pub fn answer_headers(mut headers: HeaderMap) -> HeaderMap {
     let listed = connection_options(&headers);
     // An answer drops two or three (content-length, connection, keep-alive): room for them
@@ -416,7 +423,11 @@ mod tests {
     #[test]
     fn every_request_carries_its_own_upstreams_host_first() {
         let client = UpstreamClient::new(Duration::from_secs(1), &[]).unwrap();
-        let caller = header_map(&[("user-agent", "python-requests"), ("host", "caller")]);
+        let caller = header_map(&[
+            ("user-agent", "python-requests"),
+            ("host", "caller"),
+            ("accept-encoding", "gzip, deflate"),
+        ]);
         for (uri, host) in [
             ("http://127.0.0.1:9/in.php?a=1", "127.0.0.1:9"),
             ("https://ocr.example:8443/res.php", "ocr.example:8443"),
@@ -439,8 +450,13 @@ mod tests {
             assert_eq!(origin.authority.as_str(), host);
             assert!(idle.is_none(), "nothing was dialled");
             let names: Vec<&str> = request.headers().keys().map(|n| n.as_str()).collect();
-            assert_eq!(names, ["host", "user-agent"], "{uri}");
+            assert_eq!(names, ["host", "accept-encoding", "user-agent"], "{uri}");
             assert_eq!(request.headers()[header::HOST], host, "{uri}");
+            assert_eq!(
+                request.headers()[header::ACCEPT_ENCODING],
+                "identity",
+                "{uri}"
+            );
             assert_eq!(request.uri().authority(), None, "origin form: {uri}");
         }
     }
