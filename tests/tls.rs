@@ -1,8 +1,10 @@
 //! The `[tls]` listener end to end against the simulator: a rustls client that trusts the
 //! local CA gets the answers the plain listener gives; garbage, a stalled handshake and a
 //! client that does not trust the CA are counted and closed while another client is
-//! served; a certificate file replaced on disk is picked up. And the real binary: it
-//! generates its CA at start and serves TLS with it, and refuses a corrupt CA.
+//! served; a certificate file replaced on disk is picked up. An https upstream behind a
+//! private CA is reached through `upstream_ca`, and refused without it. And the real
+//! binary: it generates its CA at start and serves TLS with it, and refuses a corrupt CA
+//! or an unusable `upstream_ca`.
 
 mod common;
 
@@ -590,4 +592,32 @@ async fn an_https_upstream_behind_a_private_ca_is_trusted_through_upstream_ca() 
     assert_eq!(solved.json()["status"], 1, "{}", solved.text());
     trusting.stop().await;
     behind.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keyrelay_refuses_to_start_on_an_unusable_upstream_ca_naming_the_file() {
+    let sim = sim_with(&[KEY_A]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_binary_config(dir.path(), &sim);
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(
+        &config,
+        text.replacen(
+            "\n\n[[keys]]",
+            "\nupstream_ca = \"roots.pem\"\n\n[[keys]]",
+            1,
+        ),
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("roots.pem"), "garbage\n").unwrap();
+    let mut binary = common::Binary::spawn(&["--config", &config], &[]);
+    let status = binary.wait_exit(PATIENCE);
+    assert!(!status.success());
+    let log = binary.stop();
+    let roots = dir.path().join("roots.pem").display().to_string();
+    assert!(
+        log.contains(&format!("upstream_ca {roots}: no certificate in it")),
+        "{log}"
+    );
+    assert!(!log.contains("garbage"), "the file is not quoted: {log}");
 }
