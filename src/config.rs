@@ -141,7 +141,7 @@ pub struct Config {
     /// The service requests are forwarded to.
     pub upstream: Upstream,
     /// A PEM file of CA certificates trusted for `https://` upstreams beside the Mozilla
-    /// roots: for a TLS-inspecting egress proxy, or a service behind a private CA.
+    /// roots: for a firewall that inspects outgoing TLS, or a service behind a private CA.
     pub upstream_ca: Option<PathBuf>,
     /// How often balances and thread counts are refreshed and benched keys re-probed.
     pub refresh_interval: Duration,

@@ -1,6 +1,6 @@
 //! The trust roots of `https://` upstreams: the Mozilla roots, and the CA certificates of
-//! `upstream_ca` beside them, for a TLS-inspecting egress proxy or a service behind a
-//! private CA.
+//! `upstream_ca` beside them, for a firewall that inspects outgoing TLS or a service behind
+//! a private CA.
 //!
 //! Problems are told in keyrelay's own words, never with the PEM parser's `Display`, which
 //! may quote a line of the file.
