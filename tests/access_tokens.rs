@@ -8,8 +8,7 @@ mod common;
 
 use bytes::Bytes;
 use common::*;
-use http_body_util::{BodyExt, Full};
-use hyper::{Method, Request};
+use hyper::Method;
 use keyrelay::config::TokenConfig;
 use keyrelay::CallerToken;
 
@@ -31,30 +30,6 @@ async fn with_tokens() -> Harness {
     let mut config = config_for(&sim, &[("a", KEY_A, 1.0), ("b", KEY_B, 1.0)]);
     config.access.tokens = vec![token("one", TOKEN_ONE), token("two", TOKEN_TWO)];
     Harness::start(sim, config).await
-}
-
-/// Sends a request with extra headers.
-async fn send_with(
-    h: &Harness,
-    method: Method,
-    path: &str,
-    headers: &[(&str, &str)],
-    body: &str,
-) -> Answer {
-    let mut request = Request::builder().method(method).uri(h.url(path));
-    for (name, value) in headers {
-        request = request.header(*name, *value);
-    }
-    let request = request
-        .body(Full::new(Bytes::from(body.to_owned())))
-        .unwrap();
-    let response = h.client.request(request).await.expect("proxy answers");
-    let (parts, body) = response.into_parts();
-    Answer {
-        status: parts.status,
-        headers: parts.headers,
-        body: body.collect().await.unwrap().to_bytes(),
-    }
 }
 
 /// (method, path and query, headers, body).
@@ -182,7 +157,9 @@ async fn a_token_is_served_with_a_pool_key_and_never_reaches_the_upstream() {
     ];
     for (method, path, headers, body) in &cases {
         let headers: Vec<(&str, &str)> = headers.iter().map(|(n, v)| (*n, v.as_str())).collect();
-        let answer = send_with(&h, method.clone(), path, &headers, body).await;
+        let answer = h
+            .send_with_headers(method.clone(), path, &headers, Bytes::from(body.clone()))
+            .await;
         assert!(
             answer.text().starts_with("OK|"),
             "{method} {path} {body:?}: {}",

@@ -11,9 +11,8 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use common::*;
-use http_body_util::{BodyExt, Full};
 use hyper::header::{ACCEPT_ENCODING, CONTENT_ENCODING};
-use hyper::{Method, Request};
+use hyper::Method;
 use keyrelay::config::{Config, Upstream};
 use keyrelay::health::StateKind;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -88,19 +87,10 @@ async fn keyrelay_before(url: &str) -> Harness {
 
 /// `GET target` with the caller's `Accept-Encoding`.
 async fn get_accepting(harness: &Harness, target: &str, accept: &str) -> Answer {
-    let request = Request::builder()
-        .method(Method::GET)
-        .uri(harness.url(target))
-        .header(ACCEPT_ENCODING, accept)
-        .body(Full::new(Bytes::new()))
-        .unwrap();
-    let response = harness.client.request(request).await.expect("an answer");
-    let (parts, body) = response.into_parts();
-    Answer {
-        status: parts.status,
-        headers: parts.headers,
-        body: body.collect().await.unwrap().to_bytes(),
-    }
+    let headers = [(ACCEPT_ENCODING.as_str(), accept)];
+    harness
+        .send_with_headers(Method::GET, target, &headers, Bytes::new())
+        .await
 }
 
 /// The `accept-encoding` lines of a request head, lowercase.

@@ -180,11 +180,27 @@ impl Harness {
         content_type: Option<&str>,
         body: Bytes,
     ) -> Answer {
+        let headers: Vec<(&str, &str)> = content_type
+            .map(|ct| (CONTENT_TYPE.as_str(), ct))
+            .into_iter()
+            .collect();
+        self.send_with_headers(method, path_and_query, &headers, body)
+            .await
+    }
+
+    /// Sends a request with the given headers (name, value), in order.
+    pub async fn send_with_headers(
+        &self,
+        method: Method,
+        path_and_query: &str,
+        headers: &[(&str, &str)],
+        body: Bytes,
+    ) -> Answer {
         let mut request = Request::builder()
             .method(method)
             .uri(self.url(path_and_query));
-        if let Some(ct) = content_type {
-            request = request.header(CONTENT_TYPE, ct);
+        for (name, value) in headers {
+            request = request.header(*name, *value);
         }
         let request = request.body(Full::new(body)).expect("valid request");
         let response = self.client.request(request).await.expect("proxy answers");
