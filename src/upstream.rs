@@ -89,13 +89,13 @@ pub struct UpstreamClient {
 }
 
 impl UpstreamClient {
-    /// A client that trusts the Mozilla roots and `extra_roots` (from [`roots::read`]).
+    /// A client that checks https upstreams against `roots` (from [`roots::configured`]).
     ///
     /// # Errors
     /// Fails only if rustls cannot set up its TLS defaults.
     pub fn new(
         connect_timeout: Duration,
-        extra_roots: &[rustls::pki_types::CertificateDer<'static>],
+        roots: rustls::RootCertStore,
     ) -> Result<UpstreamClient, rustls::Error> {
         let mut http = HttpConnector::new();
         // The https connector below decides the scheme; HttpConnector must accept both.
@@ -104,7 +104,7 @@ impl UpstreamClient {
         http.set_nodelay(true);
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(roots::client_config(provider, extra_roots)?)
+            .with_tls_config(roots::client_config(provider, roots)?)
             .https_or_http()
             .enable_http1()
             .wrap_connector(http);
@@ -422,7 +422,8 @@ mod tests {
 
     #[test]
     fn every_request_carries_its_own_upstreams_host_first() {
-        let client = UpstreamClient::new(Duration::from_secs(1), &[]).unwrap();
+        let client =
+            UpstreamClient::new(Duration::from_secs(1), roots::configured(None).unwrap()).unwrap();
         let caller = header_map(&[
             ("user-agent", "python-requests"),
             ("host", "caller"),

@@ -21,21 +21,18 @@ pub struct RootsError {
     problem: String,
 }
 
-/// The extra roots `upstream_ca` names: none without it, else [`read`]'s.
-///
-/// # Errors
-/// As [`read`].
-pub fn configured(upstream_ca: Option<&Path>) -> Result<Vec<CertificateDer<'static>>, RootsError> {
-    upstream_ca.map_or(Ok(Vec::new()), read)
-}
-
-/// The CA certificates in the PEM file at `path`: at least one, each usable as a trust
-/// anchor. Other PEM sections (a private key left in the bundle) are passed over.
+/// The roots https upstreams are checked against: the Mozilla roots, and the CA
+/// certificates of the PEM file `upstream_ca` names, if any. Other PEM sections in the file
+/// (a private key left in the bundle) are passed over.
 ///
 /// # Errors
 /// [`RootsError`] naming the file: unreadable, not PEM, no certificate, or a certificate
 /// rustls cannot trust as a root.
-pub fn read(path: &Path) -> Result<Vec<CertificateDer<'static>>, RootsError> {
+pub fn configured(upstream_ca: Option<&Path>) -> Result<RootCertStore, RootsError> {
+    let mut roots = RootCertStore::from_iter(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    let Some(path) = upstream_ca else {
+        return Ok(roots);
+    };
     let problem = |problem: String| RootsError {
         path: path.to_owned(),
         problem,
@@ -49,28 +46,23 @@ pub fn read(path: &Path) -> Result<Vec<CertificateDer<'static>>, RootsError> {
             "no certificate in it (expected a PEM \"BEGIN CERTIFICATE\" section)".to_owned(),
         ));
     }
-    let mut store = RootCertStore::empty();
-    for (n, cert) in certs.iter().enumerate() {
-        store.add(cert.clone()).map_err(|e| {
+    let count = certs.len();
+    for (n, cert) in certs.into_iter().enumerate() {
+        roots.add(cert).map_err(|e| {
             problem(format!(
-                "certificate {} of {} cannot be a trust root: {e}",
-                n + 1,
-                certs.len()
+                "certificate {} of {count} cannot be a trust root: {e}",
+                n + 1
             ))
         })?;
     }
-    Ok(certs)
+    Ok(roots)
 }
 
-/// The upstream client's TLS settings: rustls' safe defaults, the Mozilla roots and `extra`.
+/// The upstream client's TLS settings: rustls' safe defaults and `roots`.
 pub(super) fn client_config(
     provider: Arc<CryptoProvider>,
-    extra: &[CertificateDer<'static>],
+    roots: RootCertStore,
 ) -> Result<ClientConfig, rustls::Error> {
-    let mut roots = RootCertStore::from_iter(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-    for cert in extra {
-        roots.add(cert.clone())?;
-    }
     Ok(ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()?
         .with_root_certificates(roots)
@@ -102,9 +94,11 @@ mod tests {
             ca_pem(),
             ca_pem()
         );
-        let certs = read(&file(&dir, &bundle)).unwrap();
-        assert_eq!(certs.len(), 2);
-        let config = client_config(Arc::new(rustls::crypto::ring::default_provider()), &certs);
+        let mozilla = configured(None).unwrap().len();
+        assert!(mozilla > 100, "the Mozilla roots: {mozilla}");
+        let roots = configured(Some(&file(&dir, &bundle))).unwrap();
+        assert_eq!(roots.len(), mozilla + 2);
+        let config = client_config(Arc::new(rustls::crypto::ring::default_provider()), roots);
         assert!(config.is_ok());
     }
 
@@ -129,7 +123,7 @@ mod tests {
         ];
         for (text, want) in cases {
             let path = file(&dir, &text);
-            let message = read(&path).unwrap_err().to_string();
+            let message = configured(Some(&path)).unwrap_err().to_string();
             assert!(
                 message.starts_with(&format!("upstream_ca {}: ", path.display())),
                 "{message}"
@@ -138,7 +132,7 @@ mod tests {
             assert!(!message.contains(secret), "{message}");
         }
         let missing = dir.path().join("missing.pem");
-        let message = read(&missing).unwrap_err().to_string();
+        let message = configured(Some(&missing)).unwrap_err().to_string();
         assert!(message.contains("cannot read it"), "{message}");
     }
 }
