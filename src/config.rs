@@ -16,6 +16,7 @@ mod summary;
 mod tls;
 mod units;
 mod upstream;
+mod upstream_proxy;
 mod validate;
 
 #[cfg(test)]
@@ -33,6 +34,7 @@ pub use cluster::{Cluster, RedisUrl};
 pub use redact::ParseError;
 pub use tls::{Ca, Forward, PemFiles, Tls, Tunnel, KNOWN_API_HOSTS};
 pub use upstream::{BadTarget, Target, Upstream};
+pub use upstream_proxy::UpstreamProxy;
 
 /// Loopback, so that a fresh install is not an open relay spending the pool's keys.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
@@ -143,6 +145,9 @@ pub struct Config {
     /// A PEM file of CA certificates trusted for `https://` upstreams beside the Mozilla
     /// roots: for a firewall that inspects outgoing TLS, or a service behind a private CA.
     pub upstream_ca: Option<PathBuf>,
+    /// An HTTP proxy every upstream connection is tunnelled through (`CONNECT`), for a
+    /// network whose only way out is a proxy; `None`: connections go direct.
+    pub upstream_proxy: Option<UpstreamProxy>,
     /// How often balances and thread counts are refreshed and benched keys re-probed.
     pub refresh_interval: Duration,
     /// The pool, in file order, then the `keys_env` keys.
@@ -438,6 +443,7 @@ impl Config {
             capacity: Capacity::default(),
             upstream,
             upstream_ca: None,
+            upstream_proxy: None,
             refresh_interval: DEFAULT_REFRESH_INTERVAL,
             keys,
             failover: Failover::default(),

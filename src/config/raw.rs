@@ -17,6 +17,7 @@ pub(super) struct RawConfig {
     pub keys_env: Option<String>,
     pub data_dir: Option<String>,
     pub upstream_ca: Option<String>,
+    pub upstream_proxy: Option<String>,
     /// Kept raw, not `Vec<RawKey>`: serde's type errors quote the offending value, and in
     /// `keys = ["0123…"]` that value is a secret. See `RawKey`.
     pub keys: Option<Value>,

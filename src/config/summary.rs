@@ -37,6 +37,12 @@ pub(super) fn render(config: &Config) -> String {
             ca.display()
         );
     }
+    if let Some(proxy) = &config.upstream_proxy {
+        let _ = writeln!(
+            out,
+            "upstream_proxy {proxy}: every upstream connection is a CONNECT tunnel through it"
+        );
+    }
     let _ = writeln!(
         out,
         "failover: max_attempts {}, retry_unsure_submits {}, min_balance {}, busy_cooldown {}, \

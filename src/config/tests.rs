@@ -1002,6 +1002,7 @@ fn placements(value: &str) -> Vec<(String, &'static str)> {
         top("keys_env"),
         top("data_dir"),
         top("upstream_ca"),
+        top("upstream_proxy"),
         top("refresh_interval"),
         section("failover", "max_attempts"),
         section("failover", "min_balance"),

@@ -52,6 +52,10 @@ pub(super) fn validate(
     let access = super::access::access(p, raw.access, &keys, env);
     let admin = super::access::admin(p, raw.admin, env);
     super::access::exposure(p, listen, tls.as_ref(), &access, &admin);
+    let upstream_proxy = raw
+        .upstream_proxy
+        .filter(|url| !url.trim().is_empty())
+        .and_then(|url| super::upstream_proxy::upstream_proxy(p, &url, env));
     let cluster = raw
         .cluster
         .and_then(|raw| super::cluster::cluster(p, raw, env));
@@ -65,6 +69,7 @@ pub(super) fn validate(
             .upstream_ca
             .filter(|c| !c.trim().is_empty())
             .map(PathBuf::from),
+        upstream_proxy,
         refresh_interval,
         keys,
         failover,
