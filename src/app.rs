@@ -174,7 +174,11 @@ impl App {
     fn build(config: Config, seed: Option<u64>) -> Result<App, AppError> {
         let health: Arc<dyn HealthStore> = Arc::new(MemoryHealth::new());
         let roots = roots::configured(config.upstream_ca.as_deref())?;
-        let client = UpstreamClient::new(config.timeouts.connect, roots)?;
+        let client = UpstreamClient::new(
+            config.timeouts.connect,
+            roots,
+            config.upstream_proxy.as_ref(),
+        )?;
         let metrics = Metrics::new()?;
         metrics.admit_keys(config.keys.iter().map(|k| k.name.as_str()));
         metrics.admit_providers(config.keys.iter().map(|k| k.provider));

@@ -306,6 +306,11 @@ async fn serve(source: &ConfigPath, threads: usize) -> anyhow::Result<()> {
     let config = load_config(source)?;
     let listen = config.listen;
     let upstream = config.upstream.as_str().to_owned();
+    // Masked: the URL's user info never reaches the log.
+    let via = config
+        .upstream_proxy
+        .as_ref()
+        .map_or_else(|| "direct".to_owned(), ToString::to_string);
     let keys = config.keys.len();
     let tls = config.tls.clone();
     let app = App::new(config)?;
@@ -347,7 +352,7 @@ async fn serve(source: &ConfigPath, threads: usize) -> anyhow::Result<()> {
         shutdown.await;
         tell_service_manager(Lifecycle::Stopping);
     };
-    tracing::info!(%addr, %upstream, keys, threads, "keyrelay listening");
+    tracing::info!(%addr, %upstream, %via, keys, threads, "keyrelay listening");
     if let Some(admin) = admin_addr {
         // Its own line, after the one above, and not as `addr`: scripts read that one.
         tracing::info!(%admin, "admin API listening");

@@ -135,7 +135,11 @@ impl Report {
 /// keys, only about the way to the upstream.
 pub async fn run(config: &Config) -> Result<Report, CheckError> {
     let roots = crate::upstream::roots::configured(config.upstream_ca.as_deref())?;
-    let client = UpstreamClient::new(config.timeouts.connect, roots)?;
+    let client = UpstreamClient::new(
+        config.timeouts.connect,
+        roots,
+        config.upstream_proxy.as_ref(),
+    )?;
     let rows = join_all(
         config
             .keys

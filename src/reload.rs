@@ -236,6 +236,11 @@ fn keep_start_only_settings(running: &Config, new: &mut Config) -> Vec<&'static 
         changed.push("upstream_ca");
         new.upstream_ca = running.upstream_ca.clone();
     }
+    // So are its connector and the proxy it dials through.
+    if new.upstream_proxy != running.upstream_proxy {
+        changed.push("upstream_proxy");
+        new.upstream_proxy = running.upstream_proxy.clone();
+    }
     if new.timeouts.connect != running.timeouts.connect {
         changed.push("timeouts.connect");
         new.timeouts.connect = running.timeouts.connect;

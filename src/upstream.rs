@@ -2,6 +2,7 @@
 //! per-request timeouts, and errors that say whether the request may have arrived.
 
 mod account;
+mod dial;
 mod pool;
 pub mod roots;
 
@@ -89,13 +90,15 @@ pub struct UpstreamClient {
 }
 
 impl UpstreamClient {
-    /// A client that checks https upstreams against `roots` (from [`roots::configured`]).
+    /// A client that checks https upstreams against `roots` (from [`roots::configured`]),
+    /// and opens every connection through `proxy` if there is one.
     ///
     /// # Errors
     /// Fails only if rustls cannot set up its TLS defaults.
     pub fn new(
         connect_timeout: Duration,
         roots: rustls::RootCertStore,
+        proxy: Option<&crate::config::UpstreamProxy>,
     ) -> Result<UpstreamClient, rustls::Error> {
         let mut http = HttpConnector::new();
         // The https connector below decides the scheme; HttpConnector must accept both.
@@ -107,7 +110,7 @@ impl UpstreamClient {
             .with_tls_config(roots::client_config(provider, roots)?)
             .https_or_http()
             .enable_http1()
-            .wrap_connector(http);
+            .wrap_connector(dial::Dial::new(http, proxy));
         Ok(UpstreamClient {
             pool: Arc::new(Pool::new(https, POOL_IDLE_TIMEOUT)),
         })
@@ -422,8 +425,12 @@ mod tests {
 
     #[test]
     fn every_request_carries_its_own_upstreams_host_first() {
-        let client =
-            UpstreamClient::new(Duration::from_secs(1), roots::configured(None).unwrap()).unwrap();
+        let client = UpstreamClient::new(
+            Duration::from_secs(1),
+            roots::configured(None).unwrap(),
+            None,
+        )
+        .unwrap();
         let caller = header_map(&[
             ("user-agent", "python-requests"),
             ("host", "caller"),

@@ -183,6 +183,68 @@ fn check_reads_upstream_ca_beside_the_config_and_refuses_a_bad_one() {
     );
 }
 
+/// `upstream_proxy` is shown by `check` with its user info masked, its password (here from
+/// the environment) never; a proxy URL keyrelay cannot use is refused, saying why.
+#[test]
+fn check_shows_the_upstream_proxy_masked_and_refuses_an_unusable_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("proxy.toml");
+    let write = |proxy: &str| {
+        std::fs::write(
+            &path,
+            format!("upstream_proxy = \"{proxy}\"\n[[keys]]\nname = \"main\"\nkey = \"0123456789abcdef0123456789abcdef\"\n"),
+        )
+        .unwrap();
+    };
+    let check = || {
+        Command::new(env!("CARGO_BIN_EXE_keyrelay"))
+            .args(["check", "--config", path.to_str().unwrap()])
+            .env_remove("RUST_LOG")
+            .env("KR_PROXY_PASS", "s3cret-proxy-pw")
+            .output()
+            .expect("keyrelay runs")
+    };
+
+    write("http://relay:${KR_PROXY_PASS}@proxy.internal:3128");
+    let good = check();
+    assert!(good.status.success(), "{}", stderr(&good));
+    let want = "upstream_proxy http://***@proxy.internal:3128: every upstream connection is a CONNECT tunnel through it";
+    assert!(
+        stdout(&good).lines().any(|l| l == want),
+        "{}",
+        stdout(&good)
+    );
+
+    for (proxy, why) in [
+        (
+            "https://relay:${KR_PROXY_PASS}@proxy.internal:3128",
+            "TLS connection to the proxy",
+        ),
+        (
+            "socks5://relay:${KR_PROXY_PASS}@proxy.internal:1080",
+            "SOCKS proxies are not supported",
+        ),
+        (
+            "http://relay:${KR_PROXY_PASS}@proxy.internal:3128/x",
+            "no path or query",
+        ),
+    ] {
+        write(proxy);
+        let bad = check();
+        assert!(!bad.status.success(), "{proxy}");
+        assert!(stderr(&bad).contains(why), "{proxy}: {}", stderr(&bad));
+        assert!(
+            stderr(&bad).contains("***@proxy.internal"),
+            "{}",
+            stderr(&bad)
+        );
+    }
+    for out in [good, check()] {
+        let all = format!("{}{}", stdout(&out), stderr(&out));
+        assert!(!all.contains("s3cret-proxy-pw"), "{all}");
+    }
+}
+
 #[test]
 fn check_reports_a_missing_file() {
     let out = keyrelay(&["check", "--config", "/nonexistent/proxy.toml"]);

@@ -137,6 +137,7 @@ async fn start_only_settings_keep_their_running_values() {
         &path,
         format!(
             "listen = \"127.0.0.1:1\"\nupstream = \"{}\"\nupstream_ca = \"roots.pem\"\n\
+             upstream_proxy = \"http://u:pw@127.0.0.1:3\"\n\
              [pins]\nttl = \"3h\"\n\
              [tls]\nlisten = \"127.0.0.1:2\"\n[ca]\ncert = \"c.pem\"\nkey = \"k.pem\"\n\
              [forward]\nintercept = [\"x.test\"]\ntunnel = \"none\"\n[access]\nopen = true\n\
@@ -155,6 +156,7 @@ async fn start_only_settings_keep_their_running_values() {
             "forward.intercept",
             "access.open",
             "upstream_ca",
+            "upstream_proxy",
             "pins"
         ]
     );
@@ -163,6 +165,7 @@ async fn start_only_settings_keep_their_running_values() {
     assert!(snapshot.config.tls.is_none() && snapshot.config.ca.files.is_none());
     assert!(snapshot.config.forward.intercept.is_none() && !snapshot.config.access.open);
     assert!(snapshot.config.upstream_ca.is_none());
+    assert!(snapshot.config.upstream_proxy.is_none());
     // What the server reads per request applies at once.
     assert_eq!(
         snapshot.config.forward.tunnel,

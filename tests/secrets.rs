@@ -180,3 +180,64 @@ mod reqwest_like {
         }
     }
 }
+
+/// The `upstream_proxy` password, from the environment, stays out of the logs (debug level),
+/// `/status`, metrics and answers, through a working tunnel and through one the proxy refuses;
+/// the start-up line names the proxy masked.
+#[tokio::test]
+async fn no_upstream_proxy_password_appears_in_logs_status_metrics_or_answers() {
+    use common::connect_proxy::{ConnectProxy, Mode};
+    const PROXY_PASSWORD: &str = "proxy-pw-Zq81x";
+    let sim = sim_with(&[KEY_A]).await;
+    let working = ConnectProxy::start(Mode::Tunnel { require: None }).await;
+    let refusing = ConnectProxy::start(Mode::Refuse(407)).await;
+    for (case, proxy) in [("working", &working), ("refusing", &refusing)] {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("proxy.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "listen = \"127.0.0.1:0\"\nupstream = \"{}\"\nupstream_proxy = \"http://relay:${{KR_TEST_PROXY_PW}}@{}\"\n[[keys]]\nname = \"alpha\"\nkey = \"{KEY_A}\"\n[failover]\nbackoff_base = \"1ms\"\nbackoff_max = \"2ms\"\n",
+                sim.url(),
+                proxy.addr
+            ),
+        )
+        .unwrap();
+        let mut binary = Binary::spawn(
+            &["--config", config.to_str().unwrap(), "--log", "debug"],
+            &[("KR_TEST_PROXY_PW", PROXY_PASSWORD)],
+        );
+        let addr = binary.wait_for_addr();
+        let base = format!("http://{addr}");
+        let client = reqwest_like::Client::new();
+        let mut answers = String::new();
+        for path in [
+            format!("/in.php?key={CALLER_KEY}&method=userrecaptcha&googlekey=g&pageurl=p&json=1"),
+            format!("/in.php?key={CALLER_KEY}&method=userrecaptcha&googlekey=g&pageurl=p"),
+            format!("/res.php?key={CALLER_KEY}&action=getbalance"),
+            "/status".to_owned(),
+            "/metrics".to_owned(),
+        ] {
+            answers.push_str(&client.get(&format!("{base}{path}")).await);
+        }
+        let logs = binary.stop();
+        assert!(!proxy.seen().is_empty(), "{case}: the proxy was not used");
+        let listening = logs
+            .lines()
+            .find(|l| l.contains("keyrelay listening"))
+            .unwrap_or_else(|| panic!("{case}: no start-up line:\n{logs}"));
+        assert!(
+            listening.contains(&format!("via=http://***@{}", proxy.addr)),
+            "{listening}"
+        );
+        if case == "refusing" {
+            assert!(logs.contains("proxy authorization required"), "{logs}");
+        }
+        for (what, text) in [("logs", &logs), ("answers", &answers)] {
+            assert!(
+                !text.contains(PROXY_PASSWORD),
+                "{case}: the proxy password is in the {what}"
+            );
+        }
+    }
+}

@@ -527,6 +527,15 @@ async fn keyrelay_refuses_to_start_on_a_corrupt_ca_naming_the_file() {
 /// beside the Mozilla roots. Its own simulator is never asked: it only keeps the harness's
 /// shape.
 async fn front(upstream: &str, upstream_ca: Option<std::path::PathBuf>) -> common::Harness {
+    front_via(upstream, upstream_ca, None).await
+}
+
+/// [`front`], its connections tunnelled through `proxy` (an `upstream_proxy` URL) if given.
+async fn front_via(
+    upstream: &str,
+    upstream_ca: Option<std::path::PathBuf>,
+    proxy: Option<&str>,
+) -> common::Harness {
     let upstream = keyrelay::config::Upstream::parse(upstream).unwrap();
     let keys = [("front-a", KEY_A), ("front-b", KEY_B)]
         .iter()
@@ -534,6 +543,7 @@ async fn front(upstream: &str, upstream_ca: Option<std::path::PathBuf>) -> commo
         .collect();
     let mut config = Config::for_keys(upstream, keys);
     config.upstream_ca = upstream_ca;
+    config.upstream_proxy = proxy.map(|url| keyrelay::config::UpstreamProxy::parse(url).unwrap());
     config.failover.backoff_base = Duration::from_millis(1);
     config.failover.backoff_max = Duration::from_millis(5);
     let unused = sim_with(&[]).await;
@@ -601,6 +611,36 @@ async fn an_https_upstream_behind_a_private_ca_is_trusted_through_upstream_ca() 
     let solved = solved.expect("the task is solved within 20 polls");
     assert_eq!(solved.json()["status"], 1, "{}", solved.text());
     trusting.stop().await;
+    behind.stop().await;
+}
+
+/// TLS to an https upstream runs end to end inside the `upstream_proxy` tunnel: the proxy
+/// is asked for the upstream's name and port, and only ever relays ciphertext, so the pool
+/// key it carries is not visible to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_https_upstream_is_reached_through_an_upstream_proxy_tunnel() {
+    use common::connect_proxy::{ConnectProxy, Mode};
+    let behind = TlsProxy::start(None, Duration::from_secs(5)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let roots = dir.path().join("private-ca.pem");
+    std::fs::write(&roots, behind.app.ca().unwrap().cert_pem()).unwrap();
+    let upstream = format!("https://localhost:{}", behind.tls.port());
+    let proxy = ConnectProxy::start(Mode::Tunnel { require: None }).await;
+
+    let front = front_via(&upstream, Some(roots), Some(&proxy.url(None))).await;
+    let id = front.submit().await;
+    let poll = front
+        .get(&format!(
+            "/res.php?key={CALLER_KEY}&action=get&id={id}&json=1"
+        ))
+        .await;
+    assert_eq!(poll.status, 200, "{}", poll.text());
+    assert!(poll.text().contains("\"status\""), "{}", poll.text());
+    let seen = proxy.seen();
+    assert!(!seen.is_empty(), "the tunnel was not used");
+    let target = format!("localhost:{}", behind.tls.port());
+    assert!(seen.iter().all(|c| c.target == target), "{seen:?}");
+    front.stop().await;
     behind.stop().await;
 }
 

@@ -18,7 +18,8 @@ use hyper::header::{HeaderValue, InvalidHeaderValue};
 use hyper::http::uri::{Authority, Scheme};
 use hyper::Uri;
 use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::connect::HttpConnector;
+
+use super::dial::Dial;
 use tokio::time::{Instant, Sleep};
 use tower::Service;
 
@@ -89,7 +90,7 @@ struct Known {
 }
 
 pub(super) struct Pool {
-    connector: HttpsConnector<HttpConnector>,
+    connector: HttpsConnector<Dial>,
     /// Held for a push or a pop, never across an await. foldhash, because every request
     /// hashes its origin here and SipHash cost 2.6 % of a request's instructions.
     /// Origins come from the config, so the map is as small as the set of upstreams.
@@ -98,7 +99,7 @@ pub(super) struct Pool {
 }
 
 impl Pool {
-    pub(super) fn new(connector: HttpsConnector<HttpConnector>, idle_timeout: Duration) -> Pool {
+    pub(super) fn new(connector: HttpsConnector<Dial>, idle_timeout: Duration) -> Pool {
         Pool {
             connector,
             idle: Mutex::new(HashMap::default()),

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod connect_proxy;
+
 use std::net::SocketAddr;
 use std::time::Duration;
 
