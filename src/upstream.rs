@@ -7,6 +7,7 @@ mod pool;
 pub mod roots;
 
 pub use account::Account;
+pub use dial::{open_tunnel, RelayConnector};
 
 use std::future::Future;
 use std::pin::Pin;

@@ -208,7 +208,7 @@ fn check_shows_the_upstream_proxy_masked_and_refuses_an_unusable_one() {
     write("http://relay:${KR_PROXY_PASS}@proxy.internal:3128");
     let good = check();
     assert!(good.status.success(), "{}", stderr(&good));
-    let want = "upstream_proxy http://***@proxy.internal:3128: every upstream connection is a CONNECT tunnel through it";
+    let want = "upstream_proxy http://***@proxy.internal:3128: every upstream connection, and every forward-proxy tunnel or relay to another host, goes through it";
     assert!(
         stdout(&good).lines().any(|l| l == want),
         "{}",

@@ -636,3 +636,172 @@ async fn a_token_in_the_proxy_url_serves_the_requests_inside_an_intercepted_tunn
     }
     h.stop().await;
 }
+
+// === Through `upstream_proxy` ===
+
+/// `Basic base64("relay:pa55-w0rd")`, keyrelay's own credential for the parent proxy.
+const PARENT_AUTH: &str = "Basic cmVsYXk6cGE1NS13MHJk";
+const PARENT_PASSWORD: &str = "pa55-w0rd";
+
+/// A proxy (as `proxy` makes it) whose outgoing connections go through `parent`, with
+/// tokens on, so that the caller's own `Proxy-Authorization` is there to be dropped. A
+/// parent that fails fails the startup refresh too, so that is only awaited when asked.
+async fn behind(parent: &str, wait_for_refresh: bool) -> Harness {
+    let sim = sim_with(&[KEY_A, KEY_B]).await;
+    let mut config = config_for(&sim, &[("a", KEY_A, 1.0), ("b", KEY_B, 1.0)]);
+    config.forward.intercept = Some(vec!["ocr.captchaai.com".to_owned()]);
+    config.upstream_proxy =
+        Some(keyrelay::config::UpstreamProxy::parse(parent).expect("a valid proxy URL"));
+    config.access.tokens.push(TokenConfig {
+        name: "client".to_owned(),
+        token: CallerToken::new(TOKEN),
+        keys: None,
+        tiers: None,
+        max_threads: None,
+    });
+    if wait_for_refresh {
+        Harness::start(sim, config).await
+    } else {
+        Harness::start_without_refresh_wait(sim, config).await
+    }
+}
+
+fn caller_auth() -> String {
+    format!("Proxy-Authorization: Basic {}\r\n", basic("script", TOKEN))
+}
+
+/// With no direct way out, a script's other sites are reached through the parent proxy
+/// too: a tunnel is a `CONNECT` there with keyrelay's credential, never the caller's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_to_another_host_is_tunnelled_through_the_upstream_proxy() {
+    use common::connect_proxy::{ConnectProxy, Mode};
+    let parent = ConnectProxy::start(Mode::Tunnel {
+        require: Some(PARENT_AUTH.to_owned()),
+    })
+    .await;
+    let h = behind(&parent.url(Some(&format!("relay:{PARENT_PASSWORD}"))), true).await;
+    let echo = echo_server().await;
+    let (mut stream, head, _) = exchange(
+        h.addr,
+        &format!(
+            "CONNECT {echo} HTTP/1.1\r\nHost: {echo}\r\n{}\r\n",
+            caller_auth()
+        ),
+    )
+    .await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    stream.write_all(b"through the parent").await.unwrap();
+    assert_eq!(
+        read_body(&mut stream, Vec::new(), 18).await,
+        b"through the parent"
+    );
+    let to_echo: Vec<_> = parent
+        .seen()
+        .into_iter()
+        .filter(|c| c.target == echo.to_string())
+        .collect();
+    assert_eq!(to_echo.len(), 1, "{:?}", parent.seen());
+    assert_eq!(to_echo[0].method, "CONNECT");
+    assert_eq!(to_echo[0].auth.as_deref(), Some(PARENT_AUTH));
+    drop(stream);
+    h.stop().await;
+}
+
+/// A plain-http relay is handed to the parent in absolute form, as a proxy chain does,
+/// with keyrelay's credential in place of the caller's; the parent's answer is relayed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn absolute_form_requests_to_another_host_are_relayed_through_the_upstream_proxy() {
+    use common::connect_proxy::{ConnectProxy, Mode};
+    let parent = ConnectProxy::start(Mode::Tunnel {
+        require: Some(PARENT_AUTH.to_owned()),
+    })
+    .await;
+    let h = behind(&parent.url(Some(&format!("relay:{PARENT_PASSWORD}"))), true).await;
+    // Never reached: the parent answers for it.
+    let (origin, mut heads) = http_server().await;
+    let (mut stream, head, rest) = exchange(
+        h.addr,
+        &format!(
+            "GET http://{origin}/page?q=1 HTTP/1.1\r\nHost: {origin}\r\n{}\r\n",
+            caller_auth()
+        ),
+    )
+    .await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let body = read_body(&mut stream, rest, content_length(&head)).await;
+    assert_eq!(body, b"relayed");
+    let relayed: Vec<_> = parent
+        .seen()
+        .into_iter()
+        .filter(|c| c.method == "GET")
+        .collect();
+    assert_eq!(relayed.len(), 1, "{:?}", parent.seen());
+    assert_eq!(relayed[0].target, format!("http://{origin}/page?q=1"));
+    assert_eq!(relayed[0].auth.as_deref(), Some(PARENT_AUTH));
+    assert!(heads.try_recv().is_err(), "keyrelay went around the parent");
+    drop(stream);
+    h.stop().await;
+}
+
+/// A parent that refuses, asks for other credentials or is not there: the caller gets a
+/// well-formed answer that names the parent without its password.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parent_proxy_that_fails_gets_the_caller_a_clear_answer_without_its_password() {
+    use common::connect_proxy::{ConnectProxy, Mode};
+    let userinfo = format!("relay:{PARENT_PASSWORD}");
+    let forbidden = ConnectProxy::start(Mode::Refuse(403)).await;
+    let wrong_password = ConnectProxy::start(Mode::Tunnel {
+        require: Some("Basic c29tZW9uZTplbHNl".to_owned()),
+    })
+    .await;
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{userinfo}@{}", listener.local_addr().unwrap());
+        drop(listener);
+        url
+    };
+    let echo = echo_server().await;
+    for (case, url, relay_status) in [
+        ("403", forbidden.url(Some(&userinfo)), "403"),
+        ("407", wrong_password.url(Some(&userinfo)), "407"),
+        ("closed port", closed, "502"),
+    ] {
+        let h = behind(&url, false).await;
+        // A relayed request gets the parent's own answer; it is the origin, to the caller.
+        for (request, status) in [
+            (
+                format!(
+                    "CONNECT {echo} HTTP/1.1\r\nHost: {echo}\r\n{}\r\n",
+                    caller_auth()
+                ),
+                "502",
+            ),
+            (
+                format!(
+                    "GET http://{echo}/ HTTP/1.1\r\nHost: {echo}\r\n{}\r\n",
+                    caller_auth()
+                ),
+                relay_status,
+            ),
+        ] {
+            let (mut stream, head, rest) = exchange(h.addr, &request).await;
+            assert!(
+                head.starts_with(&format!("HTTP/1.1 {status}")),
+                "{case}: {head}"
+            );
+            let body = read_body(&mut stream, rest, content_length(&head)).await;
+            let body = String::from_utf8_lossy(&body);
+            assert!(!head.contains(PARENT_PASSWORD), "{case}: {head}");
+            assert!(!body.contains(PARENT_PASSWORD), "{case}: {body}");
+            assert!(
+                !head.to_ascii_lowercase().contains("proxy-authenticate"),
+                "{case}: the parent's challenge is not the caller's: {head}"
+            );
+            if status == "502" {
+                assert!(body.starts_with("cannot "), "{case}: {body}");
+                assert!(body.contains("upstream_proxy"), "{case}: {body}");
+            }
+        }
+        h.stop().await;
+    }
+}

@@ -40,7 +40,8 @@ pub(super) fn render(config: &Config) -> String {
     if let Some(proxy) = &config.upstream_proxy {
         let _ = writeln!(
             out,
-            "upstream_proxy {proxy}: every upstream connection is a CONNECT tunnel through it"
+            "upstream_proxy {proxy}: every upstream connection, and every forward-proxy tunnel \
+             or relay to another host, goes through it"
         );
     }
     let _ = writeln!(

@@ -25,15 +25,16 @@ use tokio_util::task::TaskTracker;
 use super::authority;
 use super::header_timer::HeaderTimer;
 use crate::app::App;
-use crate::config::Limits;
+use crate::config::{Limits, UpstreamProxy};
 use crate::proxy::{self, Caller, Hangup};
+use crate::upstream::RelayConnector;
 
 /// What the server answers with: keyrelay's own buffered answers, or (for a request relayed
 /// to another host as a forward proxy) that host's answer, streamed.
 pub(crate) type ServerBody = http_body_util::Either<proxy::Body, Incoming>;
 
 /// A client for relaying absolute-form requests to other hosts, bodies streamed.
-pub(super) type RelayClient = Client<HttpConnector, Incoming>;
+pub(super) type RelayClient = Client<RelayConnector, Incoming>;
 
 /// Every connection the server serves, on any of its listeners. Cheap to clone: the forward
 /// proxy serves the requests inside an intercepted tunnel through it too.
@@ -62,7 +63,7 @@ impl Connections {
         let permits = Arc::new(Semaphore::new(limits.max_connections));
         Connections(Arc::new(Inner {
             intercepted: config.forward.intercepted(config.upstream.host()),
-            relay: relay_client(config.timeouts.connect),
+            relay: relay_client(config.timeouts.connect, config.upstream_proxy.as_ref()),
             app,
             limits,
             header_timer,
@@ -207,9 +208,9 @@ impl Connections {
     }
 }
 
-fn relay_client(connect_timeout: Duration) -> RelayClient {
+fn relay_client(connect_timeout: Duration, proxy: Option<&UpstreamProxy>) -> RelayClient {
     let mut http = HttpConnector::new();
     http.set_connect_timeout(Some(connect_timeout));
     http.set_nodelay(true);
-    Client::builder(TokioExecutor::new()).build(http)
+    Client::builder(TokioExecutor::new()).build(RelayConnector::new(http, proxy))
 }

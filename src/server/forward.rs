@@ -16,13 +16,13 @@ use hyper::body::Incoming;
 use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
-use tokio::net::TcpStream;
 
 use super::authority::unbracket;
 use super::connection::{Connections, ServerBody};
 use crate::config::Tunnel;
 use crate::metrics::ForwardOutcome;
 use crate::proxy::{self, Caller};
+use crate::upstream::{error_chain, open_tunnel};
 
 /// `CONNECT host:port` to a host that is not intercepted.
 pub(super) async fn connect(
@@ -66,16 +66,15 @@ pub(super) async fn connect(
     }
     let timeout = config.timeouts.connect;
     // Dialled before the 200, so that an unreachable host is a 502 the client can read.
-    let upstream = match tokio::time::timeout(timeout, TcpStream::connect((host.as_str(), port)))
-        .await
-    {
+    let proxy = config.upstream_proxy.as_ref();
+    let upstream = match tokio::time::timeout(timeout, open_tunnel(&host, port, proxy)).await {
         Ok(Ok(stream)) => stream,
         Ok(Err(e)) => {
             metrics.count_forward(ForwardOutcome::Unreachable);
             tracing::debug!(peer = %caller.peer, %host, port, error = %e, "tunnel target unreachable");
             return Ok(text(
                 StatusCode::BAD_GATEWAY,
-                format!("cannot reach {host}:{port}: {e}\n"),
+                format!("cannot reach {host}:{port}: {}\n", error_chain(e.as_ref())),
             ));
         }
         Err(_) => {
@@ -139,6 +138,11 @@ pub(super) async fn relay(
         ));
     }
     strip_hop_by_hop(req.headers_mut());
+    if let Some(auth) = config.upstream_proxy.as_ref().and_then(|p| p.auth()) {
+        // The caller's credential was for keyrelay; the parent proxy gets keyrelay's own.
+        req.headers_mut()
+            .insert(header::PROXY_AUTHORIZATION, auth.clone());
+    }
     match conns.relay_client().request(req).await {
         Ok(mut response) => {
             metrics.count_forward(ForwardOutcome::Relayed);
@@ -150,10 +154,7 @@ pub(super) async fn relay(
             tracing::debug!(peer = %caller.peer, %host, error = %e, "relay failed");
             Ok(text(
                 StatusCode::BAD_GATEWAY,
-                format!(
-                    "cannot relay to {host}: {}\n",
-                    crate::upstream::error_chain(&e)
-                ),
+                format!("cannot relay to {host}: {}\n", error_chain(&e)),
             ))
         }
     }

@@ -1,6 +1,8 @@
-//! How a new upstream connection is opened: a TCP connection straight to the upstream, or a
-//! `CONNECT` tunnel through the configured `upstream_proxy` (hyper-util's `Tunnel`). TLS to
-//! an https upstream runs inside either, end to end, so the proxy never sees the key.
+//! How a new outgoing connection is opened: straight to its host, or through the configured
+//! `upstream_proxy`. keyrelay's own upstream connections and the forward proxy's tunnels to
+//! other hosts are `CONNECT` tunnels through it (hyper-util's `Tunnel`), so TLS runs inside,
+//! end to end, and the proxy never sees a key; the forward proxy's plain-http relays are
+//! handed to it in absolute form, as any proxy chain does.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -9,7 +11,7 @@ use std::task::{Context, Poll};
 use hyper::http::uri::{Authority, Scheme};
 use hyper::Uri;
 use hyper_util::client::legacy::connect::proxy::Tunnel;
-use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 use tower::Service;
@@ -112,6 +114,125 @@ fn with_port(dst: Uri) -> Uri {
     parts.authority = Some(authority);
     // The scheme and path are dst's own, so only a bad authority could fail, and it parsed.
     Uri::from_parts(parts).unwrap_or_default()
+}
+
+/// A TCP stream to `host:port` for a byte-for-byte tunnel: dialled directly, or a `CONNECT`
+/// tunnel through `proxy`. The caller bounds it in time, so that it can tell a timeout from
+/// a refusal.
+///
+/// # Errors
+/// The dial or the tunnel failed; the message names the proxy masked, never its credential.
+pub async fn open_tunnel(
+    host: &str,
+    port: u16,
+    proxy: Option<&UpstreamProxy>,
+) -> Result<TcpStream, BoxError> {
+    let Some(proxy) = proxy else {
+        return Ok(TcpStream::connect((host, port)).await?);
+    };
+    let authority = if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    };
+    let dst = Uri::builder()
+        .scheme(Scheme::HTTP)
+        .authority(authority)
+        .path_and_query("/")
+        .build()?;
+    let mut tcp = HttpConnector::new();
+    tcp.set_nodelay(true);
+    let mut dial = Dial::new(tcp, Some(proxy));
+    std::future::poll_fn(|cx| dial.poll_ready(cx)).await?;
+    Ok(dial.call(dst).await?.into_inner())
+}
+
+/// The connector of the forward proxy's client for absolute-form `http://` requests to
+/// other hosts: straight to each host, or every one to `upstream_proxy`, marked as a proxy
+/// so that the client sends the request in absolute form for it to relay.
+#[derive(Clone)]
+pub struct RelayConnector {
+    tcp: HttpConnector,
+    /// The proxy's URI, and how logs and answers may show it.
+    proxy: Option<(Uri, String)>,
+}
+
+impl RelayConnector {
+    pub fn new(tcp: HttpConnector, proxy: Option<&UpstreamProxy>) -> RelayConnector {
+        RelayConnector {
+            tcp,
+            proxy: proxy.map(|p| (p.uri().clone(), p.to_string())),
+        }
+    }
+}
+
+/// A relay connection, which knows whether it goes to a proxy.
+pub struct RelayStream {
+    io: TokioIo<TcpStream>,
+    proxied: bool,
+}
+
+impl Connection for RelayStream {
+    fn connected(&self) -> Connected {
+        self.io.connected().proxy(self.proxied)
+    }
+}
+
+impl hyper::rt::Read for RelayStream {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: hyper::rt::ReadBufCursor<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl hyper::rt::Write for RelayStream {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+impl Service<Uri> for RelayConnector {
+    type Response = RelayStream;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<RelayStream, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.tcp.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, dst: Uri) -> Self::Future {
+        let Some((uri, shown)) = &self.proxy else {
+            let connecting = self.tcp.call(dst);
+            return Box::pin(async move {
+                let io = connecting.await?;
+                Ok(RelayStream { io, proxied: false })
+            });
+        };
+        let connecting = self.tcp.call(uri.clone());
+        let proxy = shown.clone();
+        Box::pin(async move {
+            let io = connecting.await.map_err(|error| ViaProxy {
+                proxy,
+                error: Box::new(error),
+            })?;
+            Ok(RelayStream { io, proxied: true })
+        })
+    }
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! A small HTTP `CONNECT` proxy on an ephemeral loopback port, standing in for the
-//! corporate proxy of `upstream_proxy`: it records every `CONNECT` it is sent, then tunnels,
-//! asks for credentials or refuses, as told.
+//! corporate proxy of `upstream_proxy`: it records every request it is sent, then tunnels
+//! (a `CONNECT`) or answers `relayed` itself (an absolute-form request), asks for
+//! credentials or refuses, as told.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -20,10 +21,12 @@ pub enum Mode {
     Refuse(u16),
 }
 
-/// One `CONNECT` as the proxy read it.
+/// One request as the proxy read it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Connect {
-    /// The request line's target, `host:port`.
+    /// The request line's method: `CONNECT`, or that of a request to relay.
+    pub method: String,
+    /// The request line's target: `host:port` for a `CONNECT`, else the absolute URL.
     pub target: String,
     /// Its `Proxy-Authorization` value, if any.
     pub auth: Option<String>,
@@ -59,7 +62,7 @@ impl ConnectProxy {
         }
     }
 
-    /// Every `CONNECT` read so far, in order.
+    /// Every request read so far, in order.
     pub fn seen(&self) -> Vec<Connect> {
         self.seen.lock().unwrap().clone()
     }
@@ -72,7 +75,7 @@ impl Drop for ConnectProxy {
 }
 
 async fn serve(mut caller: TcpStream, mode: Mode, seen: Arc<Mutex<Vec<Connect>>>) {
-    let Some(connect) = read_connect(&mut caller).await else {
+    let Some(connect) = read_request(&mut caller).await else {
         return;
     };
     seen.lock().unwrap().push(connect.clone());
@@ -87,6 +90,13 @@ async fn serve(mut caller: TcpStream, mode: Mode, seen: Arc<Mutex<Vec<Connect>>>
     if let Some(status) = refusal {
         let _ = caller
             .write_all(format!("{status}Content-Length: 0\r\n\r\n").as_bytes())
+            .await;
+        return;
+    }
+    if connect.method != "CONNECT" {
+        // Stands in for the origin: enough to show that the request came this way.
+        let _ = caller
+            .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 7\r\nConnection: close\r\n\r\nrelayed")
             .await;
         return;
     }
@@ -107,7 +117,7 @@ async fn serve(mut caller: TcpStream, mode: Mode, seen: Arc<Mutex<Vec<Connect>>>
 }
 
 /// The request head, up to its blank line (8 KiB at most, 5 s at most).
-async fn read_connect(stream: &mut TcpStream) -> Option<Connect> {
+async fn read_request(stream: &mut TcpStream) -> Option<Connect> {
     let mut head = Vec::new();
     let mut buf = [0u8; 1024];
     let read = async {
@@ -126,11 +136,10 @@ async fn read_connect(stream: &mut TcpStream) -> Option<Connect> {
     let text = String::from_utf8(head).ok()?;
     let mut lines = text.split("\r\n");
     let mut request_line = lines.next()?.split(' ');
-    if request_line.next()? != "CONNECT" {
-        return None;
-    }
+    let method = request_line.next()?.to_owned();
     let target = request_line.next()?.to_owned();
     let mut connect = Connect {
+        method,
         target,
         auth: None,
         host: None,
