@@ -9,6 +9,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use base64::Engine as _;
+use common::connect_proxy::{ConnectProxy, Mode};
 use common::*;
 use keyrelay::config::{TokenConfig, Tunnel};
 use keyrelay::CallerToken;
@@ -666,6 +667,16 @@ async fn behind(parent: &str, wait_for_refresh: bool) -> Harness {
     }
 }
 
+/// A parent proxy that tunnels for keyrelay's credential, and a proxy behind it.
+async fn behind_a_working_parent() -> (ConnectProxy, Harness) {
+    let parent = ConnectProxy::start(Mode::Tunnel {
+        require: Some(PARENT_AUTH.to_owned()),
+    })
+    .await;
+    let h = behind(&parent.url(Some(&format!("relay:{PARENT_PASSWORD}"))), true).await;
+    (parent, h)
+}
+
 fn caller_auth() -> String {
     format!("Proxy-Authorization: Basic {}\r\n", basic("script", TOKEN))
 }
@@ -674,12 +685,7 @@ fn caller_auth() -> String {
 /// too: a tunnel is a `CONNECT` there with keyrelay's credential, never the caller's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connect_to_another_host_is_tunnelled_through_the_upstream_proxy() {
-    use common::connect_proxy::{ConnectProxy, Mode};
-    let parent = ConnectProxy::start(Mode::Tunnel {
-        require: Some(PARENT_AUTH.to_owned()),
-    })
-    .await;
-    let h = behind(&parent.url(Some(&format!("relay:{PARENT_PASSWORD}"))), true).await;
+    let (parent, h) = behind_a_working_parent().await;
     let echo = echo_server().await;
     let (mut stream, head, _) = exchange(
         h.addr,
@@ -711,12 +717,7 @@ async fn connect_to_another_host_is_tunnelled_through_the_upstream_proxy() {
 /// with keyrelay's credential in place of the caller's; the parent's answer is relayed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn absolute_form_requests_to_another_host_are_relayed_through_the_upstream_proxy() {
-    use common::connect_proxy::{ConnectProxy, Mode};
-    let parent = ConnectProxy::start(Mode::Tunnel {
-        require: Some(PARENT_AUTH.to_owned()),
-    })
-    .await;
-    let h = behind(&parent.url(Some(&format!("relay:{PARENT_PASSWORD}"))), true).await;
+    let (parent, h) = behind_a_working_parent().await;
     // Never reached: the parent answers for it.
     let (origin, mut heads) = http_server().await;
     let (mut stream, head, rest) = exchange(
@@ -747,7 +748,6 @@ async fn absolute_form_requests_to_another_host_are_relayed_through_the_upstream
 /// well-formed answer that names the parent without its password.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_parent_proxy_that_fails_gets_the_caller_a_clear_answer_without_its_password() {
-    use common::connect_proxy::{ConnectProxy, Mode};
     let userinfo = format!("relay:{PARENT_PASSWORD}");
     let forbidden = ConnectProxy::start(Mode::Refuse(403)).await;
     let wrong_password = ConnectProxy::start(Mode::Tunnel {
