@@ -238,7 +238,16 @@ fn keep_start_only_settings(running: &Config, new: &mut Config) -> Vec<&'static 
     }
     // So are its connector and the proxy it dials through.
     if new.upstream_proxy != running.upstream_proxy {
-        changed.push("upstream_proxy");
+        let (new_proxy, old_proxy) = (new.upstream_proxy.as_ref(), running.upstream_proxy.as_ref());
+        let same_proxy = match (new_proxy, old_proxy) {
+            (Some(a), Some(b)) => a.same_proxy(b),
+            _ => false,
+        };
+        changed.push(if same_proxy {
+            "upstream_no_proxy"
+        } else {
+            "upstream_proxy"
+        });
         new.upstream_proxy = running.upstream_proxy.clone();
     }
     if new.timeouts.connect != running.timeouts.connect {

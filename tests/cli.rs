@@ -184,7 +184,8 @@ fn check_reads_upstream_ca_beside_the_config_and_refuses_a_bad_one() {
 }
 
 /// `upstream_proxy` is shown by `check` with its user info masked, its password (here from
-/// the environment) never; a proxy URL keyrelay cannot use is refused, saying why.
+/// the environment) never, with the hosts it bypasses; a proxy URL keyrelay cannot use is
+/// refused, saying why.
 #[test]
 fn check_shows_the_upstream_proxy_masked_and_refuses_an_unusable_one() {
     let dir = tempfile::tempdir().unwrap();
@@ -192,7 +193,7 @@ fn check_shows_the_upstream_proxy_masked_and_refuses_an_unusable_one() {
     let write = |proxy: &str| {
         std::fs::write(
             &path,
-            format!("upstream_proxy = \"{proxy}\"\n[[keys]]\nname = \"main\"\nkey = \"0123456789abcdef0123456789abcdef\"\n"),
+            format!("upstream_proxy = \"{proxy}\"\nupstream_no_proxy = [\"localhost\", \"*.corp.internal\"]\n[[keys]]\nname = \"main\"\nkey = \"0123456789abcdef0123456789abcdef\"\n"),
         )
         .unwrap();
     };
@@ -211,6 +212,13 @@ fn check_shows_the_upstream_proxy_masked_and_refuses_an_unusable_one() {
     let want = "upstream_proxy http://***@proxy.internal:3128: every upstream connection, and every forward-proxy tunnel or relay to another host, goes through it";
     assert!(
         stdout(&good).lines().any(|l| l == want),
+        "{}",
+        stdout(&good)
+    );
+    let direct =
+        "upstream_no_proxy localhost, .corp.internal: dialled directly, not through upstream_proxy";
+    assert!(
+        stdout(&good).lines().any(|l| l == direct),
         "{}",
         stdout(&good)
     );

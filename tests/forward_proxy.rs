@@ -648,11 +648,16 @@ const PARENT_PASSWORD: &str = "pa55-w0rd";
 /// tokens on, so that the caller's own `Proxy-Authorization` is there to be dropped. A
 /// parent that fails fails the startup refresh too, so that is only awaited when asked.
 async fn behind(parent: &str, wait_for_refresh: bool) -> Harness {
+    behind_bypassing(parent, wait_for_refresh, &[]).await
+}
+
+/// [`behind`], with `direct` in `upstream_no_proxy`.
+async fn behind_bypassing(parent: &str, wait_for_refresh: bool, direct: &[&str]) -> Harness {
     let sim = sim_with(&[KEY_A, KEY_B]).await;
     let mut config = config_for(&sim, &[("a", KEY_A, 1.0), ("b", KEY_B, 1.0)]);
     config.forward.intercept = Some(vec!["ocr.captchaai.com".to_owned()]);
-    config.upstream_proxy =
-        Some(keyrelay::config::UpstreamProxy::parse(parent).expect("a valid proxy URL"));
+    let parent = keyrelay::config::UpstreamProxy::parse(parent).expect("a valid proxy URL");
+    config.upstream_proxy = Some(parent.bypassing(direct).expect("valid hosts"));
     config.access.tokens.push(TokenConfig {
         name: "client".to_owned(),
         token: CallerToken::new(TOKEN),
@@ -804,4 +809,50 @@ async fn a_parent_proxy_that_fails_gets_the_caller_a_clear_answer_without_its_pa
         }
         h.stop().await;
     }
+}
+
+/// Hosts in `upstream_no_proxy` are dialled directly: the parent (which would refuse) sees
+/// nothing, and a relayed request carries no credential of the parent's to them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hosts_in_upstream_no_proxy_are_reached_directly_without_the_parents_credential() {
+    let parent = ConnectProxy::start(Mode::Refuse(403)).await;
+    let url = parent.url(Some(&format!("relay:{PARENT_PASSWORD}")));
+    // The simulator is on 127.0.0.1 too, so the startup refresh goes direct as well.
+    let h = behind_bypassing(&url, true, &["localhost", "127.0.0.0/8"]).await;
+    let echo = echo_server().await;
+    let (mut stream, head, _) = exchange(
+        h.addr,
+        &format!(
+            "CONNECT {echo} HTTP/1.1\r\nHost: {echo}\r\n{}\r\n",
+            caller_auth()
+        ),
+    )
+    .await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    stream.write_all(b"direct").await.unwrap();
+    assert_eq!(read_body(&mut stream, Vec::new(), 6).await, b"direct");
+    drop(stream);
+
+    let (origin, mut heads) = http_server().await;
+    let (mut stream, head, rest) = exchange(
+        h.addr,
+        &format!(
+            "GET http://{origin}/page HTTP/1.1\r\nHost: {origin}\r\n{}\r\n",
+            caller_auth()
+        ),
+    )
+    .await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert_eq!(
+        read_body(&mut stream, rest, content_length(&head)).await,
+        b"hello"
+    );
+    let seen = heads.recv().await.expect("the origin got the request");
+    assert!(seen.starts_with("GET /page HTTP/1.1"), "{seen}");
+    assert!(
+        !seen.to_ascii_lowercase().contains("proxy-authorization"),
+        "{seen}"
+    );
+    assert!(parent.seen().is_empty(), "{:?}", parent.seen());
+    h.stop().await;
 }

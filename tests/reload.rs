@@ -129,6 +129,42 @@ async fn an_invalid_file_is_rejected_and_changes_nothing() {
     h.stop().await;
 }
 
+/// `upstream_no_proxy` is read at start with the proxy; a reload that changes only the list
+/// names it, not `upstream_proxy`, and keeps the running list.
+#[tokio::test]
+async fn a_changed_upstream_no_proxy_is_named_as_needing_a_restart() {
+    let sim = sim_with(&[KEY_A]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("proxy.toml");
+    let write = |proxy: &str, direct: &str| {
+        std::fs::write(
+            &path,
+            format!(
+                "listen = \"127.0.0.1:0\"\nupstream = \"{}\"\nrefresh_interval = \"1h\"\n\
+                 upstream_proxy = \"{proxy}\"\nupstream_no_proxy = {direct}\n\
+                 [[keys]]\nname = \"a\"\nkey = \"{KEY_A}\"\n",
+                sim.url()
+            ),
+        )
+        .unwrap();
+    };
+    // Nothing listens on port 3: only the bypass lets the startup refresh through.
+    write("http://127.0.0.1:3", "[\"127.0.0.1\"]");
+    let h = Harness::start(sim.clone(), Config::load(&path).unwrap()).await;
+
+    write("http://127.0.0.1:3", "[\"127.0.0.1\", \"localhost\"]");
+    let applied = reload_file(&h.app, &path).unwrap();
+    assert_eq!(applied.needs_restart, vec!["upstream_no_proxy"]);
+    let running = h.app.snapshot().config.upstream_proxy.clone().unwrap();
+    assert_eq!(running.direct(), ["127.0.0.1"]);
+
+    write("http://127.0.0.1:4", "[\"127.0.0.1\"]");
+    let applied = reload_file(&h.app, &path).unwrap();
+    assert_eq!(applied.needs_restart, vec!["upstream_proxy"]);
+    h.submit().await;
+    h.stop().await;
+}
+
 #[tokio::test]
 async fn start_only_settings_keep_their_running_values() {
     let (h, dir) = from_file(&[("a", KEY_A, 1.0)]).await;

@@ -156,3 +156,20 @@ async fn a_tunnel_that_fails_gets_a_well_formed_answer_and_benches_no_key() {
     }
     assert!(!wrong_password.seen().is_empty() && !forbidden.seen().is_empty());
 }
+
+/// The upstream's host in `upstream_no_proxy` is dialled directly: submits, polls and the
+/// refresh all work although the proxy would refuse them, and it sees none of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_in_upstream_no_proxy_is_dialled_directly() {
+    let proxy = ConnectProxy::start(Mode::Refuse(403)).await;
+    let sim = sim_with(&[KEY_A, KEY_B]).await;
+    let mut config = config_for(&sim, &[("a", KEY_A, 1.0), ("b", KEY_B, 1.0)]);
+    let parsed = UpstreamProxy::parse(&proxy.url(None)).unwrap();
+    config.upstream_proxy = Some(parsed.bypassing(&["127.0.0.1"]).unwrap());
+    // The startup refresh must succeed for this to return.
+    let harness = Harness::start(sim, config).await;
+    let id = harness.submit().await;
+    assert!(harness.sim.task_owner(id).is_some());
+    assert!(proxy.seen().is_empty(), "{:?}", proxy.seen());
+    harness.stop().await;
+}

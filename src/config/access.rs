@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use toml::Value;
 
 use super::keys::{name_problem, substitute};
-use super::problems::{a_type, Problems};
+use super::problems::{a_type, string_list, Problems};
 use super::raw::{RawAccess, RawAdmin, RawToken};
 use super::tls::Tls;
 use super::KeyConfig;
@@ -326,27 +326,6 @@ fn secret(
         return None;
     }
     Some(token)
-}
-
-fn string_list(p: &mut Problems, field: &str, value: Value) -> Option<Vec<String>> {
-    let Value::Array(items) = value else {
-        p.add(
-            field,
-            format!("must be an array of names, got {}", a_type(&value)),
-        );
-        return None;
-    };
-    let mut names = Vec::with_capacity(items.len());
-    for (i, item) in items.into_iter().enumerate() {
-        match item {
-            Value::String(name) => names.push(name),
-            other => p.add(
-                format!("{field}[{i}]"),
-                format!("must be a string, got {}", a_type(&other)),
-            ),
-        }
-    }
-    Some(names)
 }
 
 fn tier_list(p: &mut Problems, field: &str, value: Value) -> Option<Vec<u32>> {

@@ -38,6 +38,29 @@ pub(super) fn a_type(value: &Value) -> &'static str {
     }
 }
 
+/// `value` as an array of strings; a problem for it, or for each item that is not one,
+/// naming its type and never its text.
+pub(super) fn string_list(p: &mut Problems, field: &str, value: Value) -> Option<Vec<String>> {
+    let Value::Array(items) = value else {
+        p.add(
+            field,
+            format!("must be an array of names, got {}", a_type(&value)),
+        );
+        return None;
+    };
+    let mut names = Vec::with_capacity(items.len());
+    for (i, item) in items.into_iter().enumerate() {
+        match item {
+            Value::String(name) => names.push(name),
+            other => p.add(
+                format!("{field}[{i}]"),
+                format!("must be a string, got {}", a_type(&other)),
+            ),
+        }
+    }
+    Some(names)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -18,6 +18,8 @@ pub(super) struct RawConfig {
     pub data_dir: Option<String>,
     pub upstream_ca: Option<String>,
     pub upstream_proxy: Option<String>,
+    /// Kept raw: a type error would quote the value ([`super::problems::string_list`]).
+    pub upstream_no_proxy: Option<Value>,
     /// Kept raw, not `Vec<RawKey>`: serde's type errors quote the offending value, and in
     /// `keys = ["0123…"]` that value is a secret. See `RawKey`.
     pub keys: Option<Value>,

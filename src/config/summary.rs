@@ -43,6 +43,13 @@ pub(super) fn render(config: &Config) -> String {
             "upstream_proxy {proxy}: every upstream connection, and every forward-proxy tunnel \
              or relay to another host, goes through it"
         );
+        if !proxy.direct().is_empty() {
+            let _ = writeln!(
+                out,
+                "upstream_no_proxy {}: dialled directly, not through upstream_proxy",
+                proxy.direct().join(", ")
+            );
+        }
     }
     let _ = writeln!(
         out,

@@ -1003,6 +1003,7 @@ fn placements(value: &str) -> Vec<(String, &'static str)> {
         top("data_dir"),
         top("upstream_ca"),
         top("upstream_proxy"),
+        top("upstream_no_proxy"),
         top("refresh_interval"),
         section("failover", "max_attempts"),
         section("failover", "min_balance"),
@@ -1141,3 +1142,26 @@ mod cluster;
 mod exposure;
 mod providers;
 mod scaling;
+
+#[test]
+fn upstream_no_proxy_is_read_beside_upstream_proxy_and_refused_without_it() {
+    let text = format!(
+        "upstream_proxy = \"http://proxy.internal:3128\"\nupstream_no_proxy = [\"localhost\", \"*.corp\"]\n{}",
+        one_key()
+    );
+    let config = Config::from_toml_str(&text, &no_env).expect("valid");
+    let proxy = config.upstream_proxy.expect("a proxy");
+    assert_eq!(proxy.direct(), ["localhost", ".corp"]);
+
+    let alone = format!("upstream_no_proxy = [\"localhost\"]\n{}", one_key());
+    let found = problems(&alone);
+    assert!(
+        found
+            .iter()
+            .any(|p| p.starts_with("upstream_no_proxy: lists hosts that bypass upstream_proxy")),
+        "{found:?}"
+    );
+    // An empty list says nothing, with or without a proxy.
+    let empty = format!("upstream_no_proxy = []\n{}", one_key());
+    assert!(Config::from_toml_str(&empty, &no_env).is_ok());
+}

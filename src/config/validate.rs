@@ -52,10 +52,22 @@ pub(super) fn validate(
     let access = super::access::access(p, raw.access, &keys, env);
     let admin = super::access::admin(p, raw.admin, env);
     super::access::exposure(p, listen, tls.as_ref(), &access, &admin);
-    let upstream_proxy = raw
-        .upstream_proxy
-        .filter(|url| !url.trim().is_empty())
-        .and_then(|url| super::upstream_proxy::upstream_proxy(p, &url, env));
+    let direct = raw
+        .upstream_no_proxy
+        .map(|list| super::upstream_proxy::no_proxy(p, list))
+        .unwrap_or_default();
+    let upstream_proxy = match raw.upstream_proxy.filter(|url| !url.trim().is_empty()) {
+        Some(url) => super::upstream_proxy::upstream_proxy(p, &url, direct, env),
+        None => {
+            if !direct.is_empty() {
+                p.add(
+                    "upstream_no_proxy",
+                    "lists hosts that bypass upstream_proxy, which is not set",
+                );
+            }
+            None
+        }
+    };
     let cluster = raw
         .cluster
         .and_then(|raw| super::cluster::cluster(p, raw, env));

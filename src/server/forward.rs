@@ -138,7 +138,11 @@ pub(super) async fn relay(
         ));
     }
     strip_hop_by_hop(req.headers_mut());
-    if let Some(auth) = config.upstream_proxy.as_ref().and_then(|p| p.auth()) {
+    let parent = config
+        .upstream_proxy
+        .as_ref()
+        .filter(|proxy| !proxy.goes_direct(req.uri()));
+    if let Some(auth) = parent.and_then(|proxy| proxy.auth()) {
         // The caller's credential was for keyrelay; the parent proxy gets keyrelay's own.
         req.headers_mut()
             .insert(header::PROXY_AUTHORIZATION, auth.clone());

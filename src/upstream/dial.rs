@@ -1,5 +1,5 @@
-//! How a new outgoing connection is opened: straight to its host, or through the configured
-//! `upstream_proxy`. keyrelay's own upstream connections and the forward proxy's tunnels to
+//! How a new outgoing connection is opened: straight to its host (so for the hosts of
+//! `upstream_no_proxy`), or through the configured `upstream_proxy`. keyrelay's own upstream connections and the forward proxy's tunnels to
 //! other hosts are `CONNECT` tunnels through it (hyper-util's `Tunnel`), so TLS runs inside,
 //! end to end, and the proxy never sees a key; the forward proxy's plain-http relays are
 //! handed to it in absolute form, as any proxy chain does.
@@ -24,12 +24,16 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 #[derive(Clone)]
 pub(super) enum Dial {
     Direct(HttpConnector),
-    Proxied {
-        // Boxed: the tunnel's URI and credential make it far larger than a direct dial.
-        tunnel: Box<Tunnel<HttpConnector>>,
-        /// The proxy as logs may show it, user info masked.
-        shown: String,
-    },
+    // Boxed: the tunnel's URI and credential make it far larger than a direct dial.
+    Proxied(Box<Proxied>),
+}
+
+#[derive(Clone)]
+pub(super) struct Proxied {
+    tunnel: Tunnel<HttpConnector>,
+    /// For the hosts of `upstream_no_proxy`.
+    direct: HttpConnector,
+    proxy: UpstreamProxy,
 }
 
 impl Dial {
@@ -38,14 +42,15 @@ impl Dial {
         let Some(proxy) = proxy else {
             return Dial::Direct(tcp);
         };
-        let mut tunnel = Tunnel::new(proxy.uri().clone(), tcp);
+        let mut tunnel = Tunnel::new(proxy.uri().clone(), tcp.clone());
         if let Some(auth) = proxy.auth() {
             tunnel = tunnel.with_auth(auth.clone());
         }
-        Dial::Proxied {
-            tunnel: Box::new(tunnel),
-            shown: proxy.to_string(),
-        }
+        Dial::Proxied(Box::new(Proxied {
+            tunnel,
+            direct: tcp,
+            proxy: proxy.clone(),
+        }))
     }
 }
 
@@ -67,29 +72,30 @@ impl Service<Uri> for Dial {
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
         match self {
             Dial::Direct(tcp) => tcp.poll_ready(cx).map_err(Into::into),
-            Dial::Proxied { tunnel, .. } => tunnel.poll_ready(cx).map_err(Into::into),
+            // The direct connector beside it is always ready, as HttpConnector is.
+            Dial::Proxied(proxied) => proxied.tunnel.poll_ready(cx).map_err(Into::into),
         }
     }
 
     fn call(&mut self, dst: Uri) -> Self::Future {
-        match self {
-            Dial::Direct(tcp) => {
-                let connecting = tcp.call(dst);
-                Box::pin(async move { connecting.await.map_err(Into::into) })
-            }
-            Dial::Proxied { tunnel, shown } => {
-                let connecting = tunnel.call(with_port(dst));
-                let proxy = shown.clone();
-                Box::pin(async move {
+        let tcp = match self {
+            Dial::Proxied(proxied) if !proxied.proxy.goes_direct(&dst) => {
+                let connecting = proxied.tunnel.call(with_port(dst));
+                let proxy = proxied.proxy.to_string();
+                return Box::pin(async move {
                     connecting.await.map_err(|error| {
                         Box::new(ViaProxy {
                             proxy,
                             error: Box::new(error),
                         }) as BoxError
                     })
-                })
+                });
             }
-        }
+            Dial::Proxied(proxied) => &mut proxied.direct,
+            Dial::Direct(tcp) => tcp,
+        };
+        let connecting = tcp.call(dst);
+        Box::pin(async move { connecting.await.map_err(Into::into) })
     }
 }
 
@@ -127,9 +133,6 @@ pub async fn open_tunnel(
     port: u16,
     proxy: Option<&UpstreamProxy>,
 ) -> Result<TcpStream, BoxError> {
-    let Some(proxy) = proxy else {
-        return Ok(TcpStream::connect((host, port)).await?);
-    };
     let authority = if host.contains(':') {
         format!("[{host}]:{port}")
     } else {
@@ -140,6 +143,9 @@ pub async fn open_tunnel(
         .authority(authority)
         .path_and_query("/")
         .build()?;
+    let Some(proxy) = proxy.filter(|proxy| !proxy.goes_direct(&dst)) else {
+        return Ok(TcpStream::connect((host, port)).await?);
+    };
     let mut tcp = HttpConnector::new();
     tcp.set_nodelay(true);
     let mut dial = Dial::new(tcp, Some(proxy));
@@ -148,20 +154,20 @@ pub async fn open_tunnel(
 }
 
 /// The connector of the forward proxy's client for absolute-form `http://` requests to
-/// other hosts: straight to each host, or every one to `upstream_proxy`, marked as a proxy
-/// so that the client sends the request in absolute form for it to relay.
+/// other hosts: straight to each host, or to `upstream_proxy` (unless the host is in
+/// `upstream_no_proxy`), marked as a proxy so that the client sends the request in
+/// absolute form for it to relay.
 #[derive(Clone)]
 pub struct RelayConnector {
     tcp: HttpConnector,
-    /// The proxy's URI, and how logs and answers may show it.
-    proxy: Option<(Uri, String)>,
+    proxy: Option<UpstreamProxy>,
 }
 
 impl RelayConnector {
     pub fn new(tcp: HttpConnector, proxy: Option<&UpstreamProxy>) -> RelayConnector {
         RelayConnector {
             tcp,
-            proxy: proxy.map(|p| (p.uri().clone(), p.to_string())),
+            proxy: proxy.cloned(),
         }
     }
 }
@@ -216,15 +222,15 @@ impl Service<Uri> for RelayConnector {
     }
 
     fn call(&mut self, dst: Uri) -> Self::Future {
-        let Some((uri, shown)) = &self.proxy else {
+        let Some(proxy) = self.proxy.as_ref().filter(|p| !p.goes_direct(&dst)) else {
             let connecting = self.tcp.call(dst);
             return Box::pin(async move {
                 let io = connecting.await?;
                 Ok(RelayStream { io, proxied: false })
             });
         };
-        let connecting = self.tcp.call(uri.clone());
-        let proxy = shown.clone();
+        let connecting = self.tcp.call(proxy.uri().clone());
+        let proxy = proxy.to_string();
         Box::pin(async move {
             let io = connecting.await.map_err(|error| ViaProxy {
                 proxy,
