@@ -682,6 +682,26 @@ async fn behind_a_working_parent() -> (ConnectProxy, Harness) {
     (parent, h)
 }
 
+/// Opens a tunnel to `echo` through the proxy at `addr` with the caller's token, and checks
+/// that `payload` comes back through it; the open tunnel.
+async fn tunnel_with_token(addr: SocketAddr, echo: SocketAddr, payload: &[u8]) -> TcpStream {
+    let (mut stream, head, _) = exchange(
+        addr,
+        &format!(
+            "CONNECT {echo} HTTP/1.1\r\nHost: {echo}\r\n{}\r\n",
+            caller_auth()
+        ),
+    )
+    .await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    stream.write_all(payload).await.unwrap();
+    assert_eq!(
+        read_body(&mut stream, Vec::new(), payload.len()).await,
+        payload
+    );
+    stream
+}
+
 fn caller_auth() -> String {
     format!("Proxy-Authorization: Basic {}\r\n", basic("script", TOKEN))
 }
@@ -692,20 +712,7 @@ fn caller_auth() -> String {
 async fn connect_to_another_host_is_tunnelled_through_the_upstream_proxy() {
     let (parent, h) = behind_a_working_parent().await;
     let echo = echo_server().await;
-    let (mut stream, head, _) = exchange(
-        h.addr,
-        &format!(
-            "CONNECT {echo} HTTP/1.1\r\nHost: {echo}\r\n{}\r\n",
-            caller_auth()
-        ),
-    )
-    .await;
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    stream.write_all(b"through the parent").await.unwrap();
-    assert_eq!(
-        read_body(&mut stream, Vec::new(), 18).await,
-        b"through the parent"
-    );
+    let stream = tunnel_with_token(h.addr, echo, b"through the parent").await;
     let to_echo: Vec<_> = parent
         .seen()
         .into_iter()
@@ -820,18 +827,7 @@ async fn hosts_in_upstream_no_proxy_are_reached_directly_without_the_parents_cre
     // The simulator is on 127.0.0.1 too, so the startup refresh goes direct as well.
     let h = behind_bypassing(&url, true, &["localhost", "127.0.0.0/8"]).await;
     let echo = echo_server().await;
-    let (mut stream, head, _) = exchange(
-        h.addr,
-        &format!(
-            "CONNECT {echo} HTTP/1.1\r\nHost: {echo}\r\n{}\r\n",
-            caller_auth()
-        ),
-    )
-    .await;
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    stream.write_all(b"direct").await.unwrap();
-    assert_eq!(read_body(&mut stream, Vec::new(), 6).await, b"direct");
-    drop(stream);
+    drop(tunnel_with_token(h.addr, echo, b"direct").await);
 
     let (origin, mut heads) = http_server().await;
     let (mut stream, head, rest) = exchange(
