@@ -63,6 +63,9 @@ pub enum Endpoint {
 }
 
 impl Endpoint {
+    /// Every endpoint, in declaration order (so `endpoint as usize` indexes it).
+    pub const ALL: [Endpoint; 3] = [Endpoint::In, Endpoint::Res, Endpoint::Solve];
+
     /// `"/in.php"` -> `In`, `"/res.php"` -> `Res`, `"/solve.php"` -> `Solve`; anything else `None`.
     pub fn from_path(path: &str) -> Option<Endpoint> {
         match path {
@@ -98,7 +101,8 @@ mod tests {
 
     #[test]
     fn endpoint_round_trips_through_its_path() {
-        for endpoint in [Endpoint::In, Endpoint::Res, Endpoint::Solve] {
+        for (i, endpoint) in Endpoint::ALL.into_iter().enumerate() {
+            assert_eq!(endpoint as usize, i, "ALL is in declaration order");
             assert_eq!(Endpoint::from_path(endpoint.path()), Some(endpoint));
         }
         assert_eq!(Endpoint::In.label(), "in");

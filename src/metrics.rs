@@ -8,13 +8,15 @@ use prometheus::{
 };
 use tokio::time::Instant;
 
-use crate::captcha::Outcome;
+mod resolved;
+
+use crate::captcha::{Endpoint, Outcome};
 use crate::cluster::{Cluster, Op as ClusterOp};
 use crate::failover::CheckResult;
 use crate::forecast::Forecast;
 use crate::health::StateKind;
 use crate::pins::PinStore;
-use crate::pool::{AdminHold, KeyPool};
+use crate::pool::{AdminHold, KeyEntry, KeyPool};
 use crate::scaling::Scaling;
 
 /// Upstream and proxy latency buckets: loopback answers take a millisecond, real submits
@@ -292,19 +294,21 @@ pub struct Metrics {
     pub pool_full: IntCounterVec,
     /// Threads given back by tasks, by [`Release`]; counted through `count_releases`.
     thread_releases: IntCounterVec,
-    /// Submit attempts by key and how the key answered.
-    pub key_submits: IntCounterVec,
+    /// Submit attempts by key and how the key answered; counted through `count_submit`.
+    key_submits: IntCounterVec,
     /// Upstream error codes (and transport failures) by key, its provider and code.
     pub key_errors: IntCounterVec,
-    /// Upstream latency by key, its provider and endpoint.
-    pub upstream_duration: HistogramVec,
+    /// Upstream latency by key, its provider and endpoint; through `observe_upstream`.
+    upstream_duration: HistogramVec,
     /// 1 while a provider of the pool answers, 0 while it is out (down, or on probation
     /// after an outage and not yet answered).
     provider_up: IntGaugeVec,
     /// Outages seen, by provider.
     pub provider_outages: IntCounterVec,
-    /// Caller requests by endpoint and how they ended.
-    pub request_duration: HistogramVec,
+    /// Caller requests by endpoint and how they ended; through `observe_request`.
+    request_duration: HistogramVec,
+    /// The series of the three above, resolved as they are first used.
+    resolved: resolved::Resolved,
     /// Answers keyrelay made itself, by [`LocalCode`]; counted through `count_local`.
     local_answers: IntCounterVec,
     /// Tasks moved to another key, by why the previous key failed.
@@ -833,6 +837,7 @@ impl Metrics {
                     &["token"],
                 )?
             ),
+            resolved: resolved::Resolved::new(),
             registry: r,
         }
         .with_closed_sets_at_zero())
@@ -972,7 +977,7 @@ impl Metrics {
     }
 
     /// Counts one submit attempt under the five outcomes operators alert on.
-    pub fn count_submit(&self, key: &str, outcome: Outcome) {
+    pub fn count_submit(&self, key: &KeyEntry, outcome: Outcome) {
         let label = match outcome {
             Outcome::Success => SubmitOutcome::Ok,
             Outcome::KeyUnusable => SubmitOutcome::KeyUnusable,
@@ -982,9 +987,20 @@ impl Metrics {
             // A ban or a server fault: temporary, and not the key's doing.
             Outcome::Transient | Outcome::IpBanned => SubmitOutcome::Transient,
         };
-        self.key_submits
-            .with_label_values(&[key, label.label()])
-            .inc();
+        self.resolved.count_submit(&self.key_submits, key, label);
+    }
+
+    /// Records how long a caller's request took, by its endpoint and how it ended.
+    pub fn observe_request(&self, endpoint: Endpoint, outcome: RequestOutcome, seconds: f64) {
+        self.resolved
+            .request(&self.request_duration, endpoint, outcome)
+            .observe(seconds);
+    }
+
+    /// Records how long an exchange with the upstream took, by key and endpoint.
+    pub fn observe_upstream(&self, key: &KeyEntry, endpoint: Endpoint, seconds: f64) {
+        self.resolved
+            .observe_upstream(&self.upstream_duration, key, endpoint, seconds);
     }
 
     /// The text exposition. Pool gauges are computed here, at scrape time, because a cooldown

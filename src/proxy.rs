@@ -353,10 +353,7 @@ async fn api(
     };
     let outcome = handled.outcome();
     let metrics = app.metrics();
-    metrics
-        .request_duration
-        .with_label_values(&[endpoint.label(), outcome.label()])
-        .observe(started.elapsed().as_secs_f64());
+    metrics.observe_request(endpoint, outcome, started.elapsed().as_secs_f64());
     if let Handled::Local(local) = &handled {
         metrics.count_local(local.code());
     }
@@ -516,15 +513,9 @@ impl Ctx {
                 timeout,
             })
             .await;
-        let metrics = self.app.metrics();
-        metrics
-            .upstream_duration
-            .with_label_values(&[
-                key.name.as_str(),
-                key.provider.name(),
-                self.endpoint.label(),
-            ])
-            .observe(started.elapsed().as_secs_f64());
+        self.app
+            .metrics()
+            .observe_upstream(key, self.endpoint, started.elapsed().as_secs_f64());
         let attempt = classify(key.profile(), result);
         if let Some(pause) = failover::pause_after(attempt.outcome(), self.policy()) {
             self.app.pause_upstream(pause);

@@ -98,7 +98,7 @@ pub(super) async fn submit(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
         attempts += 1;
         let attempt = ctx.attempt(key, parsed, &[]).await;
         let (outcome, code) = (attempt.outcome(), attempt.code());
-        ctx.app.metrics().count_submit(&key.name, outcome);
+        ctx.app.metrics().count_submit(key, outcome);
 
         // A transport failure classifies as transient: the decision below counts it against
         // the key and backs off, like a 5xx.
