@@ -23,7 +23,9 @@ pub(super) async fn poll(ctx: &Ctx, parsed: &ParsedRequest, task: TaskCommand<'_
         return paused;
     }
     match task {
-        TaskCommand::Many { ids } => poll_many(ctx, parsed, &ids).await,
+        // Boxed: the `ids=` form is rare, and its future, inline, would make every poll's
+        // larger (see `submit::fleet_thread`).
+        TaskCommand::Many { ids } => Box::pin(poll_many(ctx, parsed, &ids)).await,
         TaskCommand::One { action, id } => poll_one(ctx, parsed, action, &id).await,
     }
 }
@@ -173,7 +175,7 @@ async fn owner(ctx: &Ctx, task: &TaskId) -> Owner {
 /// here. Without Redis (or with no pin there) the probe may still find the owner.
 async fn shared_pin(ctx: &Ctx, task: &TaskId) -> Option<crate::pins::Pin> {
     let cluster = ctx.app.cluster()?;
-    match cluster.lookup(task).await {
+    match Box::pin(cluster.lookup(task)).await {
         Ok(Some(shared)) => ctx.app.adopt_pin(task, &shared),
         Ok(None) => None,
         Err(error) => {

@@ -296,7 +296,10 @@ async fn fleet_thread(ctx: &Ctx, key: &KeyEntry) -> FleetThread {
         return FleetThread::Alone;
     };
     let limit = ctx.snapshot.pool.fleet_limit(key);
-    match cluster.acquire(&key.name, limit).await {
+    // Boxed, as the pin below: a Redis call's future is large, and held inline it would
+    // grow every submit's future (moved and boxed on every request) with or without
+    // `[cluster]`.
+    match Box::pin(cluster.acquire(&key.name, limit)).await {
         Ok(Admit::Granted(shared)) => FleetThread::Granted(shared),
         Ok(Admit::Full) => {
             key.stats
@@ -343,7 +346,7 @@ async fn answer(
             // the local open, so that the fleet never holds a task this replica does not.
             let token = ctx.token.as_ref().map_or("", |t| &*t.name);
             let limit = ctx.snapshot.pool.fleet_limit(key);
-            cluster.pin(shared, id, &key.name, token, limit).await;
+            Box::pin(cluster.pin(shared, id, &key.name, token, limit)).await;
         }
         ctx.app.emit(|| Event::Pinned {
             key: key.name.clone(),
