@@ -52,6 +52,20 @@ pub(crate) fn spells_bytes(name: &[u8], canonical: &str) -> bool {
     if name.len() < wanted.len() {
         return false;
     }
+    // Nearly every name is some other param's, and its first byte already tells. An ASCII
+    // first byte that is no filler and no `%` (which may decode to anything) starts every
+    // reading of the name, trimmed or decoded; unless it is the wanted name's first letter,
+    // none of them spells it. (A NUL or `[` there cuts the name to nothing, which spells
+    // nothing either.) This spares the full rule's passes for every other param.
+    if let (Some(&first), Some(&head)) = (name.first(), wanted.first()) {
+        if first.is_ascii()
+            && first != b'%'
+            && !is_ascii_filler(first)
+            && !first.eq_ignore_ascii_case(&head)
+        {
+            return false;
+        }
+    }
     if name.is_ascii() && !name.contains(&b'%') {
         // The same rule as `loose_eq`, for ASCII: fillers, the name, fillers, then the end,
         // a NUL or a `[`. A NUL or `[` before the name cuts it to nothing.
@@ -233,6 +247,40 @@ mod tests {
             }
         }
         assert!(checked > 100_000, "{checked}");
+    }
+
+    /// The whole rule, spelled out slowly: the name, or its percent-decoding, loosely
+    /// equal to the canonical name. Every shortcut of `spells_bytes` must agree with it.
+    fn spells_slowly(name: &str, canonical: &str) -> bool {
+        let decoded = percent_encoding::percent_decode_str(name).decode_utf8_lossy();
+        loose_eq(name, canonical) || loose_eq(&decoded, canonical)
+    }
+
+    #[test]
+    fn every_shortcut_agrees_with_the_whole_rule_decoding_included() {
+        // First bytes of every kind (letters of the name and others, fillers, cuts, `%`
+        // escapes, non-ASCII fillers and letters) before and around the name's letters.
+        let pieces = [
+            "", "k", "K", "ey", "key", "x", "m", " ", "\t", "\0", "[", "%", "%6B", "%6b", "%20",
+            "%00", "\u{200b}", "\u{feff}", "é", "ｋ",
+        ];
+        let mut checked = 0;
+        for a in pieces {
+            for b in pieces {
+                for c in pieces {
+                    let name = format!("{a}{b}{c}");
+                    for canonical in ["key", "json"] {
+                        assert_eq!(
+                            spells_bytes(name.as_bytes(), canonical),
+                            spells_slowly(&name, canonical),
+                            "{name:?} as {canonical}"
+                        );
+                        checked += 1;
+                    }
+                }
+            }
+        }
+        assert!(checked > 10_000, "{checked}");
     }
 
     #[test]
