@@ -258,29 +258,36 @@ mod tests {
 
     #[test]
     fn every_shortcut_agrees_with_the_whole_rule_decoding_included() {
-        // First bytes of every kind (letters of the name and others, fillers, cuts, `%`
-        // escapes, non-ASCII fillers and letters) before and around the name's letters.
+        // First bytes of every kind (letters of both names and others, fillers, cuts, `%`
+        // escapes, non-ASCII fillers and letters) before and around the names' letters, so
+        // that each canonical name is spelled by some of them and missed by the rest.
         let pieces = [
-            "", "k", "K", "ey", "key", "x", "m", " ", "\t", "\0", "[", "%", "%6B", "%6b", "%20",
-            "%00", "\u{200b}", "\u{feff}", "é", "ｋ",
+            "", "k", "K", "ey", "key", "j", "J", "son", "json", "x", "m", " ", "\t", "\0", "[",
+            "%", "%6B", "%6b", "%6A", "%20", "%00", "\u{200b}", "\u{feff}", "é", "ｋ",
         ];
-        let mut checked = 0;
+        let (mut checked, mut spelled) = (0, [0; 2]);
         for a in pieces {
             for b in pieces {
                 for c in pieces {
                     let name = format!("{a}{b}{c}");
-                    for canonical in ["key", "json"] {
+                    for (i, canonical) in ["key", "json"].into_iter().enumerate() {
+                        let slowly = spells_slowly(&name, canonical);
                         assert_eq!(
                             spells_bytes(name.as_bytes(), canonical),
-                            spells_slowly(&name, canonical),
+                            slowly,
                             "{name:?} as {canonical}"
                         );
                         checked += 1;
+                        spelled[i] += usize::from(slowly);
                     }
                 }
             }
         }
         assert!(checked > 10_000, "{checked}");
+        assert!(
+            spelled.iter().all(|&n| n > 50),
+            "both names spelled: {spelled:?}"
+        );
     }
 
     #[test]
