@@ -40,6 +40,7 @@
 //! - [`tokens`]: the caller token table built with each snapshot, and the threads each
 //!   token holds.
 //! - [`task_table`]: the compact per-task maps and queues behind pins and the ledger.
+//! - [`log_limit`]: bounds on the log lines a caller can cause (length and rate).
 //! - [`app`]: the shared handle tying these together, the bottom of the request path.
 //! - [`sim`]: the built-in CaptchaAI simulator used by tests, benchmarks and [`demo`].
 
@@ -63,6 +64,7 @@ pub mod forecast;
 pub mod health;
 pub mod host;
 pub mod key_id;
+pub mod log_limit;
 pub mod metrics;
 pub mod online_check;
 pub mod outage;

@@ -206,7 +206,14 @@ fn the_loop_finder_sees_direct_and_longer_loops_and_only_those() {
 /// the test below, so a new one must be given its place.
 const LAYERS: &[&[&str]] = &[
     // Vocabulary shared by everything.
-    &["api_key", "key_id", "fast_map", "host", "provider"],
+    &[
+        "api_key",
+        "key_id",
+        "fast_map",
+        "host",
+        "provider",
+        "log_limit",
+    ],
     // The protocol, the validated config, and key and provider health: pure or behind a
     // narrow store.
     &["captcha", "config", "health", "outage"],
