@@ -207,6 +207,7 @@ fn token_check(c: &mut Criterion) {
                 keys: Some(vec!["k1".into()]),
                 tiers: None,
                 max_threads: Some(20),
+                max_tunnels: keyrelay::config::DEFAULT_MAX_TUNNELS,
             })
             .collect();
         let ids = (0..3).map(|i| KeyId(i as u16)).zip(&keys);

@@ -24,8 +24,12 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use crate::app::App;
+use crate::log_limit::{Clip, Throttle, INTERVAL};
 use crate::pool::{AdminHold, KeyEntry};
 use crate::refresh;
+
+/// Refused admin calls are logged at most once a minute per reason.
+static REFUSED: Throttle = Throttle::new(INTERVAL);
 
 /// The path every admin route lives under.
 pub const PREFIX: &str = "/admin";
@@ -78,10 +82,29 @@ type Answer = Response<Full<Bytes>>;
 /// Serves one admin request from `peer`. Never fails: every problem is a JSON error.
 pub async fn handle<B>(app: &App, peer: SocketAddr, req: Request<B>) -> Answer {
     let snapshot = app.snapshot();
-    let granted = match auth::check(snapshot.config.admin.token.as_ref(), req.headers(), peer) {
+    let token = snapshot.config.admin.token.as_ref();
+    let now = Instant::now();
+    // Wrong admin tokens draw on the address's allowance of wrong tokens, as callers' do.
+    let checked = if token.is_some() && !app.denials().admits(peer.ip(), now) {
+        Err(Denied::Limited)
+    } else {
+        auth::check(token, req.headers(), peer)
+    };
+    let granted = match checked {
         Ok(granted) => granted,
         Err(denied) => {
-            tracing::warn!(%peer, path = req.uri().path(), reason = denied.label(), "admin call refused");
+            if denied == Denied::Wrong {
+                app.denials().deny(peer.ip(), now);
+            }
+            if let Some(admitted) = REFUSED.admit_key(denied.label()) {
+                tracing::warn!(
+                    %peer,
+                    path = %Clip(req.uri().path()),
+                    reason = denied.label(),
+                    refused_since_last = admitted.suppressed,
+                    "admin call refused (logged once a minute per reason)"
+                );
+            }
             return refused(denied);
         }
     };
@@ -277,6 +300,10 @@ fn refused(denied: Denied) -> Answer {
         Denied::NotLoopback => error(
             StatusCode::FORBIDDEN,
             "with no admin.token, the admin API answers loopback callers only",
+        ),
+        Denied::Limited => error(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too many wrong tokens from this address lately; try again in a few seconds",
         ),
     }
 }

@@ -300,6 +300,7 @@ mod tests {
             keys: None,
             tiers: None,
             max_threads: Some(2),
+            max_tunnels: crate::config::DEFAULT_MAX_TUNNELS,
         };
         let table = TokenTable::new(&[config], [(KeyId(0), &key)], &TokenCounters::default());
         let token = table.lookup("secret").unwrap();

@@ -7,6 +7,7 @@
 //! parse errors are shown against a copy of the document with secrets masked (`redact`).
 
 mod access;
+mod allow;
 mod cluster;
 mod keys;
 mod problems;
@@ -29,7 +30,8 @@ use std::time::Duration;
 use crate::provider::Provider;
 use crate::ApiKey;
 
-pub use access::{Access, Admin, TokenConfig};
+pub use access::{Access, Admin, TokenConfig, DEFAULT_MAX_TUNNELS};
+pub use allow::AllowEntry;
 pub use cluster::{Cluster, RedisUrl};
 pub use redact::ParseError;
 pub use tls::{Ca, Forward, PemFiles, Tls, Tunnel, KNOWN_API_HOSTS};
@@ -107,6 +109,9 @@ pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 pub const DEFAULT_SOLVE_TIMEOUT: Duration = Duration::from_secs(180);
 /// A refresh is background work and must not hang around until the next round.
 pub const DEFAULT_REFRESH_TIMEOUT: Duration = Duration::from_secs(15);
+/// A tunnel nobody uses for five minutes holds a connection slot and two file descriptors
+/// for nothing; HTTPS clients reopen one in a round trip.
+pub const DEFAULT_TUNNEL_IDLE: Duration = Duration::from_secs(300);
 
 /// Which key served a request is what users ask first when something looks off; the key's
 /// name is not a secret.
@@ -352,6 +357,9 @@ pub struct Timeouts {
     pub refresh: Duration,
     /// At shutdown, how long requests in flight may take to finish.
     pub drain: Duration,
+    /// A raw tunnel (`CONNECT` to a host that is not intercepted) with no traffic either
+    /// way for this long is closed.
+    pub tunnel_idle: Duration,
 }
 
 /// Why a configuration could not be loaded. No variant ever shows a key value.
@@ -578,6 +586,7 @@ impl Default for Timeouts {
             solve: DEFAULT_SOLVE_TIMEOUT,
             refresh: DEFAULT_REFRESH_TIMEOUT,
             drain: DEFAULT_DRAIN_TIMEOUT,
+            tunnel_idle: DEFAULT_TUNNEL_IDLE,
         }
     }
 }

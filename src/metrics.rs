@@ -157,6 +157,25 @@ label_set! {
 }
 
 label_set! {
+    /// Why the forward proxy refused a destination: the `reason` of
+    /// `keyrelay_forward_refused_total`.
+    ForwardRefusal {
+        /// One of keyrelay's own listeners (proxy, TLS, admin), by any name or notation.
+        Listener => "keyrelay_listener",
+        /// Loopback, link-local, private, unique-local or unspecified, from a listener
+        /// other machines can reach.
+        Address => "private_address",
+        /// A port other than 443 (`CONNECT`) or 80 and 443 (relayed requests), from a
+        /// listener other machines can reach.
+        Port => "port",
+        /// `[forward] tunnel = "none"`.
+        TunnelNone => "tunnel_none",
+        /// The caller token already holds `max_tunnels` tunnels.
+        TooManyTunnels => "max_tunnels",
+    }
+}
+
+label_set! {
     /// Why a TLS handshake failed: the `reason` of `keyrelay_tls_handshake_failures_total`,
     /// as `tls::classify_handshake_error` sorts them.
     TlsFailure {
@@ -222,6 +241,8 @@ label_set! {
         Missing => "missing",
         /// A `key` or proxy credential that is no configured token.
         Wrong => "wrong",
+        /// Not checked: the caller's address presented too many wrong tokens lately.
+        Limited => "rate_limited",
     }
 }
 
@@ -326,6 +347,9 @@ pub struct Metrics {
     /// Forward-proxy requests that were not the pool's, by [`ForwardOutcome`]; counted
     /// through `count_forward`.
     forward_requests: IntCounterVec,
+    /// Destinations the forward proxy refused, by [`ForwardRefusal`]; counted through
+    /// `count_forward_refused`.
+    forward_refused: IntCounterVec,
     /// Failed TLS handshakes, by [`TlsFailure`]; counted through `count_tls_failure`.
     tls_handshake_failures: IntCounterVec,
     /// Retries not made because the retry budget was spent.
@@ -773,6 +797,14 @@ impl Metrics {
                     &["outcome"],
                 )?
             ),
+            forward_refused: register!(
+                r,
+                counter(
+                    "keyrelay_forward_refused_total",
+                    "Forward-proxy destinations refused by the destination policy or a token's max_tunnels, by reason.",
+                    &["reason"],
+                )?
+            ),
             tls_handshake_failures: register!(
                 r,
                 counter(
@@ -815,7 +847,7 @@ impl Metrics {
                 r,
                 counter(
                     "keyrelay_access_denied_total",
-                    "API requests refused at the token check, by reason: missing (no token), wrong (not a configured token).",
+                    "Requests refused at the token check, by reason: missing (no token), wrong (not a configured token), rate_limited (not checked: the address presented too many wrong tokens lately).",
                     &["reason"],
                 )?
             ),
@@ -873,6 +905,9 @@ impl Metrics {
         for outcome in ForwardOutcome::ALL {
             self.forward_requests.with_label_values(&[outcome.label()]);
         }
+        for reason in ForwardRefusal::ALL {
+            self.forward_refused.with_label_values(&[reason.label()]);
+        }
         for reason in TlsFailure::ALL {
             self.tls_handshake_failures
                 .with_label_values(&[reason.label()]);
@@ -921,6 +956,13 @@ impl Metrics {
     pub fn count_forward(&self, outcome: ForwardOutcome) {
         self.forward_requests
             .with_label_values(&[outcome.label()])
+            .inc();
+    }
+
+    /// Counts one destination the forward proxy refused.
+    pub fn count_forward_refused(&self, reason: ForwardRefusal) {
+        self.forward_refused
+            .with_label_values(&[reason.label()])
             .inc();
     }
 

@@ -10,7 +10,7 @@
 //! failure and crash or retry blindly.
 
 mod access;
-pub(crate) use access::proxy_token;
+pub(crate) use access::{proxy_token, Asker};
 mod account;
 mod body;
 mod hangup;
@@ -310,18 +310,22 @@ async fn api(
                     let json = json_hint(query, content_type, &[]);
                     (Local::Unreadable(e).into(), json)
                 }
-                Ok(parsed) => match access::check(&snapshot.tokens, &parsed, &parts.headers) {
+                Ok(parsed) => match access::check(
+                    &snapshot.tokens,
+                    access::Asker {
+                        peer: peer.ip(),
+                        denials: app.denials(),
+                    },
+                    &parsed,
+                    &parts.headers,
+                ) {
                     Err(denied) => {
+                        // Never forwarded; an address over its wrong-token limit is
+                        // answered at once, unchecked (tokens::Denials).
                         app.metrics().count_denied(denied);
-                        // Never forwarded, and slower the more this address was denied lately.
-                        let delay = app.denials().deny(peer.ip(), Instant::now());
-                        if !delay.is_zero() {
-                            tracing::debug!(%peer, delay_ms = delay.as_millis() as u64, "repeated denials; slowing the answer");
-                            tokio::time::sleep(delay).await;
-                        }
                         let local = match denied {
                             Denied::Missing => Local::NoToken,
-                            Denied::Wrong => Local::WrongToken,
+                            Denied::Wrong | Denied::Limited => Local::WrongToken,
                         };
                         (local.into(), parsed.wants_json())
                     }

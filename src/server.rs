@@ -2,10 +2,12 @@
 
 mod authority;
 mod connection;
+mod destination;
 mod forward;
 mod header_timer;
 mod intercept;
 mod tls_accept;
+mod tunnel;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -24,7 +26,8 @@ use tokio::time::Instant;
 use crate::app::App;
 use crate::proxy::{self, Caller};
 use crate::{fleet, refresh};
-use connection::{Connections, ServerBody};
+use connection::{Connections, Door, ServerBody, Slot};
+use destination::Policy;
 use header_timer::HeaderTimer;
 pub use tls_accept::TlsListener;
 
@@ -106,7 +109,14 @@ pub async fn run_with(
             .run(header_timer::resolution(limits.header_timeout)),
     );
 
-    let conns = Connections::new(app.clone(), header_timer);
+    // Every address keyrelay listens on, as bound: the forward proxy never dials them.
+    let own = std::iter::once(&listener)
+        .chain(listeners.tls.as_ref().map(|tls| &tls.listener))
+        .chain(listeners.admin.as_ref())
+        .filter_map(|l| l.local_addr().ok())
+        .collect();
+    let conns = Connections::new(app.clone(), header_timer, Policy::new(own));
+    warn_if_open(&app, &listener, listeners.tls.as_ref());
     if let Some(tls) = listeners.tls {
         // Tracked, so the drain waits for it; it stops accepting when the drain starts.
         conns.track(tls_accept::accept_loop(
@@ -118,18 +128,19 @@ pub async fn run_with(
     let admin = listeners
         .admin
         .map(|admin| tokio::spawn(accept_admin(admin, conns.clone())));
+    let door = Door::of("proxy", &listener);
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
             accepted = listener.accept() => {
-                let Some((stream, caller, permit)) =
-                    conns.take(accepted, "proxy", ACCEPT_ERROR_PAUSE).await
+                let Some((stream, caller, slot)) =
+                    conns.take(accepted, door, ACCEPT_ERROR_PAUSE).await
                 else {
                     continue;
                 };
                 let peer = caller.peer;
-                let service = service(&conns, caller, None);
-                conns.spawn(stream, service, peer, Some(permit));
+                let service = service(&conns, caller, door, slot.clone(), None);
+                conns.spawn(stream, service, peer, slot);
             }
             () = &mut shutdown => break,
         }
@@ -169,13 +180,17 @@ pub async fn run_with(
 /// (`GET /in.php`), the usual case, and absolute-form ones to an intercepted host are the
 /// pool's; `CONNECT` and absolute-form requests to other hosts are forward-proxy work.
 ///
-/// `tunnel_credential` is the `Proxy-Authorization` of the intercepted `CONNECT` whose
-/// requests this connection carries: a script that put its token in its proxy URL sends
-/// it only there, so each request inside that has none of its own is given it, for the
-/// token check. It never goes upstream: proxy headers are not forwarded.
+/// `door` is the listener the connection came in on, and `slot` its place under the cap,
+/// which a tunnel opened on it keeps. `tunnel_credential` is the `Proxy-Authorization` of
+/// the intercepted `CONNECT` whose requests this connection carries: a script that put its
+/// token in its proxy URL sends it only there, so each request inside that has none of its
+/// own is given it, for the token check. It never goes upstream: proxy headers are not
+/// forwarded.
 fn service(
     conns: &Connections,
     caller: Caller,
+    door: Door,
+    slot: Slot,
     tunnel_credential: Option<HeaderValue>,
 ) -> impl Service<
     Request<Incoming>,
@@ -194,18 +209,15 @@ fn service(
             }
         }
         let foreign = req.uri().host().is_some_and(|host| !conns.intercepts(host));
+        let from = connection::Inbound {
+            caller: caller.clone(),
+            door,
+            slot: slot.clone(),
+        };
         if req.method() == Method::CONNECT {
-            Either::Left(Either::Left(forward::connect(
-                conns.clone(),
-                caller.clone(),
-                req,
-            )))
+            Either::Left(Either::Left(forward::connect(conns.clone(), from, req)))
         } else if foreign {
-            Either::Left(Either::Right(forward::relay(
-                conns.clone(),
-                caller.clone(),
-                req,
-            )))
+            Either::Left(Either::Right(forward::relay(conns.clone(), from, req)))
         } else {
             Either::Right(
                 proxy::handle(app.clone(), caller.clone(), req)
@@ -218,9 +230,10 @@ fn service(
 /// Accepts connections on the admin listener until aborted: each is served the operator
 /// endpoints and the admin API only (`proxy::operator`), under the same connection cap.
 async fn accept_admin(listener: TcpListener, conns: Connections) {
+    let door = Door::of("admin", &listener);
     loop {
-        let Some((stream, caller, permit)) = conns
-            .take(listener.accept().await, "admin", ACCEPT_ERROR_PAUSE)
+        let Some((stream, caller, slot)) = conns
+            .take(listener.accept().await, door, ACCEPT_ERROR_PAUSE)
             .await
         else {
             continue;
@@ -232,7 +245,30 @@ async fn accept_admin(listener: TcpListener, conns: Connections) {
             proxy::operator(app.clone(), caller.clone(), req)
                 .map(|served| served.map(|response| response.map(ServerBody::Left)))
         });
-        conns.spawn(stream, service, peer, Some(permit));
+        conns.spawn(stream, service, peer, slot);
+    }
+}
+
+/// `access.open = true` is a decision to serve whoever can reach the proxy: said at every
+/// start, so that it is never forgotten in a config nobody reads.
+fn warn_if_open(app: &App, proxy: &TcpListener, tls: Option<&TlsListener>) {
+    let snapshot = app.snapshot();
+    let access = &snapshot.config.access;
+    if !access.open {
+        return;
+    }
+    let listening: Vec<String> = std::iter::once(proxy)
+        .chain(tls.map(|tls| &tls.listener))
+        .filter_map(|l| l.local_addr().ok())
+        .map(|addr| addr.to_string())
+        .collect();
+    if access.tokens.is_empty() {
+        tracing::warn!(
+            listening = listening.join(", "),
+            "access.open = true: anyone who can reach these listeners may spend the pool's keys, without a token"
+        );
+    } else {
+        tracing::warn!("access.open = true has no effect: [[access.tokens]] are configured, and every API request needs one");
     }
 }
 

@@ -51,7 +51,10 @@ pub struct Token {
     keys: Option<Box<[KeyId]>>,
     /// Threads this token's tasks may hold at once across keys; `None`: no cap.
     pub max_threads: Option<u32>,
-    /// The threads its tasks hold now; shared with the same-named token of other snapshots.
+    /// Raw tunnels it may hold open at once.
+    pub max_tunnels: u32,
+    /// The threads its tasks hold now, and its open tunnels; shared with the same-named
+    /// token of other snapshots.
     pub threads: Arc<TokenThreads>,
 }
 
@@ -75,6 +78,18 @@ impl Token {
         self.threads
             .try_take(self.max_threads)
             .then(|| TokenHold(self.threads.clone()))
+    }
+
+    /// Takes one of its `max_tunnels` if it has one left; the check and the increment are
+    /// one atomic step, so parallel `CONNECT`s cannot pass the cap together.
+    pub fn try_tunnel(&self) -> Option<TunnelHold> {
+        self.threads
+            .tunnels
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.max_tunnels).then_some(n + 1)
+            })
+            .is_ok()
+            .then(|| TunnelHold(self.threads.clone()))
     }
 
     /// Whether every thread of its allowance is held.
@@ -141,6 +156,7 @@ impl TokenTable {
                 id,
                 keys,
                 max_threads: config.max_threads,
+                max_tunnels: config.max_tunnels,
                 threads,
             });
             table
@@ -167,10 +183,12 @@ impl TokenTable {
     }
 }
 
-/// The threads one token's tasks hold at once, across keys and snapshots.
+/// The threads one token's tasks hold at once, across keys and snapshots, and the raw
+/// tunnels it holds open.
 #[derive(Debug, Default)]
 pub struct TokenThreads {
     in_use: AtomicU32,
+    tunnels: AtomicU32,
     /// Signalled whenever a thread is given back, for submits waiting at the cap.
     freed: tokio::sync::Notify,
 }
@@ -178,6 +196,11 @@ pub struct TokenThreads {
 impl TokenThreads {
     pub fn in_use(&self) -> u32 {
         self.in_use.load(Ordering::Relaxed)
+    }
+
+    /// Raw tunnels open now.
+    pub fn tunnels(&self) -> u32 {
+        self.tunnels.load(Ordering::Relaxed)
     }
 
     fn try_take(&self, cap: Option<u32>) -> bool {
@@ -199,6 +222,17 @@ impl Drop for TokenHold {
     fn drop(&mut self) {
         self.0.in_use.fetch_sub(1, Ordering::AcqRel);
         self.0.freed.notify_one();
+    }
+}
+
+/// One of a token's `max_tunnels`, held by an open tunnel; dropped with it.
+#[must_use = "a tunnel hold gives its place back when dropped"]
+#[derive(Debug)]
+pub struct TunnelHold(Arc<TokenThreads>);
+
+impl Drop for TunnelHold {
+    fn drop(&mut self) {
+        self.0.tunnels.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -268,6 +302,7 @@ mod tests {
             keys: None,
             tiers: None,
             max_threads: None,
+            max_tunnels: crate::config::DEFAULT_MAX_TUNNELS,
         }
     }
 
@@ -321,6 +356,27 @@ mod tests {
         assert_eq!(may("t4"), [10, 11, 12, 13]);
         assert!(!table.lookup("t4").unwrap().is_limited());
         assert!(table.lookup("t3").unwrap().is_limited());
+    }
+
+    #[test]
+    fn the_tunnel_cap_holds_apart_from_threads_and_outlives_a_table() {
+        let keys = [key("a", 0)];
+        let counters = TokenCounters::default();
+        let mut capped = token("capped", "t1");
+        capped.max_tunnels = 2;
+        capped.max_threads = Some(1);
+        let table = TokenTable::new(&[capped.clone()], ids(&keys), &counters);
+        let t = table.lookup("t1").unwrap();
+        let first = t.try_tunnel().expect("one of two");
+        let _second = t.try_tunnel().expect("two of two");
+        assert!(t.try_tunnel().is_none());
+        assert_eq!(t.threads.tunnels(), 2, "a refused tunnel changes no count");
+        let _thread = t.try_hold().expect("tunnels take no thread");
+        let reloaded = TokenTable::new(&[capped], ids(&keys), &counters);
+        let t2 = reloaded.lookup("t1").unwrap();
+        assert!(t2.try_tunnel().is_none(), "a reload shares the count");
+        drop(first);
+        assert!(t2.try_tunnel().is_some());
     }
 
     #[test]

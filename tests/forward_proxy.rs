@@ -8,8 +8,8 @@ mod common;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use base64::Engine as _;
 use common::connect_proxy::{ConnectProxy, Mode};
+use common::raw::*;
 use common::*;
 use keyrelay::config::{TokenConfig, Tunnel};
 use keyrelay::CallerToken;
@@ -26,75 +26,6 @@ async fn proxy(edit: impl FnOnce(&mut keyrelay::Config)) -> Harness {
     config.forward.intercept = Some(vec!["ocr.captchaai.com".to_owned()]);
     edit(&mut config);
     Harness::start(sim, config).await
-}
-
-/// Sends `head` on a new connection to `addr`; the connection and the answer's head
-/// (status line and headers) and whatever body bytes came with it.
-async fn exchange(addr: SocketAddr, head: &str) -> (TcpStream, String, Vec<u8>) {
-    let mut stream = TcpStream::connect(addr).await.expect("connect");
-    stream.write_all(head.as_bytes()).await.expect("write");
-    let (answer, rest) = read_head(&mut stream).await;
-    (stream, answer, rest)
-}
-
-async fn read_head(stream: &mut TcpStream) -> (String, Vec<u8>) {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    loop {
-        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&buf[..end]).into_owned();
-            return (head, buf[end + 4..].to_vec());
-        }
-        let n = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut chunk))
-            .await
-            .expect("an answer within 10 s")
-            .expect("read");
-        assert!(
-            n > 0,
-            "closed before a whole head: {:?}",
-            String::from_utf8_lossy(&buf)
-        );
-        buf.extend_from_slice(&chunk[..n]);
-    }
-}
-
-/// Reads until the body holds `len` bytes.
-async fn read_body(stream: &mut TcpStream, mut body: Vec<u8>, len: usize) -> Vec<u8> {
-    let mut chunk = [0u8; 4096];
-    while body.len() < len {
-        let n = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut chunk))
-            .await
-            .expect("body within 10 s")
-            .expect("read");
-        assert!(n > 0, "closed early");
-        body.extend_from_slice(&chunk[..n]);
-    }
-    body
-}
-
-fn content_length(head: &str) -> usize {
-    head.lines()
-        .find_map(|l| {
-            let (name, value) = l.split_once(':')?;
-            name.eq_ignore_ascii_case("content-length")
-                .then(|| value.trim().parse().ok())?
-        })
-        .unwrap_or(0)
-}
-
-/// A TCP server on 127.0.0.1:0 that echoes whatever it reads.
-async fn echo_server() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((mut stream, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let (mut r, mut w) = stream.split();
-                let _ = tokio::io::copy(&mut r, &mut w).await;
-            });
-        }
-    });
-    addr
 }
 
 /// A one-answer HTTP server on 127.0.0.1:0: answers every request `hello`, and sends the
@@ -118,10 +49,6 @@ async fn http_server() -> (SocketAddr, tokio::sync::mpsc::UnboundedReceiver<Stri
         }
     });
     (addr, rx)
-}
-
-fn basic(user: &str, password: &str) -> String {
-    base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"))
 }
 
 #[tokio::test]
@@ -341,6 +268,7 @@ async fn with_tokens_nothing_is_forwarded_without_one() {
             keys: None,
             tiers: None,
             max_threads: None,
+            max_tunnels: keyrelay::config::DEFAULT_MAX_TUNNELS,
         });
     })
     .await;
@@ -602,6 +530,7 @@ async fn a_token_in_the_proxy_url_serves_the_requests_inside_an_intercepted_tunn
             keys: None,
             tiers: None,
             max_threads: None,
+            max_tunnels: keyrelay::config::DEFAULT_MAX_TUNNELS,
         });
     })
     .await;
@@ -664,6 +593,7 @@ async fn behind_bypassing(parent: &str, wait_for_refresh: bool, direct: &[&str])
         keys: None,
         tiers: None,
         max_threads: None,
+        max_tunnels: keyrelay::config::DEFAULT_MAX_TUNNELS,
     });
     if wait_for_refresh {
         Harness::start(sim, config).await

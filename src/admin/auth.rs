@@ -36,6 +36,8 @@ pub enum Denied {
     Wrong,
     /// No token is configured and the caller is not on loopback (403).
     NotLoopback,
+    /// Not checked: the caller's address presented too many wrong tokens lately (429).
+    Limited,
 }
 
 impl Denied {
@@ -44,6 +46,7 @@ impl Denied {
             Denied::Missing => "missing_token",
             Denied::Wrong => "wrong_token",
             Denied::NotLoopback => "not_loopback",
+            Denied::Limited => "rate_limited",
         }
     }
 }

@@ -37,6 +37,9 @@ pub struct TokenConfig {
     pub tiers: Option<Vec<u32>>,
     /// Threads this token's tasks may hold at once; `None`: no cap beyond the keys' own.
     pub max_threads: Option<u32>,
+    /// Raw tunnels (`CONNECT` to hosts that are not intercepted) this token may hold open
+    /// at once.
+    pub max_tunnels: u32,
 }
 
 impl TokenConfig {
@@ -52,6 +55,10 @@ impl TokenConfig {
         }
     }
 }
+
+/// A token's `max_tunnels` when not set: a browser-like client opens a few per host, and a
+/// script that needs more is leaking them.
+pub const DEFAULT_MAX_TUNNELS: u32 = 64;
 
 /// `[admin]`: the operator API.
 #[derive(Clone, Debug, Default)]
@@ -196,13 +203,18 @@ fn token_entry(
         .and_then(|v| tier_list(p, &format!("{path}.tiers"), v));
     let max_threads = raw
         .max_threads
-        .and_then(|v| max_threads(p, &format!("{path}.max_threads"), v));
+        .and_then(|v| at_least_one(p, &format!("{path}.max_threads"), v));
+    let max_tunnels = raw
+        .max_tunnels
+        .and_then(|v| at_least_one(p, &format!("{path}.max_tunnels"), v))
+        .unwrap_or(DEFAULT_MAX_TUNNELS);
     Some(TokenConfig {
         name: name?,
         token: token?,
         keys: key_names,
         tiers,
         max_threads,
+        max_tunnels,
     })
 }
 
@@ -233,8 +245,11 @@ pub(super) fn admin(
 }
 
 /// Refuses listeners that anyone could reach without a secret: the proxy's (plain and TLS)
-/// on a non-loopback address with no tokens, unless `access.open`; the admin API on one
-/// with no admin token.
+/// on a non-loopback address with no tokens, unless `access.open`; and an admin API with
+/// no admin token once callers are not all trusted, which is whenever tokens are
+/// configured or any listener is off loopback. Loopback proves nothing then: a request the
+/// forward proxy relays or tunnels reaches the admin listener from keyrelay's own
+/// loopback address.
 pub(super) fn exposure(
     p: &mut Problems,
     listen: SocketAddr,
@@ -260,25 +275,29 @@ pub(super) fn exposure(
             }
         }
     }
-    // An unprotected proxy listener was reported above; the admin API on it is no news.
-    if admin.token.is_none() && (protected || admin.listen.is_some()) {
-        let admin_listeners: Vec<(&str, SocketAddr)> = match admin.listen {
-            Some(addr) => vec![("admin.listen", addr)],
-            None => proxy_listeners,
-        };
-        for (field, addr) in admin_listeners {
-            if !addr.ip().is_loopback() {
-                p.add(
-                    field,
-                    format!(
-                        "{addr} is not a loopback address and serves the admin API, which has no \
-                         admin.token: anyone who can reach it could disable keys; set \
-                         admin.token, or give the admin API a loopback admin.listen"
-                    ),
-                );
-            }
-        }
+    if admin.token.is_some() {
+        return;
     }
+    let exposed = admin
+        .listen
+        .map(|addr| ("admin.listen", addr))
+        .into_iter()
+        .chain(proxy_listeners.iter().copied())
+        .find(|(_, addr)| !addr.ip().is_loopback());
+    let why = match (exposed, access.tokens.is_empty()) {
+        (Some((field, addr)), _) => format!("{field} {addr} is not a loopback address"),
+        (None, false) => "[[access.tokens]] are configured".to_owned(),
+        (None, true) => return,
+    };
+    p.add(
+        "admin.token",
+        format!(
+            "missing; {why}, so the admin API cannot trust a caller for being on loopback \
+             (the forward proxy's tunnels and relays come from keyrelay's own loopback \
+             address): set admin.token = \"${{KEYRELAY_ADMIN_TOKEN}}\" and give it to \
+             `keyrelay ctl`"
+        ),
+    );
 }
 
 /// A secret field (`token = "..."`, `${VAR}` substituted), checked as keys are.
@@ -355,7 +374,7 @@ fn tier_list(p: &mut Problems, field: &str, value: Value) -> Option<Vec<u32>> {
     Some(tiers)
 }
 
-fn max_threads(p: &mut Problems, field: &str, value: Value) -> Option<u32> {
+fn at_least_one(p: &mut Problems, field: &str, value: Value) -> Option<u32> {
     match value {
         Value::Integer(n) if n >= 1 && n <= i64::from(u32::MAX) => u32::try_from(n).ok(),
         Value::Integer(n) => {

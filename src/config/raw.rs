@@ -123,6 +123,7 @@ pub(super) struct RawTimeouts {
     pub solve: Option<Value>,
     pub refresh: Option<Value>,
     pub drain: Option<Value>,
+    pub tunnel_idle: Option<Value>,
 }
 
 /// `[observability]`.
@@ -155,6 +156,7 @@ pub(super) struct RawTls {
 pub(super) struct RawForward {
     pub intercept: Option<Vec<String>>,
     pub tunnel: Option<String>,
+    pub allow: Option<Vec<String>>,
 }
 
 /// `[ca]`: the local certificate authority.
@@ -182,6 +184,7 @@ pub(super) struct RawToken {
     pub keys: Option<Value>,
     pub tiers: Option<Value>,
     pub max_threads: Option<Value>,
+    pub max_tunnels: Option<Value>,
 }
 
 /// `[admin]`. The token is raw for the same reason.

@@ -5,6 +5,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use super::allow::AllowEntry;
 use super::problems::Problems;
 use super::raw::{RawCa, RawForward, RawTls};
 use super::redact::quoted;
@@ -65,6 +66,8 @@ pub struct Forward {
     /// `None`: [`KNOWN_API_HOSTS`] and the upstream's host.
     pub intercept: Option<Vec<String>>,
     pub tunnel: Tunnel,
+    /// Destinations the forward proxy may reach beyond its defaults (`[forward] allow`).
+    pub allow: Vec<AllowEntry>,
 }
 
 impl Default for Forward {
@@ -72,6 +75,7 @@ impl Default for Forward {
         Forward {
             intercept: None,
             tunnel: Tunnel::All,
+            allow: Vec::new(),
         }
     }
 }
@@ -169,7 +173,12 @@ pub(super) fn forward(p: &mut Problems, raw: RawForward) -> Forward {
         }
         list
     });
-    Forward { intercept, tunnel }
+    let allow = super::allow::allow_list(p, raw.allow);
+    Forward {
+        intercept,
+        tunnel,
+        allow,
+    }
 }
 
 pub(super) fn ca(p: &mut Problems, raw: RawCa) -> Ca {
@@ -279,6 +288,7 @@ mod tests {
         let own = Forward {
             intercept: Some(vec!["x.test".to_owned()]),
             tunnel: Tunnel::None,
+            allow: Vec::new(),
         };
         assert_eq!(own.intercepted("ocr.captchaai.com"), ["x.test"]);
     }

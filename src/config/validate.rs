@@ -387,6 +387,7 @@ fn timeouts(p: &mut Problems, raw: RawTimeouts) -> Timeouts {
         solve: timeout("timeouts.solve", raw.solve, DEFAULT_SOLVE_TIMEOUT),
         refresh: timeout("timeouts.refresh", raw.refresh, DEFAULT_REFRESH_TIMEOUT),
         drain: timeout("timeouts.drain", raw.drain, DEFAULT_DRAIN_TIMEOUT),
+        tunnel_idle: timeout("timeouts.tunnel_idle", raw.tunnel_idle, DEFAULT_TUNNEL_IDLE),
     }
 }
 

@@ -8,7 +8,12 @@
 //! user), or as the user with an empty password. Either one that is a token admits it.
 //! (Requests inside an intercepted `CONNECT` carry no such header unless the server copies
 //! the `CONNECT`'s onto them.)
+//!
+//! Every check goes through the wrong-token limit of the caller's address
+//! ([`Denials`]): an address that used up its allowance is refused before its token is
+//! read, and each wrong token it presents uses one up.
 
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use base64::alphabet;
@@ -19,25 +24,59 @@ use hyper::header::{HeaderMap, PROXY_AUTHORIZATION};
 
 use crate::captcha::ParsedRequest;
 use crate::metrics::Denied;
-use crate::tokens::{Token, TokenTable};
+use crate::tokens::{Denials, Token, TokenTable};
+use tokio::time::Instant;
+
+/// Who is asking, for the wrong-token limit: the address the request came from, and the
+/// table of recent wrong tokens by address.
+#[derive(Clone, Copy)]
+pub(crate) struct Asker<'a> {
+    pub peer: IpAddr,
+    pub denials: &'a Denials,
+}
+
+impl Asker<'_> {
+    /// `check` within the limit: refused unchecked while the address is over it, and a
+    /// wrong token counted against it.
+    fn limited<T>(self, check: impl FnOnce() -> Result<T, Denied>) -> Result<T, Denied> {
+        let now = Instant::now();
+        if !self.denials.admits(self.peer, now) {
+            return Err(Denied::Limited);
+        }
+        let result = check();
+        if result.as_ref().err() == Some(&Denied::Wrong) {
+            self.denials.deny(self.peer, now);
+        }
+        result
+    }
+}
 
 /// The token a request presents: `Ok(None)` when no tokens are configured (every caller is
 /// served), `Err` with why it is refused otherwise.
 pub(crate) fn check(
     tokens: &TokenTable,
+    asker: Asker<'_>,
     parsed: &ParsedRequest,
     headers: &HeaderMap,
 ) -> Result<Option<Arc<Token>>, Denied> {
     if tokens.is_empty() {
         return Ok(None);
     }
+    asker.limited(|| presented(tokens, parsed, headers).map(Some))
+}
+
+fn presented(
+    tokens: &TokenTable,
+    parsed: &ParsedRequest,
+    headers: &HeaderMap,
+) -> Result<Arc<Token>, Denied> {
     let key = parsed.param("key").filter(|k| !k.is_empty());
     if let Some(token) = key.as_deref().and_then(|k| tokens.lookup(k)) {
-        return Ok(Some(token.clone()));
+        return Ok(token.clone());
     }
     let proxy = headers.get(PROXY_AUTHORIZATION);
     if let Some(token) = proxy.and_then(|v| basic_token(tokens, v.as_bytes())) {
-        return Ok(Some(token.clone()));
+        return Ok(token.clone());
     }
     if key.is_none() && proxy.is_none() {
         Err(Denied::Missing)
@@ -74,14 +113,24 @@ fn decode_base64(text: &[u8]) -> Option<Vec<u8>> {
     BASE64.decode(text).ok()
 }
 
-/// The token a request's `Proxy-Authorization: Basic` presents, if it is one: for the
-/// forward proxy's tunnels and relays, which carry no `key`.
-pub(crate) fn proxy_token<'a>(
-    tokens: &'a TokenTable,
+/// The token a request's `Proxy-Authorization: Basic` presents, for the forward proxy's
+/// tunnels and relays, which carry no `key`: `Ok(None)` when no tokens are configured,
+/// `Err` with why it is refused otherwise.
+pub(crate) fn proxy_token(
+    tokens: &TokenTable,
+    asker: Asker<'_>,
     headers: &HeaderMap,
-) -> Option<&'a Arc<Token>> {
-    let value = headers.get(PROXY_AUTHORIZATION)?;
-    basic_token(tokens, value.as_bytes())
+) -> Result<Option<Arc<Token>>, Denied> {
+    if tokens.is_empty() {
+        return Ok(None);
+    }
+    asker.limited(|| match headers.get(PROXY_AUTHORIZATION) {
+        None => Err(Denied::Missing),
+        Some(value) => basic_token(tokens, value.as_bytes())
+            .cloned()
+            .map(Some)
+            .ok_or(Denied::Wrong),
+    })
 }
 
 #[cfg(test)]
@@ -106,6 +155,7 @@ mod tests {
             keys: None,
             tiers: None,
             max_threads: None,
+            max_tunnels: crate::config::DEFAULT_MAX_TUNNELS,
         };
         TokenTable::new(
             &[token("one", "token-one"), token("two", "token-two")],
@@ -125,6 +175,14 @@ mod tests {
         (parsed, headers)
     }
 
+    fn asker(denials: &Denials) -> Asker<'_> {
+        // A fresh address per table: these tests are about reading tokens, not the limit.
+        Asker {
+            peer: IpAddr::from([192, 0, 2, 1]),
+            denials,
+        }
+    }
+
     fn name(result: Result<Option<Arc<Token>>, Denied>) -> Result<String, Denied> {
         result.map(|t| t.expect("tokens are configured").name.to_string())
     }
@@ -132,9 +190,10 @@ mod tests {
     #[test]
     fn the_key_param_is_read_as_the_service_reads_it() {
         let tokens = table();
+        let denials = Denials::default();
         let check = |query, body| {
             let (parsed, headers) = request(query, body, None);
-            name(check(&tokens, &parsed, &headers))
+            name(check(&tokens, asker(&denials), &parsed, &headers))
         };
         assert_eq!(check("key=token-one", ""), Ok("one".into()));
         // The body beats the query, as in PHP's $_REQUEST.
@@ -152,9 +211,10 @@ mod tests {
     #[test]
     fn a_basic_proxy_credential_carries_the_token_as_password_or_user() {
         let tokens = table();
+        let denials = Denials::default();
         let check = |query, proxy| {
             let (parsed, headers) = request(query, "", Some(proxy));
-            name(check(&tokens, &parsed, &headers))
+            name(check(&tokens, asker(&denials), &parsed, &headers))
         };
         // "anyone:token-one", "token-two:", and unpadded "x:token-one".
         assert_eq!(
@@ -170,12 +230,54 @@ mod tests {
         assert_eq!(check("", "Basic"), Err(Denied::Wrong));
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn an_address_over_its_limit_is_refused_unchecked_a_valid_token_too() {
+        let tokens = table();
+        let denials = Denials::default();
+        let (wrong, wrong_headers) = request("key=guess", "", None);
+        let (right, right_headers) = request("key=token-one", "", None);
+        let (_, proxy_wrong) = request("", "", Some("Basic eDpndWVzcw=="));
+        let mut answers = Vec::new();
+        for _ in 0..6 {
+            answers.push(check(&tokens, asker(&denials), &wrong, &wrong_headers).unwrap_err());
+        }
+        // The forward proxy's credential draws on the same allowance.
+        for _ in 0..6 {
+            answers.push(proxy_token(&tokens, asker(&denials), &proxy_wrong).unwrap_err());
+        }
+        let wrong_count = answers.iter().filter(|d| **d == Denied::Wrong).count();
+        assert_eq!(wrong_count, 10, "{answers:?}");
+        assert_eq!(answers.last(), Some(&Denied::Limited));
+        assert_eq!(
+            name(check(&tokens, asker(&denials), &right, &right_headers)),
+            Err(Denied::Limited),
+            "a valid token from an address over its limit is refused the same way"
+        );
+        let elsewhere = Asker {
+            peer: IpAddr::from([192, 0, 2, 99]),
+            denials: &denials,
+        };
+        assert_eq!(
+            name(check(&tokens, elsewhere, &right, &right_headers)),
+            Ok("one".into())
+        );
+        tokio::time::advance(std::time::Duration::from_millis(200)).await;
+        assert_eq!(
+            name(check(&tokens, asker(&denials), &right, &right_headers)),
+            Ok("one".into()),
+            "a fifth of a second refills one"
+        );
+    }
+
     #[test]
     fn no_tokens_configured_admits_every_request() {
         let (parsed, headers) = request("key=anything", "", None);
-        assert!(check(&TokenTable::default(), &parsed, &headers)
-            .unwrap()
-            .is_none());
+        let denials = Denials::default();
+        assert!(
+            check(&TokenTable::default(), asker(&denials), &parsed, &headers)
+                .unwrap()
+                .is_none()
+        );
     }
 
     #[test]

@@ -23,11 +23,52 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::authority;
+use super::destination::Policy;
 use super::header_timer::HeaderTimer;
 use crate::app::App;
 use crate::config::{Limits, UpstreamProxy};
+use crate::log_limit::{Throttle, INTERVAL};
 use crate::proxy::{self, Caller, Hangup};
 use crate::upstream::RelayConnector;
+
+/// Connections the admin listener serves at once: a few operators and scrapers, kept apart
+/// from the proxy's cap so that tunnels filling that never lock out `/healthz`,
+/// `/metrics` and `keyrelay ctl`.
+pub const ADMIN_MAX_CONNECTIONS: usize = 64;
+
+/// A connection's place under its listener's cap. Shared: a tunnel keeps the place of the
+/// `CONNECT` connection it came on for as long as either lives.
+pub(crate) type Slot = Arc<OwnedSemaphorePermit>;
+
+/// The listener a connection came in on.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Door {
+    /// Its name in logs: `proxy`, `tls` or `admin`.
+    pub name: &'static str,
+    /// Whether other machines can reach it (a non-loopback bind): the forward proxy's
+    /// destination policy is stricter for its callers.
+    pub exposed: bool,
+}
+
+impl Door {
+    pub(crate) fn of(name: &'static str, listener: &tokio::net::TcpListener) -> Door {
+        let exposed = listener
+            .local_addr()
+            .map_or(true, |addr| !addr.ip().to_canonical().is_loopback());
+        Door { name, exposed }
+    }
+}
+
+/// Where a forward-proxy request came from: its caller, the listener, and the connection's
+/// place under the cap, which a tunnel keeps for its whole life.
+pub(super) struct Inbound {
+    pub(super) caller: Caller,
+    pub(super) door: Door,
+    pub(super) slot: Slot,
+}
+
+/// Failed accepts are logged at most once a minute per listener, with how many failed.
+static ACCEPT_FAILED: Throttle = Throttle::new(INTERVAL);
 
 /// What the server answers with: keyrelay's own buffered answers, or (for a request relayed
 /// to another host as a forward proxy) that host's answer, streamed.
@@ -49,7 +90,10 @@ struct Inner {
     /// `[forward]`'s intercepted hosts, read at start like the limits.
     intercepted: Vec<String>,
     relay: RelayClient,
+    /// Where the forward proxy may go: keyrelay's own listeners, as bound.
+    policy: Policy,
     permits: Arc<Semaphore>,
+    admin_permits: Arc<Semaphore>,
     /// Cancelled at shutdown: every connection then finishes its request in flight and
     /// closes.
     shutdown: CancellationToken,
@@ -57,7 +101,7 @@ struct Inner {
 }
 
 impl Connections {
-    pub(super) fn new(app: App, header_timer: HeaderTimer) -> Connections {
+    pub(super) fn new(app: App, header_timer: HeaderTimer, policy: Policy) -> Connections {
         let config = app.snapshot().config.clone();
         let limits = config.limits.clone();
         let permits = Arc::new(Semaphore::new(limits.max_connections));
@@ -67,7 +111,9 @@ impl Connections {
             app,
             limits,
             header_timer,
+            policy,
             permits,
+            admin_permits: Arc::new(Semaphore::new(ADMIN_MAX_CONNECTIONS)),
             shutdown: CancellationToken::new(),
             open: TaskTracker::new(),
         }))
@@ -85,66 +131,78 @@ impl Connections {
         &self.0.relay
     }
 
+    pub(super) fn policy(&self) -> &Policy {
+        &self.0.policy
+    }
+
     /// Whether a request for `host` (from a request target or a `CONNECT`, any case) is
     /// the pool's: an intercepted API host.
     pub(super) fn intercepts(&self, host: &str) -> bool {
         authority::is_intercepted(&self.0.intercepted, host)
     }
 
-    /// A place for one more connection, or `None` over `limits.max_connections` (counted):
+    /// A place for one more connection through `door`, or `None` over its cap (counted):
     /// the caller closes it at once, so the client fails fast and retries instead of
-    /// waiting in the backlog, and everyone already in is unaffected.
-    pub(super) fn admit(&self) -> Option<OwnedSemaphorePermit> {
-        let permit = Arc::clone(&self.0.permits).try_acquire_owned().ok();
+    /// waiting in the backlog, and everyone already in is unaffected. The admin listener
+    /// has a small cap of its own; every other listener shares `limits.max_connections`.
+    pub(super) fn admit(&self, door: Door) -> Option<Slot> {
+        let permits = if door.name == "admin" {
+            &self.0.admin_permits
+        } else {
+            &self.0.permits
+        };
+        let permit = Arc::clone(permits).try_acquire_owned().ok();
         if permit.is_none() {
             self.0.app.metrics().connections_rejected.inc();
         }
-        permit
+        permit.map(Arc::new)
     }
 
     /// One accepted TCP connection made ready to serve: a place under the cap, no Nagle
     /// delay, and a watch on its caller's side. `None` when it is closed instead (logged,
     /// counted), or the accept failed (for example, out of file descriptors): then after
-    /// `pause`, so that the accept loop does not spin. `listener` names it in the logs.
+    /// `pause`, so that the accept loop does not spin, and the next accept takes the
+    /// connection that waited in the backlog as soon as a descriptor is free.
     pub(super) async fn take(
         &self,
         accepted: std::io::Result<(TcpStream, SocketAddr)>,
-        listener: &'static str,
+        door: Door,
         pause: Duration,
-    ) -> Option<(TcpStream, Caller, OwnedSemaphorePermit)> {
+    ) -> Option<(TcpStream, Caller, Slot)> {
         let (stream, peer) = match accepted {
             Ok(accepted) => accepted,
             Err(e) => {
-                tracing::warn!(listener, error = %e, "accept failed");
+                if let Some(admitted) = ACCEPT_FAILED.admit_key(door.name) {
+                    tracing::warn!(
+                        listener = door.name,
+                        error = %e,
+                        failed_since_last = admitted.suppressed,
+                        "accept failed; retrying (logged once a minute)"
+                    );
+                }
                 tokio::time::sleep(pause).await;
                 return None;
             }
         };
-        let Some(permit) = self.admit() else {
-            tracing::debug!(listener, %peer, "connection cap reached; connection closed");
+        let Some(slot) = self.admit(door) else {
+            tracing::debug!(listener = door.name, %peer, "connection cap reached; connection closed");
             return None;
         };
         let _ = stream.set_nodelay(true);
         match Hangup::watch(&stream) {
-            Ok(hangup) => Some((stream, Caller { hangup, peer }, permit)),
+            Ok(hangup) => Some((stream, Caller { hangup, peer }, slot)),
             Err(e) => {
-                tracing::warn!(listener, %peer, error = %e, "cannot set up the connection; closed");
+                tracing::warn!(listener = door.name, %peer, error = %e, "cannot set up the connection; closed");
                 None
             }
         }
     }
 
     /// Serves HTTP/1.1 on `io` with `service` on a task of its own until the client closes
-    /// it or the drain ends it. `permit` is the connection's place under the cap, held
-    /// until it closes; a connection inside a tunnel holds none, as the tunnel's own
-    /// connection holds one.
-    pub(super) fn spawn<I, S>(
-        &self,
-        io: I,
-        service: S,
-        peer: std::net::SocketAddr,
-        permit: Option<OwnedSemaphorePermit>,
-    ) where
+    /// it or the drain ends it. `slot` is the connection's place under the cap, held until
+    /// it closes (a connection inside an intercepted tunnel holds the tunnel's).
+    pub(super) fn spawn<I, S>(&self, io: I, service: S, peer: std::net::SocketAddr, slot: Slot)
+    where
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
         S: Service<Request<Incoming>, Response = Response<ServerBody>, Error = Infallible>
             + Send
@@ -182,7 +240,7 @@ impl Connections {
             if let Err(e) = result {
                 tracing::debug!(%peer, error = %e, "connection ended with an error");
             }
-            drop(permit);
+            drop(slot);
         });
     }
 

@@ -9,79 +9,107 @@
 //! password), so that keyrelay is never an open proxy.
 
 use std::convert::Infallible;
+use std::net::{IpAddr, SocketAddr};
 
 use bytes::Bytes;
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
-use hyper::{Request, Response, StatusCode};
+use hyper::http::uri::{Authority, Scheme};
+use hyper::{Request, Response, StatusCode, Uri};
 use hyper_util::rt::TokioIo;
 
 use super::authority::unbracket;
-use super::connection::{Connections, ServerBody};
+use super::connection::{Connections, Inbound, ServerBody, Slot};
+use super::destination::{self, Via};
+use super::tunnel::{self, Ended};
 use crate::config::Tunnel;
-use crate::metrics::ForwardOutcome;
-use crate::proxy::{self, Caller};
+use crate::log_limit::{Clip, Throttle, INTERVAL};
+use crate::metrics::{Denied, ForwardOutcome, ForwardRefusal};
+use crate::proxy::{self, Asker};
+use crate::tokens::{Token, TunnelHold};
 use crate::upstream::{error_chain, open_tunnel};
+
+/// An answer that ends a forward-proxy request before it is sent anywhere; boxed, as a
+/// response is large for an error.
+type Refused = Box<Response<ServerBody>>;
+
+/// Refused destinations are logged at most once a minute each.
+static REFUSED: Throttle = Throttle::new(INTERVAL);
 
 /// `CONNECT host:port` to a host that is not intercepted.
 pub(super) async fn connect(
     conns: Connections,
-    caller: Caller,
+    from: Inbound,
     mut req: Request<Incoming>,
 ) -> Result<Response<ServerBody>, Infallible> {
     let config = conns.app().snapshot().config.clone();
     let metrics = conns.app().metrics();
-    let Some(target) = req
-        .uri()
-        .authority()
-        .map(|a| (unbracket(a.host()).to_owned(), a.port_u16()))
-        .filter(|(host, _)| !host.is_empty())
-    else {
-        metrics.count_forward(ForwardOutcome::BadTarget);
-        return Ok(text(
-            StatusCode::BAD_REQUEST,
-            "CONNECT needs a host and port, such as CONNECT example.com:443\n",
-        ));
-    };
-    let (host, Some(port)) = target else {
-        metrics.count_forward(ForwardOutcome::BadTarget);
-        return Ok(text(
-            StatusCode::BAD_REQUEST,
-            "CONNECT needs a port from 1 to 65535, such as CONNECT example.com:443\n",
-        ));
+    // The target is checked before any credential: a malformed one is the same 400 for all.
+    let (host, port) = match connect_target(req.uri()) {
+        Ok(target) => target,
+        Err(problem) => {
+            metrics.count_forward(ForwardOutcome::BadTarget);
+            return Ok(text(StatusCode::BAD_REQUEST, problem));
+        }
     };
     if conns.intercepts(&host) {
         // The requests inside are the pool's, and each presents its token as its `key`:
         // the tunnel itself needs none, so unchanged scripts work with tokens too.
-        return Ok(super::intercept::connect(conns, caller, req, host));
+        return Ok(super::intercept::connect(conns, from, req, host));
     }
-    if let Some(denied) = denied(&conns, req.headers()) {
-        metrics.count_forward(ForwardOutcome::Unauthorized);
-        return Ok(denied);
-    }
+    let token = match credential(&conns, &from, req.headers()) {
+        Ok(token) => token,
+        Err(answer) => return Ok(*answer),
+    };
     if config.forward.tunnel == Tunnel::None {
-        metrics.count_forward(ForwardOutcome::Refused);
-        return Ok(refused(&host));
+        return Ok(refuse(
+            &conns,
+            &from,
+            &host,
+            port,
+            ForwardRefusal::TunnelNone,
+        ));
     }
-    let timeout = config.timeouts.connect;
-    // Dialled before the 200, so that an unreachable host is a 502 the client can read.
     let proxy = config.upstream_proxy.as_ref();
-    let upstream = match tokio::time::timeout(timeout, open_tunnel(&host, port, proxy)).await {
-        Ok(Ok(stream)) => stream,
-        Ok(Err(e)) => {
-            metrics.count_forward(ForwardOutcome::Unreachable);
-            tracing::debug!(peer = %caller.peer, %host, port, error = %e, "tunnel target unreachable");
-            return Ok(text(
-                StatusCode::BAD_GATEWAY,
-                format!("cannot reach {host}:{port}: {}\n", error_chain(e.as_ref())),
-            ));
+    let timeout = config.timeouts.connect;
+    let dialled = tokio::time::timeout(timeout, async {
+        let addrs = checked(&conns, &from, &host, port, Via::Tunnel, proxy.is_some()).await?;
+        // Taken after the policy, so a refused destination never counts against it.
+        let hold = match token.as_deref().map(Token::try_tunnel) {
+            Some(None) => {
+                let refusal = ForwardRefusal::TooManyTunnels;
+                return Err(Box::new(refuse(&conns, &from, &host, port, refusal)));
+            }
+            Some(Some(hold)) => Some(hold),
+            None => None,
+        };
+        // Dialled before the 200, so that an unreachable host is a 502 the client can read.
+        match open_tunnel(&host, port, &addrs, proxy).await {
+            Ok(stream) => Ok((stream, hold)),
+            Err(e) => {
+                metrics.count_forward(ForwardOutcome::Unreachable);
+                tracing::debug!(peer = %from.caller.peer, host = %Clip(&host), port, error = %e, "tunnel target unreachable");
+                Err(Box::new(text(
+                    StatusCode::BAD_GATEWAY,
+                    format!(
+                        "cannot reach {}:{port}: {}\n",
+                        Clip(&host),
+                        error_chain(e.as_ref())
+                    ),
+                )))
+            }
         }
+    })
+    .await;
+    let (upstream, hold) = match dialled {
+        Ok(Ok(dialled)) => dialled,
+        Ok(Err(answer)) => return Ok(*answer),
         Err(_) => {
             metrics.count_forward(ForwardOutcome::Unreachable);
             return Ok(text(
                 StatusCode::GATEWAY_TIMEOUT,
-                format!("cannot reach {host}:{port} within {timeout:?}\n"),
+                format!("cannot reach {}:{port} within {timeout:?}\n", Clip(&host)),
             ));
         }
     };
@@ -89,7 +117,12 @@ pub(super) async fn connect(
     metrics.count_forward(ForwardOutcome::Tunnelled);
     let upgrade = hyper::upgrade::on(&mut req);
     let tunnels = conns.clone();
+    let idle = config.timeouts.tunnel_idle;
+    let Inbound { caller, slot, .. } = from;
     conns.track(async move {
+        // Both live as long as the tunnel: its place under the connection cap, and under
+        // its token's max_tunnels.
+        let _held: (Slot, Option<TunnelHold>) = (slot, hold);
         let client = match upgrade.await {
             Ok(upgraded) => upgraded,
             Err(e) => {
@@ -100,11 +133,15 @@ pub(super) async fn connect(
         let mut client = TokioIo::new(client);
         let mut upstream = upstream;
         tokio::select! {
-            result = tokio::io::copy_bidirectional(&mut client, &mut upstream) => {
-                if let Err(e) = result {
-                    tracing::debug!(peer = %caller.peer, %host, port, error = %e, "tunnel ended with an error");
+            ended = tunnel::copy_until_idle(&mut client, &mut upstream, idle) => match ended {
+                Ok(Ended::Idle) => {
+                    tracing::debug!(peer = %caller.peer, host = %Clip(&host), port, ?idle, "tunnel closed after tunnel_idle without traffic");
                 }
-            }
+                Ok(Ended::Closed { .. }) => {}
+                Err(e) => {
+                    tracing::debug!(peer = %caller.peer, host = %Clip(&host), port, error = %e, "tunnel ended with an error");
+                }
+            },
             // A tunnel carries no request to finish: it closes when the drain starts.
             () = tunnels.shutting_down() => {}
         }
@@ -112,40 +149,92 @@ pub(super) async fn connect(
     Ok(Response::new(empty()))
 }
 
+/// The host and port of a `CONNECT`'s authority-form target (RFC 9110 §9.3.6): nothing
+/// else, no scheme or path, a port from 1 to 65535, a host that is not empty.
+fn connect_target(uri: &Uri) -> Result<(String, u16), &'static str> {
+    const USAGE: &str =
+        "CONNECT needs host:port and nothing else, such as CONNECT example.com:443\n";
+    let authority = match (uri.scheme(), uri.path_and_query(), uri.authority()) {
+        (None, None, Some(authority)) => authority,
+        _ => return Err(USAGE),
+    };
+    if authority.as_str().contains('@') {
+        return Err(USAGE);
+    }
+    let host = unbracket(authority.host());
+    if host.is_empty() {
+        return Err(USAGE);
+    }
+    match authority.port_u16() {
+        Some(port) if port != 0 => Ok((host.to_owned(), port)),
+        _ => Err("CONNECT needs a port from 1 to 65535, such as CONNECT example.com:443\n"),
+    }
+}
+
 /// An absolute-form request (`GET http://host/path`) to a host that is not intercepted:
 /// relayed to it with its body streamed both ways, as any forward proxy relays it.
 pub(super) async fn relay(
     conns: Connections,
-    caller: Caller,
+    from: Inbound,
     mut req: Request<Incoming>,
 ) -> Result<Response<ServerBody>, Infallible> {
     let config = conns.app().snapshot().config.clone();
     let metrics = conns.app().metrics();
-    if let Some(denied) = denied(&conns, req.headers()) {
-        metrics.count_forward(ForwardOutcome::Unauthorized);
-        return Ok(denied);
+    if let Err(answer) = credential(&conns, &from, req.headers()) {
+        return Ok(*answer);
     }
-    let host = req.uri().host().unwrap_or_default().to_owned();
+    let host = unbracket(req.uri().host().unwrap_or_default()).to_owned();
+    let port = req.uri().port_u16().unwrap_or(80);
     if config.forward.tunnel == Tunnel::None {
-        metrics.count_forward(ForwardOutcome::Refused);
-        return Ok(refused(&host));
+        return Ok(refuse(
+            &conns,
+            &from,
+            &host,
+            port,
+            ForwardRefusal::TunnelNone,
+        ));
     }
-    if req.uri().scheme() != Some(&hyper::http::uri::Scheme::HTTP) {
+    if req.uri().scheme() != Some(&Scheme::HTTP) || host.is_empty() || port == 0 {
         metrics.count_forward(ForwardOutcome::BadTarget);
         return Ok(text(
             StatusCode::BAD_REQUEST,
-            "only http:// URLs can be relayed; use CONNECT for https\n",
+            "only http:// URLs with a host and a port from 1 to 65535 can be relayed; use CONNECT for https\n",
         ));
     }
-    strip_hop_by_hop(req.headers_mut());
     let parent = config
         .upstream_proxy
         .as_ref()
         .filter(|proxy| !proxy.goes_direct(req.uri()));
-    if let Some(auth) = parent.and_then(|proxy| proxy.auth()) {
-        // The caller's credential was for keyrelay; the parent proxy gets keyrelay's own.
-        req.headers_mut()
-            .insert(header::PROXY_AUTHORIZATION, auth.clone());
+    let timeout = config.timeouts.connect;
+    let addrs = match tokio::time::timeout(
+        timeout,
+        checked(&conns, &from, &host, port, Via::Relay, parent.is_some()),
+    )
+    .await
+    {
+        Ok(Ok(addrs)) => addrs,
+        Ok(Err(answer)) => return Ok(*answer),
+        Err(_) => {
+            metrics.count_forward(ForwardOutcome::Unreachable);
+            return Ok(text(
+                StatusCode::GATEWAY_TIMEOUT,
+                format!("cannot resolve {} within {timeout:?}\n", Clip(&host)),
+            ));
+        }
+    };
+    strip_hop_by_hop(req.headers_mut());
+    match parent {
+        Some(proxy) => {
+            if let Some(auth) = proxy.auth() {
+                // The caller's credential was for keyrelay; the parent proxy gets keyrelay's
+                // own.
+                req.headers_mut()
+                    .insert(header::PROXY_AUTHORIZATION, auth.clone());
+            }
+        }
+        // Sent to the address the policy checked, never resolved again: the Host header
+        // keeps the name.
+        None => pin_address(&mut req, addrs.first().copied()),
     }
     match conns.relay_client().request(req).await {
         Ok(mut response) => {
@@ -155,38 +244,160 @@ pub(super) async fn relay(
         }
         Err(e) => {
             metrics.count_forward(ForwardOutcome::Unreachable);
-            tracing::debug!(peer = %caller.peer, %host, error = %e, "relay failed");
+            tracing::debug!(peer = %from.caller.peer, host = %Clip(&host), error = %e, "relay failed");
             Ok(text(
                 StatusCode::BAD_GATEWAY,
-                format!("cannot relay to {host}: {}\n", error_chain(&e)),
+                format!("cannot relay to {}: {}\n", Clip(&host), error_chain(&e)),
             ))
         }
     }
 }
 
-/// With tokens configured, the answer to a request that presents none that is valid.
-fn denied(conns: &Connections, headers: &HeaderMap) -> Option<Response<ServerBody>> {
-    let snapshot = conns.app().snapshot();
-    if snapshot.tokens.is_empty() || proxy::proxy_token(&snapshot.tokens, headers).is_some() {
-        return None;
+/// Points `req` at `addr` (the checked address), keeping its name in `Host`.
+fn pin_address(req: &mut Request<Incoming>, addr: Option<SocketAddr>) {
+    let Some(addr) = addr else { return };
+    if !req.headers().contains_key(header::HOST) {
+        if let Some(value) = req
+            .uri()
+            .authority()
+            .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+        {
+            req.headers_mut().insert(header::HOST, value);
+        }
     }
-    let mut response = text(
-        StatusCode::PROXY_AUTHENTICATION_REQUIRED,
-        "keyrelay needs a token: Proxy-Authorization: Basic with the token as the password\n",
-    );
-    response.headers_mut().insert(
-        header::PROXY_AUTHENTICATE,
-        HeaderValue::from_static("Basic realm=\"keyrelay\""),
-    );
-    Some(response)
+    let Ok(authority) = Authority::try_from(addr.to_string()) else {
+        return;
+    };
+    let mut parts = req.uri().clone().into_parts();
+    parts.authority = Some(authority);
+    if let Ok(uri) = Uri::from_parts(parts) {
+        *req.uri_mut() = uri;
+    }
 }
 
-fn refused(host: &str) -> Response<ServerBody> {
-    text(
-        StatusCode::FORBIDDEN,
-        format!(
-            "keyrelay does not forward to {host}: it is not a captcha API host, and [forward] tunnel = \"none\"\n"
+/// Resolves `host` once and checks every address it named against the destination policy;
+/// the addresses to dial, or the answer that refuses. With a parent proxy (`proxied`), a
+/// name that does not resolve here may still resolve there: only its name and port are
+/// checked, and the parent dials it.
+async fn checked(
+    conns: &Connections,
+    from: &Inbound,
+    host: &str,
+    port: u16,
+    via: Via,
+    proxied: bool,
+) -> Result<Vec<SocketAddr>, Refused> {
+    let addrs = match destination::resolve(host, port).await {
+        Ok(addrs) => addrs,
+        Err(_) if proxied => Vec::new(),
+        Err(e) => {
+            conns
+                .app()
+                .metrics()
+                .count_forward(ForwardOutcome::Unreachable);
+            return Err(Box::new(text(
+                StatusCode::BAD_GATEWAY,
+                format!("cannot resolve {}: {e}\n", Clip(host)),
+            )));
+        }
+    };
+    let ips: Vec<IpAddr> = addrs.iter().map(SocketAddr::ip).collect();
+    let snapshot = conns.app().snapshot();
+    match conns.policy().check(
+        &snapshot.config.forward.allow,
+        host,
+        &ips,
+        port,
+        via,
+        from.door.exposed,
+    ) {
+        Ok(()) => Ok(addrs),
+        Err(reason) => Err(Box::new(refuse(conns, from, host, port, reason))),
+    }
+}
+
+/// With tokens configured, the caller's token from `Proxy-Authorization` (within its
+/// address's wrong-token limit), or the `407` that refuses it.
+fn credential(
+    conns: &Connections,
+    from: &Inbound,
+    headers: &HeaderMap,
+) -> Result<Option<std::sync::Arc<Token>>, Refused> {
+    let app = conns.app();
+    let snapshot = app.snapshot();
+    let asker = Asker {
+        peer: from.caller.peer.ip(),
+        denials: app.denials(),
+    };
+    match proxy::proxy_token(&snapshot.tokens, asker, headers) {
+        Ok(token) => Ok(token),
+        Err(denied) => {
+            app.metrics().count_denied(denied);
+            app.metrics().count_forward(ForwardOutcome::Unauthorized);
+            let why = match denied {
+                Denied::Limited => "too many wrong tokens from this address lately; wait",
+                Denied::Missing | Denied::Wrong => {
+                    "keyrelay needs a token: Proxy-Authorization: Basic with the token as the password"
+                }
+            };
+            let mut response = text(
+                StatusCode::PROXY_AUTHENTICATION_REQUIRED,
+                format!("{why}\n"),
+            );
+            response.headers_mut().insert(
+                header::PROXY_AUTHENTICATE,
+                HeaderValue::from_static("Basic realm=\"keyrelay\""),
+            );
+            Err(Box::new(response))
+        }
+    }
+}
+
+/// The answer to a refused destination: `403` with the reason (`429` for a token at its
+/// `max_tunnels`), counted, and logged at most once a minute per destination.
+fn refuse(
+    conns: &Connections,
+    from: &Inbound,
+    host: &str,
+    port: u16,
+    reason: ForwardRefusal,
+) -> Response<ServerBody> {
+    let metrics = conns.app().metrics();
+    metrics.count_forward(ForwardOutcome::Refused);
+    metrics.count_forward_refused(reason);
+    let destination = format!("{}:{port}", Clip(host));
+    if let Some(admitted) = REFUSED.admit_key(&destination) {
+        tracing::info!(
+            peer = %from.caller.peer,
+            listener = from.door.name,
+            %destination,
+            reason = reason.label(),
+            refused_since_last = admitted.suppressed,
+            "forward proxy refused a destination (logged once a minute per destination)"
+        );
+    }
+    let (status, why) = match reason {
+        ForwardRefusal::Listener => (StatusCode::FORBIDDEN, "it is one of keyrelay's own listeners"),
+        ForwardRefusal::Address => (
+            StatusCode::FORBIDDEN,
+            "it is a loopback, link-local or private address, which callers of this listener may not reach; see [forward] allow",
         ),
+        ForwardRefusal::Port => (
+            StatusCode::FORBIDDEN,
+            "only port 443 (CONNECT) and ports 80 and 443 (http:// requests) are forwarded for callers of this listener; see [forward] allow",
+        ),
+        ForwardRefusal::TunnelNone => (
+            StatusCode::FORBIDDEN,
+            "it is not a captcha API host, and [forward] tunnel = \"none\"",
+        ),
+        ForwardRefusal::TooManyTunnels => (
+            StatusCode::TOO_MANY_REQUESTS,
+            "this token holds its max_tunnels open tunnels; close one first",
+        ),
+    };
+    text(
+        status,
+        format!("keyrelay does not forward to {destination}: {why}\n"),
     )
 }
 

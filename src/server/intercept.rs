@@ -9,17 +9,18 @@ use hyper::header::{HeaderValue, CONTENT_TYPE, PROXY_AUTHORIZATION};
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 
-use super::connection::{Connections, ServerBody};
+use super::connection::{Connections, Inbound, ServerBody};
+use crate::log_limit::Clip;
 use crate::metrics::ForwardOutcome;
-use crate::proxy::Caller;
 
 /// The answer to `CONNECT host:port` for an intercepted `host`.
 pub(super) fn connect(
     conns: Connections,
-    caller: Caller,
+    from: Inbound,
     mut req: Request<Incoming>,
     host: String,
 ) -> Response<ServerBody> {
+    let Inbound { caller, door, slot } = from;
     let app = conns.app();
     // The certificate first: a CA that cannot issue one is an answer the client can read,
     // not a handshake that dies. A tunnel passed through uninspected instead would send the
@@ -27,11 +28,14 @@ pub(super) fn connect(
     let config = match app.ca().and_then(|ca| ca.intercept_config(&host)) {
         Ok(config) => config,
         Err(e) => {
-            tracing::error!(%host, error = %e, "cannot issue a certificate to intercept a CONNECT");
+            tracing::error!(host = %Clip(&host), error = %e, "cannot issue a certificate to intercept a CONNECT");
             app.metrics().count_forward(ForwardOutcome::Refused);
             return text(
                 StatusCode::BAD_GATEWAY,
-                format!("keyrelay cannot issue a certificate for {host}: {e}\n"),
+                format!(
+                    "keyrelay cannot issue a certificate for {}: {e}\n",
+                    Clip(&host)
+                ),
             );
         }
     };
@@ -51,14 +55,15 @@ pub(super) fn connect(
             Ok(stream) => stream,
             Err((reason, e)) => {
                 inner.app().metrics().count_tls_failure(reason.into());
-                tracing::debug!(peer = %caller.peer, %host, reason = reason.label(), error = %e, "TLS handshake inside CONNECT failed");
+                tracing::debug!(peer = %caller.peer, host = %Clip(&host), reason = reason.label(), error = %e, "TLS handshake inside CONNECT failed");
                 return;
             }
         };
         let peer = caller.peer;
-        let service = super::service(&inner, caller, credential);
-        // The tunnel's own connection holds its place under the cap.
-        inner.spawn(stream, service, peer, None);
+        // The connection inside keeps the CONNECT's place under the cap for its whole
+        // life, and follows the plain listener's keep-alive rules.
+        let service = super::service(&inner, caller, door, slot.clone(), credential);
+        inner.spawn(stream, service, peer, slot);
     });
     Response::new(ServerBody::Left(Full::new(Bytes::new())))
 }

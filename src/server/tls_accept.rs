@@ -19,12 +19,13 @@ pub struct TlsListener {
 /// Accepts on `tls.listener` until the drain starts.
 pub(super) async fn accept_loop(tls: TlsListener, conns: Connections, pause: Duration) {
     let handshake_timeout = conns.header_timeout();
+    let door = super::connection::Door::of("tls", &tls.listener);
     loop {
         let accepted = tokio::select! {
             accepted = tls.listener.accept() => accepted,
             () = conns.shutting_down() => break,
         };
-        let Some((stream, caller, permit)) = conns.take(accepted, "tls", pause).await else {
+        let Some((stream, caller, slot)) = conns.take(accepted, door, pause).await else {
             continue;
         };
         let config = tls.config.clone();
@@ -39,8 +40,8 @@ pub(super) async fn accept_loop(tls: TlsListener, conns: Connections, pause: Dur
             match result {
                 Ok(stream) => {
                     let peer = caller.peer;
-                    let service = super::service(&served, caller, None);
-                    served.spawn(stream, service, peer, Some(permit));
+                    let service = super::service(&served, caller, door, slot.clone(), None);
+                    served.spawn(stream, service, peer, slot);
                 }
                 Err((reason, e)) => {
                     tracing::debug!(peer = %caller.peer, reason = reason.label(), error = %e, "TLS handshake failed");

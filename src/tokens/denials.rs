@@ -1,85 +1,146 @@
-//! Slowing down addresses that keep presenting wrong tokens: the answer to a denied request
-//! waits longer the more denials its address had in the last minute, so guessing tokens
-//! costs a guesser time while a caller with a typo barely notices.
+//! Rate-limiting wrong tokens per client address: each address has a bucket of
+//! [`BURST`] wrong tokens that refills at [`RATE`] a second. While its bucket is empty, an
+//! address's requests are refused at once, without their token being checked, a valid one
+//! included: so guessing in parallel gains nothing over guessing in turn, and no request
+//! waits (and holds a connection) for its answer.
 //!
-//! The table is bounded: at `MAX_ADDRESSES` it first drops the addresses whose minute is
-//! over (at most once a second, so a flood of new addresses cannot make every denial scan
-//! it), and an address that still finds no room is slowed down the most. Only denied
-//! requests ever reach this table, so a full table costs callers with a right token nothing.
+//! The table is bounded: at [`MAX_ADDRESSES`] it first drops the addresses whose buckets
+//! have refilled (at most once a second, so a flood of new addresses cannot make every
+//! denial scan it), and addresses that still find no room share one overflow bucket. Only
+//! wrong tokens put an address in the table, and while it is empty a request's check
+//! costs one atomic load.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-/// How far back denials count.
-pub const WINDOW: Duration = Duration::from_secs(60);
-/// Denials per window answered without delay: a typo, a rotated token, a script's retries.
-pub const FREE_DENIALS: u32 = 5;
-/// The delay of the first denial past the free ones; it doubles with each one after.
-pub const FIRST_DELAY: Duration = Duration::from_millis(100);
-/// The longest a denial waits.
-pub const MAX_DELAY: Duration = Duration::from_secs(5);
+/// Wrong tokens an address may present a second, sustained.
+pub const RATE: u64 = 5;
+/// Wrong tokens an address may present at once: a typo, a rotated token, a script's
+/// retries.
+pub const BURST: u64 = 10;
+/// A bucket's level is kept in millionths of a token, so that refilling is exact integer
+/// arithmetic: [`RATE`] millionths a microsecond.
+const UNIT: u64 = 1_000_000;
 /// Addresses tracked at once.
 pub const MAX_ADDRESSES: usize = 10_000;
 
-/// Recent denials by address.
+/// Recent wrong tokens by address.
 #[derive(Debug, Default)]
-pub struct Denials(Mutex<Table>);
+pub struct Denials {
+    table: Mutex<Table>,
+    /// Addresses in the table (the overflow bucket included while it is in use): zero
+    /// means nobody is limited, and nothing needs the lock.
+    tracked: AtomicUsize,
+}
 
 #[derive(Debug, Default)]
 struct Table {
-    by_address: HashMap<IpAddr, Recent>,
+    by_address: HashMap<IpAddr, Bucket>,
+    /// For addresses that found the table full.
+    overflow: Option<Bucket>,
     last_sweep: Option<Instant>,
 }
 
-/// An address's denials since `since`, the start of its current window.
+/// What is left of an address's allowance of wrong tokens (in [`UNIT`]s), as of `at`.
 #[derive(Clone, Copy, Debug)]
-struct Recent {
-    since: Instant,
-    denials: u32,
+struct Bucket {
+    level: u64,
+    at: Instant,
+}
+
+impl Bucket {
+    fn full(now: Instant) -> Bucket {
+        Bucket {
+            level: BURST * UNIT,
+            at: now,
+        }
+    }
+
+    fn refill(&mut self, now: Instant) {
+        let micros = now.saturating_duration_since(self.at).as_micros();
+        let gained = u64::try_from(micros)
+            .unwrap_or(u64::MAX)
+            .saturating_mul(RATE);
+        self.level = self.level.saturating_add(gained).min(BURST * UNIT);
+        self.at = now;
+    }
+
+    /// Whether one more wrong token fits.
+    fn has_room(&self) -> bool {
+        self.level >= UNIT
+    }
+
+    fn take_one(&mut self) {
+        self.level = self.level.saturating_sub(UNIT);
+    }
+
+    fn is_full_by(&self, now: Instant) -> bool {
+        let missing = BURST * UNIT - self.level;
+        now.saturating_duration_since(self.at) >= Duration::from_micros(missing / RATE)
+    }
 }
 
 impl Denials {
-    /// Counts a denial from `peer` at `now` and returns how long its answer should wait.
-    pub fn deny(&self, peer: IpAddr, now: Instant) -> Duration {
+    /// Whether a request from `peer` may have its token checked now: `false` while the
+    /// address has used up its allowance of wrong tokens.
+    pub fn admits(&self, peer: IpAddr, now: Instant) -> bool {
+        if self.tracked.load(Ordering::Acquire) == 0 {
+            return true;
+        }
         let address = source(peer);
-        let mut table = self.0.lock().expect("denials lock poisoned");
+        let mut guard = self.table.lock().unwrap_or_else(PoisonError::into_inner);
+        let table = &mut *guard;
+        let full = table.by_address.len() >= MAX_ADDRESSES;
+        let bucket = match table.by_address.get_mut(&address) {
+            Some(bucket) => bucket,
+            None => match &mut table.overflow {
+                // Addresses past the bound are limited together.
+                Some(overflow) if full => overflow,
+                _ => return true,
+            },
+        };
+        bucket.refill(now);
+        bucket.has_room()
+    }
+
+    /// Counts a wrong token from `peer` at `now`: one less in its allowance.
+    pub fn deny(&self, peer: IpAddr, now: Instant) {
+        let address = source(peer);
+        let mut table = self.table.lock().unwrap_or_else(PoisonError::into_inner);
         if !table.by_address.contains_key(&address) && table.by_address.len() >= MAX_ADDRESSES {
             let swept_lately = table
                 .last_sweep
                 .is_some_and(|at| now.saturating_duration_since(at) < Duration::from_secs(1));
             if !swept_lately {
                 table.last_sweep = Some(now);
+                table.by_address.retain(|_, bucket| !bucket.is_full_by(now));
+            }
+        }
+        let bucket =
+            if table.by_address.contains_key(&address) || table.by_address.len() < MAX_ADDRESSES {
                 table
                     .by_address
-                    .retain(|_, recent| now.saturating_duration_since(recent.since) < WINDOW);
-            }
-            if table.by_address.len() >= MAX_ADDRESSES {
-                return MAX_DELAY;
-            }
-        }
-        let recent = table.by_address.entry(address).or_insert(Recent {
-            since: now,
-            denials: 0,
-        });
-        if now.saturating_duration_since(recent.since) >= WINDOW {
-            *recent = Recent {
-                since: now,
-                denials: 0,
+                    .entry(address)
+                    .or_insert_with(|| Bucket::full(now))
+            } else {
+                table.overflow.get_or_insert_with(|| Bucket::full(now))
             };
-        }
-        recent.denials = recent.denials.saturating_add(1);
-        delay_after(recent.denials)
+        bucket.refill(now);
+        bucket.take_one();
+        let tracked = table.by_address.len() + usize::from(table.overflow.is_some());
+        self.tracked.store(tracked, Ordering::Release);
     }
 
     /// Addresses tracked now.
     pub fn len(&self) -> usize {
-        self.0
+        self.table
             .lock()
-            .expect("denials lock poisoned")
+            .unwrap_or_else(PoisonError::into_inner)
             .by_address
             .len()
     }
@@ -89,18 +150,7 @@ impl Denials {
     }
 }
 
-/// The wait of the `n`th denial of a window: none for the first [`FREE_DENIALS`], then
-/// [`FIRST_DELAY`] doubling, at most [`MAX_DELAY`].
-pub fn delay_after(n: u32) -> Duration {
-    let Some(past_free) = n.checked_sub(FREE_DENIALS + 1) else {
-        return Duration::ZERO;
-    };
-    FIRST_DELAY
-        .checked_mul(1_u32.checked_shl(past_free).unwrap_or(u32::MAX))
-        .map_or(MAX_DELAY, |d| d.min(MAX_DELAY))
-}
-
-/// The address denials are counted by: an IPv4 address, or an IPv6 address's /64 (one
+/// The address wrong tokens are counted by: an IPv4 address, or an IPv6 address's /64 (one
 /// host's usual allocation, which it can walk at will). IPv4-mapped IPv6 is IPv4.
 fn source(peer: IpAddr) -> IpAddr {
     match peer {
@@ -120,39 +170,39 @@ mod tests {
     use super::*;
     use std::net::{Ipv4Addr, Ipv6Addr};
 
-    const MS: Duration = Duration::from_millis(1);
+    const A: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
+    const B: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2));
 
-    #[test]
-    fn the_delay_is_free_for_five_then_doubles_from_100ms_to_5s() {
-        let delays: Vec<Duration> = (1..=13).map(delay_after).collect();
-        assert_eq!(
-            delays,
-            [0, 0, 0, 0, 0, 100, 200, 400, 800, 1600, 3200, 5000, 5000].map(|ms| ms * MS)
-        );
-        assert_eq!(delay_after(u32::MAX), MAX_DELAY);
+    /// Denies `peer` while it is admitted, up to `n` times; how many were admitted.
+    fn guess(denials: &Denials, peer: IpAddr, n: usize) -> usize {
+        (0..n)
+            .filter(|_| {
+                let now = Instant::now();
+                let admitted = denials.admits(peer, now);
+                if admitted {
+                    denials.deny(peer, now);
+                }
+                admitted
+            })
+            .count()
     }
 
     #[tokio::test(start_paused = true)]
-    async fn denials_count_per_address_within_a_minute() {
+    async fn a_burst_of_ten_then_five_a_second() {
         let denials = Denials::default();
-        let a = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
-        let b = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2));
-        for _ in 0..5 {
-            assert_eq!(denials.deny(a, Instant::now()), Duration::ZERO);
+        assert!(denials.admits(A, Instant::now()), "nobody is limited yet");
+        assert_eq!(guess(&denials, A, 200), 10, "the burst");
+        assert!(denials.admits(B, Instant::now()), "b is not a");
+        // 200 guesses a second for ten seconds get 5 a second checked.
+        let mut checked = 0;
+        for _ in 0..2000 {
+            tokio::time::advance(Duration::from_millis(5)).await;
+            checked += guess(&denials, A, 1);
         }
-        assert_eq!(denials.deny(a, Instant::now()), 100 * MS);
-        assert_eq!(denials.deny(a, Instant::now()), 200 * MS);
-        assert_eq!(
-            denials.deny(b, Instant::now()),
-            Duration::ZERO,
-            "b is not a"
-        );
-        tokio::time::advance(WINDOW).await;
-        assert_eq!(
-            denials.deny(a, Instant::now()),
-            Duration::ZERO,
-            "a new minute"
-        );
+        assert_eq!(checked, 50);
+        // Idle, the bucket refills to its burst and no further.
+        tokio::time::advance(Duration::from_secs(60)).await;
+        assert_eq!(guess(&denials, A, 50), 10);
     }
 
     #[test]
@@ -171,7 +221,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn the_table_is_bounded_and_a_new_address_finds_room_once_others_expire() {
+    async fn the_table_is_bounded_and_the_addresses_past_it_share_one_bucket() {
         let denials = Denials::default();
         let address = |n: u32| IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + n));
         let max = u32::try_from(MAX_ADDRESSES).unwrap();
@@ -179,13 +229,18 @@ mod tests {
             denials.deny(address(n), Instant::now());
         }
         assert_eq!(denials.len(), MAX_ADDRESSES);
-        // No room: the newcomer is slowed down the most, and not tracked.
-        assert_eq!(denials.deny(address(max), Instant::now()), MAX_DELAY);
+        // Newcomers share the overflow bucket: ten between them, from any address.
+        let admitted: usize = (max..max + 100)
+            .map(|n| guess(&denials, address(n), 1))
+            .sum();
+        assert_eq!(admitted, 10);
         assert_eq!(denials.len(), MAX_ADDRESSES);
-        // A known address is still counted as before.
-        assert_eq!(denials.deny(address(0), Instant::now()), Duration::ZERO);
-        tokio::time::advance(WINDOW).await;
-        assert_eq!(denials.deny(address(max), Instant::now()), Duration::ZERO);
-        assert_eq!(denials.len(), 1, "the expired minute was swept");
+        // A known address keeps its own bucket (nine left of ten).
+        assert_eq!(guess(&denials, address(0), 20), 9);
+        // Once the others' buckets have refilled, a newcomer finds room of its own.
+        tokio::time::advance(Duration::from_secs(3)).await;
+        denials.deny(address(max + 500), Instant::now());
+        assert!(denials.len() < MAX_ADDRESSES, "refilled buckets were swept");
+        assert_eq!(guess(&denials, address(max + 500), 20), 9);
     }
 }

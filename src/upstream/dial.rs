@@ -122,15 +122,17 @@ fn with_port(dst: Uri) -> Uri {
     Uri::from_parts(parts).unwrap_or_default()
 }
 
-/// A TCP stream to `host:port` for a byte-for-byte tunnel: dialled directly, or a `CONNECT`
-/// tunnel through `proxy`. The caller bounds it in time, so that it can tell a timeout from
-/// a refusal.
+/// A TCP stream to `host:port` for a byte-for-byte tunnel: dialled directly to `addrs`
+/// (what `host` resolved to, as the caller checked them: never resolved again here), or a
+/// `CONNECT` tunnel for `host` through `proxy`. The caller bounds it in time, so that it
+/// can tell a timeout from a refusal.
 ///
 /// # Errors
 /// The dial or the tunnel failed; the message names the proxy masked, never its credential.
 pub async fn open_tunnel(
     host: &str,
     port: u16,
+    addrs: &[std::net::SocketAddr],
     proxy: Option<&UpstreamProxy>,
 ) -> Result<TcpStream, BoxError> {
     let authority = if host.contains(':') {
@@ -144,7 +146,10 @@ pub async fn open_tunnel(
         .path_and_query("/")
         .build()?;
     let Some(proxy) = proxy.filter(|proxy| !proxy.goes_direct(&dst)) else {
-        return Ok(TcpStream::connect((host, port)).await?);
+        if addrs.is_empty() {
+            return Err(format!("{host} resolved to no address").into());
+        }
+        return Ok(TcpStream::connect(addrs).await?);
     };
     let mut tcp = HttpConnector::new();
     tcp.set_nodelay(true);

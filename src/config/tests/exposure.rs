@@ -31,40 +31,73 @@ fn no_section_keeps_todays_behaviour() {
     assert!(config.admin.listen.is_none() && config.admin.token.is_none());
 }
 
+const ADMIN_TOKEN_MISSING: &str = "admin.token: missing; ";
+
 #[test]
 fn a_non_loopback_listener_needs_tokens_or_open() {
     let text = format!("listen = \"0.0.0.0:8080\"\n{}", one_key());
     let found = problems(&text);
-    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found.len(), 2, "{found:?}");
     assert!(
         found[0].starts_with("listen: 0.0.0.0:8080 is not a loopback address, and no [[access.tokens]] are configured"),
         "{found:?}"
     );
     assert!(found[0].contains("access.open = true"), "{found:?}");
+    assert!(found[1].starts_with(ADMIN_TOKEN_MISSING), "{found:?}");
 
-    // Open, the proxy may listen anywhere, but the admin API served on it still needs its
-    // token, or a loopback listener of its own.
+    // Open, the proxy may listen anywhere, but the admin API then needs its token, even
+    // on a loopback listener of its own: a relayed request reaches it from loopback.
     let open = format!("{text}\n[access]\nopen = true\n");
     let found = problems(&open);
     assert_eq!(found.len(), 1, "{found:?}");
-    assert!(found[0].contains("serves the admin API"), "{found:?}");
-    let config = parse(&format!("{open}\n[admin]\nlisten = \"127.0.0.1:9090\"\n"));
+    assert!(
+        found[0].starts_with(&format!(
+            "{ADMIN_TOKEN_MISSING}listen 0.0.0.0:8080 is not a loopback address, so the admin API cannot trust a caller for being on loopback"
+        )),
+        "{found:?}"
+    );
+    let found = problems(&format!("{open}\n[admin]\nlisten = \"127.0.0.1:9090\"\n"));
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(found[0].starts_with(ADMIN_TOKEN_MISSING), "{found:?}");
+    let config = parse(&format!(
+        "{open}\n[admin]\nlisten = \"127.0.0.1:9090\"\ntoken = \"{TOKEN_B}\"\n"
+    ));
     assert!(config.access.open);
-    // With tokens the proxy may listen anywhere; the admin API on it then needs its token.
+    // With tokens the proxy may listen anywhere; the admin API then needs its token.
     let with_tokens = format!("{text}{}", token("t", TOKEN_A, ""));
     let found = problems(&with_tokens);
     assert_eq!(found.len(), 1, "{found:?}");
-    assert!(
-        found[0]
-            .starts_with("listen: 0.0.0.0:8080 is not a loopback address and serves the admin API"),
-        "{found:?}"
-    );
+    assert!(found[0].starts_with(ADMIN_TOKEN_MISSING), "{found:?}");
     let config = parse(&format!("{with_tokens}\n[admin]\ntoken = \"{TOKEN_B}\"\n"));
     assert_eq!(config.access.tokens.len(), 1);
-    let config = parse(&format!(
-        "{with_tokens}\n[admin]\nlisten = \"127.0.0.1:9090\"\n"
+}
+
+#[test]
+fn tokens_make_the_admin_token_required_on_loopback_too() {
+    // A token holder could otherwise tunnel or relay to the loopback admin listener.
+    for admin in ["", "[admin]\nlisten = \"127.0.0.1:9090\"\n"] {
+        let text = format!("{}{}{admin}", one_key(), token("t", TOKEN_A, ""));
+        let found = problems(&text);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(
+            found[0].starts_with(&format!(
+                "{ADMIN_TOKEN_MISSING}[[access.tokens]] are configured, so the admin API cannot trust a caller for being on loopback"
+            )),
+            "{found:?}"
+        );
+        assert_no_secret(&found[0]);
+        let fixed = if admin.is_empty() {
+            format!("{text}[admin]\ntoken = \"{TOKEN_B}\"\n")
+        } else {
+            format!("{text}token = \"{TOKEN_B}\"\n")
+        };
+        assert_eq!(parse(&fixed).admin.token.unwrap().expose(), TOKEN_B);
+    }
+    // Without tokens, on loopback only, nothing is needed: callers are this host's.
+    parse(&format!(
+        "{}[admin]\nlisten = \"127.0.0.1:9090\"\n",
+        one_key()
     ));
-    assert_eq!(config.admin.listen, Some("127.0.0.1:9090".parse().unwrap()));
 }
 
 #[test]
@@ -85,7 +118,12 @@ fn the_tls_listener_and_the_admin_listener_follow_the_rule_too() {
     ));
     assert_eq!(found.len(), 2, "{found:?}");
     assert!(found[0].starts_with("tls.listen: 0.0.0.0:8443 is not a loopback address"));
-    assert!(found[1].starts_with("admin.listen: 0.0.0.0:9090 is not a loopback address"));
+    assert!(
+        found[1].starts_with(&format!(
+            "{ADMIN_TOKEN_MISSING}admin.listen 0.0.0.0:9090 is not a loopback address"
+        )),
+        "{found:?}"
+    );
 }
 
 // === [tls], [forward], [ca] ===
@@ -117,6 +155,46 @@ fn tls_needs_a_listen_address_and_both_files_or_none() {
     assert_eq!(
         found,
         ["tls.listen: \"nowhere\" is not an IP address and port such as \"127.0.0.1:8443\""]
+    );
+}
+
+#[test]
+fn forward_allow_and_tunnel_idle_are_read_and_bad_entries_named() {
+    let config = parse(&format!(
+        "[forward]\nallow = [\"db.internal:5432\", \"10.0.0.0/8:*\", \"[fd00::/8]:443\"]\n\
+         [timeouts]\ntunnel_idle = \"90s\"\n{}",
+        one_key()
+    ));
+    let shown: Vec<String> = config
+        .forward
+        .allow
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(
+        shown,
+        ["db.internal:5432", "10.0.0.0/8:*", "[fd00::/8]:443"]
+    );
+    assert_eq!(config.timeouts.tunnel_idle, Duration::from_secs(90));
+    let defaults = parse(&one_key());
+    assert!(defaults.forward.allow.is_empty());
+    assert_eq!(defaults.timeouts.tunnel_idle, Duration::from_secs(300));
+
+    let found = problems(&format!(
+        "[forward]\nallow = [\"ok.example:443\", \"no-port.example\", \"::1:22\"]\n\
+         [timeouts]\ntunnel_idle = \"0s\"\n{}",
+        one_key()
+    ));
+    assert_eq!(found.len(), 3, "{found:?}");
+    assert!(found[0].starts_with("timeouts.tunnel_idle"), "{found:?}");
+    // Long values are shown masked, as any value that could be a secret.
+    assert!(
+        found[1].starts_with("forward.allow[1]: ") && found[1].contains(" is not host:port"),
+        "{found:?}"
+    );
+    assert!(
+        found[2].starts_with("forward.allow[2]: \"::1:22\""),
+        "{found:?}"
     );
 }
 
@@ -185,10 +263,11 @@ fn tokens_are_read_with_their_limits_and_variables() {
         token(
             "client-a",
             "${TOKEN_A}",
-            "keys = [\"a\"]\ntiers = [1]\nmax_threads = 20"
+            "keys = [\"a\"]\ntiers = [1]\nmax_threads = 20\nmax_tunnels = 3"
         ),
         token("client-b", TOKEN_B, "")
     );
+    let text = format!("{text}\n[admin]\ntoken = \"admin-token-0123456789\"\n");
     let config = parse_with(&text, &env_of(&[("TOKEN_A", TOKEN_A)]));
     let [a, b] = &config.access.tokens[..] else {
         panic!("two tokens expected");
@@ -204,6 +283,7 @@ fn tokens_are_read_with_their_limits_and_variables() {
         (b.keys.as_ref(), b.tiers.as_ref(), b.max_threads),
         (None, None, None)
     );
+    assert_eq!((a.max_tunnels, b.max_tunnels), (3, DEFAULT_MAX_TUNNELS));
     assert!(b.may_use(&config.keys[0]));
     let only_a = TokenConfig {
         tiers: None,
@@ -232,10 +312,11 @@ fn every_token_problem_is_named_without_its_value() {
         token(
             "limits",
             "${UNSET}",
-            "keys = [\"nope\"]\ntiers = [-1]\nmax_threads = 0"
+            "keys = [\"nope\"]\ntiers = [-1]\nmax_threads = 0\nmax_tunnels = -2"
         ),
         "\n[[access.tokens]]\nname = \"no-token\"\n"
     );
+    let text = format!("{text}\n[admin]\ntoken = \"admin-token-0123456789\"\n");
     let found = problems(&text);
     let expected = [
         "access.tokens[1] (\"dup\").name: duplicate name, access.tokens[0] (\"dup\") has it too",
@@ -246,6 +327,7 @@ fn every_token_problem_is_named_without_its_value() {
         "access.tokens[5] (\"limits\").keys[0]: \"nope\" is not the name of a configured key",
         "access.tokens[5] (\"limits\").tiers[0]: must be 0 or more, got -1",
         "access.tokens[5] (\"limits\").max_threads: must be at least 1, got 0",
+        "access.tokens[5] (\"limits\").max_tunnels: must be at least 1, got -2",
         "access.tokens[6] (\"no-token\").token: missing; write token = \"...\" or token = \"${VAR}\"",
     ];
     assert_eq!(found, expected);
