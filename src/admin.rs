@@ -101,7 +101,7 @@ pub async fn handle<B>(app: &App, peer: SocketAddr, req: Request<B>) -> Answer {
                     %peer,
                     path = %Clip(req.uri().path()),
                     reason = denied.label(),
-                    refused_since_last = admitted.suppressed,
+                    held_back = admitted.suppressed,
                     "admin call refused (logged once a minute per reason)"
                 );
             }

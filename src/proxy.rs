@@ -124,7 +124,15 @@ async fn serve_to_the_end(
         {
             Ok(served) => served,
             Err(_) => {
-                tracing::error!(endpoint = endpoint.label(), "a request handler panicked");
+                static PANICKED: crate::log_limit::Throttle =
+                    crate::log_limit::Throttle::new(crate::log_limit::INTERVAL);
+                if let Some(admitted) = PANICKED.admit() {
+                    tracing::error!(
+                        endpoint = endpoint.label(),
+                        held_back = admitted.suppressed,
+                        "a request handler panicked (logged once a minute)"
+                    );
+                }
                 let outcome = Local::Panicked.outcome();
                 (into_response(Local::Panicked.into(), false, false), outcome)
             }

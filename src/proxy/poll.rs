@@ -11,6 +11,7 @@ use super::probe::{self, Probed};
 use super::{Attempt, Ctx, Handled, Local, NoVerdict};
 use crate::captcha::{self, BadTaskId, ParsedRequest, TaskAction, TaskCommand, TaskId};
 use crate::failover::{self, Next};
+use crate::log_limit::{Throttle, INTERVAL};
 use crate::metrics::{LocalCode, RequestOutcome};
 use crate::pool::KeyEntry;
 
@@ -315,7 +316,10 @@ async fn poll_many(ctx: &Ctx, parsed: &ParsedRequest, ids: &str) -> Handled {
     .await;
     for ((key, slots), split) in groups.iter().zip(answers) {
         let Some(parts) = split else {
-            tracing::warn!(key = %key.name, "ids= answer unusable; its slots answered not ready");
+            static UNUSABLE: Throttle = Throttle::new(INTERVAL);
+            if let Some(admitted) = UNUSABLE.admit() {
+                tracing::warn!(key = %key.name, held_back = admitted.suppressed, "ids= answer unusable; its slots answered not ready (logged once a minute)");
+            }
             for slot in slots {
                 items[*slot] = NOT_READY.to_owned();
             }

@@ -14,6 +14,7 @@ use crate::captcha::TaskId;
 use crate::captcha::{Endpoint, Outcome, ParsedRequest, Reply};
 use crate::cluster::{Admit, SharedLease};
 use crate::failover::{self, Next};
+use crate::log_limit::{Throttle, INTERVAL};
 use crate::metrics::{RequestOutcome, WaitResult};
 use crate::pool::{Candidates, FleetView, KeyEntry};
 use crate::tokens::{TokenHold, TokenId};
@@ -87,7 +88,14 @@ pub(super) async fn submit(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
         } else if !ctx.app.withdraw_retry() {
             // The budget is spent: retries are what would multiply traffic to a failing
             // upstream, so the caller gets the best failure so far instead.
-            tracing::warn!(attempts, "retry budget spent; not retrying this submit");
+            static SPENT: Throttle = Throttle::new(INTERVAL);
+            if let Some(admitted) = SPENT.admit() {
+                tracing::warn!(
+                    attempts,
+                    held_back = admitted.suppressed,
+                    "retry budget spent; not retrying this submit (logged once a minute)"
+                );
+            }
             break;
         }
         if let Some((from, reason)) = previous.take() {
@@ -106,7 +114,15 @@ pub(super) async fn submit(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
             failover::on_submit(outcome, code, policy, ejection)
         });
         if let Attempt::Failed(error) = &attempt {
-            tracing::warn!(key = %key.name, error = %error, "submit attempt failed");
+            static FAILED: Throttle = Throttle::new(INTERVAL);
+            if let Some(admitted) = FAILED.admit_key(error.label()) {
+                tracing::warn!(
+                    key = %key.name,
+                    error = %error,
+                    held_back = admitted.suppressed,
+                    "submit attempt failed (logged once a minute per kind of failure)"
+                );
+            }
             if error.may_have_arrived() && !policy.retry_unsure_submits {
                 // The first attempt may already have created a task; a second would cost
                 // another thread. The caller decides whether to submit again.
@@ -250,14 +266,19 @@ fn pool_full(
         .pool_full
         .with_label_values(&[refusal.label()])
         .inc();
-    tracing::warn!(
-        endpoint = ctx.endpoint.label(),
-        reason = refusal.label(),
-        attempts,
-        queued = ctx.app.capacity().queued(),
-        latency_ms = started.elapsed().as_millis() as u64,
-        "submit refused: every key's threads are in use"
-    );
+    // Callers decide how often this happens: once a minute, with the count since.
+    static FULL: Throttle = Throttle::new(INTERVAL);
+    if let Some(admitted) = FULL.admit() {
+        tracing::warn!(
+            endpoint = ctx.endpoint.label(),
+            reason = refusal.label(),
+            attempts,
+            queued = ctx.app.capacity().queued(),
+            latency_ms = started.elapsed().as_millis() as u64,
+            held_back = admitted.suppressed,
+            "submit refused: every key's threads are in use (logged once a minute)"
+        );
+    }
     if let Some(busy) = worst.filter(|w| w.rank == BUSY) {
         return busy_answer(busy, attempts);
     }
@@ -384,13 +405,17 @@ fn exhausted(ctx: &Ctx, worst: Option<Failure<'_>>, attempts: u32, started: Inst
             .filter(|k| token.may_use(k.id) && pool.in_rotation(k, now))
             .count(),
     };
-    tracing::warn!(
-        endpoint = ctx.endpoint.label(),
-        attempts,
-        in_rotation,
-        latency_ms = started.elapsed().as_millis() as u64,
-        "submit failed on every key tried"
-    );
+    static EXHAUSTED: Throttle = Throttle::new(INTERVAL);
+    if let Some(admitted) = EXHAUSTED.admit() {
+        tracing::warn!(
+            endpoint = ctx.endpoint.label(),
+            attempts,
+            in_rotation,
+            latency_ms = started.elapsed().as_millis() as u64,
+            held_back = admitted.suppressed,
+            "submit failed on every key tried (logged once a minute)"
+        );
+    }
     if let Some(busy) = worst.filter(|w| w.rank == BUSY) {
         return busy_answer(busy, attempts);
     }

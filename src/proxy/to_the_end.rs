@@ -17,6 +17,7 @@ use tokio_util::task::TaskTracker;
 
 use super::{Body, Hangup};
 use crate::captcha::Endpoint;
+use crate::log_limit::{Throttle, INTERVAL};
 use crate::metrics::RequestOutcome;
 
 /// What an API request yields: its response and the outcome label of its metric.
@@ -106,10 +107,16 @@ pub(super) fn caller_left(endpoint: Endpoint, outcome: RequestOutcome, gone: boo
         );
         return;
     }
+    // A caller can leave on purpose as often as it likes: once a minute per endpoint.
+    static LEFT: Throttle = Throttle::new(INTERVAL);
+    let Some(admitted) = LEFT.admit_key(endpoint.label()) else {
+        return;
+    };
     tracing::warn!(
         endpoint = endpoint.label(),
         outcome,
         delivery,
+        held_back = admitted.suppressed,
         "the caller left before the answer; keyrelay finished the exchange (a task it created is pinned and holds its thread)"
     );
 }

@@ -70,6 +70,9 @@ pub(super) struct Inbound {
 /// Failed accepts are logged at most once a minute per listener, with how many failed.
 static ACCEPT_FAILED: Throttle = Throttle::new(INTERVAL);
 
+/// Connections that could not be set up, likewise.
+static SETUP_FAILED: Throttle = Throttle::new(INTERVAL);
+
 /// What the server answers with: keyrelay's own buffered answers, or (for a request relayed
 /// to another host as a forward proxy) that host's answer, streamed.
 pub(crate) type ServerBody = http_body_util::Either<proxy::Body, Incoming>;
@@ -176,7 +179,7 @@ impl Connections {
                     tracing::warn!(
                         listener = door.name,
                         error = %e,
-                        failed_since_last = admitted.suppressed,
+                        held_back = admitted.suppressed,
                         "accept failed; retrying (logged once a minute)"
                     );
                 }
@@ -192,7 +195,9 @@ impl Connections {
         match Hangup::watch(&stream) {
             Ok(hangup) => Some((stream, Caller { hangup, peer }, slot)),
             Err(e) => {
-                tracing::warn!(listener = door.name, %peer, error = %e, "cannot set up the connection; closed");
+                if let Some(admitted) = SETUP_FAILED.admit_key(door.name) {
+                    tracing::warn!(listener = door.name, %peer, error = %e, held_back = admitted.suppressed, "cannot set up the connection; closed (logged once a minute)");
+                }
                 None
             }
         }

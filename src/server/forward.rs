@@ -372,7 +372,7 @@ fn refuse(
             listener = from.door.name,
             %destination,
             reason = reason.label(),
-            refused_since_last = admitted.suppressed,
+            held_back = admitted.suppressed,
             "forward proxy refused a destination (logged once a minute per destination)"
         );
     }

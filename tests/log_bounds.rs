@@ -1,0 +1,108 @@
+//! Log lines a hostile caller can cause are bounded: cut to a fixed length with the length
+//! noted, and one line a minute per kind (or per destination), with a count of the ones
+//! held back. In a test binary of its own: it installs the process's global log
+//! subscriber to read the lines, which no other test may share.
+
+mod common;
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+
+use common::raw::*;
+use common::*;
+use keyrelay::config::{TokenConfig, DEFAULT_MAX_TUNNELS};
+use keyrelay::CallerToken;
+
+const TOKEN: &str = "client-token-0123456789abcdef012";
+const ADMIN_TOKEN: &str = "admin-token-0123456789abcdef0123";
+
+#[derive(Clone, Default)]
+struct Logs(Arc<Mutex<Vec<u8>>>);
+
+impl Logs {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+
+    fn lines_with(&self, needle: &str) -> Vec<String> {
+        self.text()
+            .lines()
+            .filter(|l| l.contains(needle))
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+impl Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Logs {
+    type Writer = Logs;
+    fn make_writer(&'a self) -> Logs {
+        self.clone()
+    }
+}
+
+#[tokio::test]
+async fn refused_admin_calls_and_destinations_cost_the_log_one_short_line_a_minute() {
+    let logs = Logs::default();
+    tracing_subscriber::fmt()
+        .with_writer(logs.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::INFO)
+        .init();
+    let sim = sim_with(&[KEY_A]).await;
+    let mut config = config_for(&sim, &[("a", KEY_A, 1.0)]);
+    config.forward.intercept = Some(vec!["ocr.captchaai.com".to_owned()]);
+    config.admin.token = Some(CallerToken::new(ADMIN_TOKEN));
+    config.access.tokens.push(TokenConfig {
+        name: "client".to_owned(),
+        token: CallerToken::new(TOKEN),
+        keys: None,
+        tiers: None,
+        max_threads: None,
+        max_tunnels: DEFAULT_MAX_TUNNELS,
+    });
+    let h = Harness::start(sim, config).await;
+    let before = logs.text().len();
+
+    // 50 admin calls with a 60 kB path and no token.
+    let path = format!("/admin/keys/{}/disable", "x".repeat(60_000));
+    for _ in 0..50 {
+        let (_, head, _) = exchange(
+            h.addr,
+            &format!("POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"),
+        )
+        .await;
+        assert!(head.starts_with("HTTP/1.1 401"), "{head}");
+    }
+    // 50 tunnels to keyrelay's own port, refused, with a token.
+    let auth = format!("Proxy-Authorization: Basic {}\r\n", basic("s", TOKEN));
+    for _ in 0..50 {
+        let target = h.addr.to_string();
+        let (_, head, _) = exchange(
+            h.addr,
+            &format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n{auth}\r\n"),
+        )
+        .await;
+        assert!(head.starts_with("HTTP/1.1 403"), "{head}");
+    }
+    h.stop().await;
+
+    let refused = logs.lines_with("admin call refused");
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert!(refused[0].len() < 1024, "{}", refused[0]);
+    assert!(refused[0].contains("…(60020 bytes)"), "{}", refused[0]);
+    let destinations = logs.lines_with("refused a destination");
+    assert_eq!(destinations.len(), 1, "{destinations:?}");
+    let added = logs.text().len() - before;
+    assert!(added < 16 * 1024, "100 refusals added {added} bytes of log");
+    assert!(!logs.text().contains(TOKEN) && !logs.text().contains(ADMIN_TOKEN));
+}
