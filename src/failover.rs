@@ -1,5 +1,6 @@
 //! Failover policy, pure: what an upstream outcome does to the key that produced it, whether
-//! the task moves on, how long to back off, and which failure the caller finally sees.
+//! the task moves on (to another key, or off a host that refused the connection), how long to
+//! back off, and which failure the caller finally sees.
 //! `captcha::classify` says what an answer means; this module says what keyrelay does.
 
 use std::time::Duration;
@@ -24,6 +25,21 @@ pub enum Next {
     Failover,
     /// Try again after a backoff: on the next key for a submit, on the same key for a poll.
     Backoff,
+    /// Try a key behind another upstream now: this attempt's host:port refused the
+    /// connection ([`Reach::Refused`]), and would refuse every key behind it. No backoff:
+    /// waiting makes another host no likelier to answer.
+    OtherUpstream,
+}
+
+/// Whether an attempt reached its upstream's host:port. A connection refused (or never made:
+/// unreachable, a failed TLS handshake) before anything was written is about the host, not
+/// the key that was to be sent, so it tells the policy something a 5xx or a timeout does not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reach {
+    /// Connected: the upstream answered, or failed once the request may have been written.
+    Connected,
+    /// Refused or unreachable before the request was written.
+    Refused,
 }
 
 /// The decision for one attempt.
@@ -115,10 +131,12 @@ impl Ejection {
 }
 
 /// Decides what a submit (`in.php`, `solve.php`) outcome means. `code` is the upstream's
-/// error code, where there was one, reduced to a static reason.
+/// error code, where there was one, reduced to a static reason; `reach` says whether a
+/// failure got as far as a connection.
 pub fn on_submit(
     outcome: Outcome,
     code: &'static str,
+    reach: Reach,
     policy: &Failover,
     ejection: Ejection,
 ) -> Decision {
@@ -146,7 +164,11 @@ pub fn on_submit(
             }),
             Next::Failover,
         ),
-        Outcome::Transient => (Some(transient(policy, ejection)), Next::Backoff),
+        // Still counted against the key as any transient failure is (and against its
+        // provider, by the caller): in a pool of one provider, cooling the keys behind a
+        // host that keeps refusing is what spares later submits the wasted attempt (within
+        // the ejection cap).
+        Outcome::Transient => (Some(transient(policy, ejection)), after_transient(reach)),
     };
     let check = match outcome {
         Outcome::ZeroBalance => Some(Check::ZeroBalance),
@@ -160,17 +182,29 @@ pub fn on_submit(
     }
 }
 
+/// Where a submit goes after a transient failure: a host that refused is left at once for
+/// another; any other failure waits a backoff, since the same host may answer in a moment.
+fn after_transient(reach: Reach) -> Next {
+    match reach {
+        Reach::Refused => Next::OtherUpstream,
+        Reach::Connected => Next::Backoff,
+    }
+}
+
 /// Decides what a poll or report outcome means. The task belongs to its key, so there is no
-/// failover: transient failures are retried on the same key, everything else is answered.
+/// failover: transient failures, a refused connection among them, are retried on the same
+/// key, everything else is answered.
 pub fn on_poll(
     outcome: Outcome,
     code: &'static str,
+    reach: Reach,
     policy: &Failover,
     ejection: Ejection,
 ) -> Decision {
-    let decision = on_submit(outcome, code, policy, ejection);
+    let decision = on_submit(outcome, code, reach, policy, ejection);
     let next = match decision.next {
-        Next::Backoff => Next::Backoff,
+        // Another upstream's key would not know the task: its own host is the only one to ask.
+        Next::Backoff | Next::OtherUpstream => Next::Backoff,
         Next::Answer | Next::Failover => Next::Answer,
     };
     // "No free thread" is a submit answer; on a poll it says nothing reliable about the key,
@@ -348,7 +382,13 @@ mod tests {
     #[test]
     fn each_class_has_its_consequence() {
         let p = policy();
-        let d = on_submit(Outcome::KeyUnusable, "ERROR_KEY_DOES_NOT_EXIST", &p, EJECT);
+        let d = on_submit(
+            Outcome::KeyUnusable,
+            "ERROR_KEY_DOES_NOT_EXIST",
+            Reach::Connected,
+            &p,
+            EJECT,
+        );
         assert_eq!(d.health, None, "a caller's request never benches a key");
         assert_eq!(
             d.check,
@@ -358,7 +398,13 @@ mod tests {
         );
         assert_eq!(d.next, Next::Failover);
 
-        let d = on_submit(Outcome::KeyFull, "MAX_USER_TURN", &p, EJECT);
+        let d = on_submit(
+            Outcome::KeyFull,
+            "MAX_USER_TURN",
+            Reach::Connected,
+            &p,
+            EJECT,
+        );
         assert_eq!(
             d.health,
             Some(HealthEvent::Cool {
@@ -368,20 +414,32 @@ mod tests {
         );
         assert_eq!(d.next, Next::Failover);
 
-        let d = on_submit(Outcome::ZeroBalance, "ERROR_ZERO_BALANCE", &p, EJECT);
+        let d = on_submit(
+            Outcome::ZeroBalance,
+            "ERROR_ZERO_BALANCE",
+            Reach::Connected,
+            &p,
+            EJECT,
+        );
         assert_eq!(d.check, Some(Check::ZeroBalance));
         assert_eq!(d.next, Next::Failover);
 
-        let d = on_submit(Outcome::CallerError, "other", &p, EJECT);
+        let d = on_submit(Outcome::CallerError, "other", Reach::Connected, &p, EJECT);
         assert_eq!(
             (d.next, d.health),
             (Next::Answer, Some(HealthEvent::Success))
         );
 
-        let d = on_submit(Outcome::IpBanned, "IP_BANNED", &p, EJECT);
+        let d = on_submit(Outcome::IpBanned, "IP_BANNED", Reach::Connected, &p, EJECT);
         assert_eq!((d.next, d.health), (Next::Answer, None));
 
-        let d = on_submit(Outcome::Transient, "ERROR_SERVER_ERROR", &p, EJECT);
+        let d = on_submit(
+            Outcome::Transient,
+            "ERROR_SERVER_ERROR",
+            Reach::Connected,
+            &p,
+            EJECT,
+        );
         assert_eq!(d.next, Next::Backoff);
         assert!(matches!(d.health, Some(HealthEvent::Transient { .. })));
     }
@@ -395,16 +453,31 @@ mod tests {
             Outcome::ZeroBalance,
             Outcome::CallerError,
         ] {
-            assert_eq!(on_poll(outcome, "other", &p, EJECT).next, Next::Answer);
+            assert_eq!(
+                on_poll(outcome, "other", Reach::Connected, &p, EJECT).next,
+                Next::Answer
+            );
         }
         assert_eq!(
-            on_poll(Outcome::Transient, "other", &p, EJECT).next,
+            on_poll(Outcome::Transient, "other", Reach::Connected, &p, EJECT).next,
             Next::Backoff
         );
-        let zero = on_poll(Outcome::ZeroBalance, "ERROR_ZERO_BALANCE", &p, EJECT);
+        let zero = on_poll(
+            Outcome::ZeroBalance,
+            "ERROR_ZERO_BALANCE",
+            Reach::Connected,
+            &p,
+            EJECT,
+        );
         assert_eq!(zero.check, None);
         assert_eq!(zero.health, None);
-        let dead = on_poll(Outcome::KeyUnusable, "ERROR_WRONG_USER_KEY", &p, EJECT);
+        let dead = on_poll(
+            Outcome::KeyUnusable,
+            "ERROR_WRONG_USER_KEY",
+            Reach::Connected,
+            &p,
+            EJECT,
+        );
         assert_eq!(dead.health, None, "a caller's poll never benches a key");
         assert_eq!(
             dead.check,
@@ -412,6 +485,65 @@ mod tests {
                 reason: "ERROR_WRONG_USER_KEY"
             })
         );
+    }
+
+    #[test]
+    fn a_refused_connection_moves_a_submit_to_another_upstream_at_once() {
+        let p = policy();
+        let refused = on_submit(Outcome::Transient, "connect", Reach::Refused, &p, EJECT);
+        assert_eq!(
+            refused.next,
+            Next::OtherUpstream,
+            "no backoff, no key behind it"
+        );
+        let reached = on_submit(Outcome::Transient, "connect", Reach::Connected, &p, EJECT);
+        assert_eq!(reached.next, Next::Backoff);
+        // What it does to the key is what any transient failure does: only where the task
+        // goes next differs.
+        assert_eq!(refused.health, reached.health);
+        assert_eq!(refused.check, None);
+        let lone = Ejection {
+            allowed: false,
+            jitter: 1.0,
+        };
+        let refused = on_submit(Outcome::Transient, "connect", Reach::Refused, &p, lone);
+        assert_eq!(refused.health, Some(transient(&p, lone)));
+    }
+
+    #[test]
+    fn a_refused_poll_is_retried_on_its_own_key() {
+        let p = policy();
+        let d = on_poll(Outcome::Transient, "connect", Reach::Refused, &p, EJECT);
+        assert_eq!(
+            d.next,
+            Next::Backoff,
+            "the task's key is the only one to ask"
+        );
+        assert_eq!(
+            d.health,
+            on_poll(Outcome::Transient, "connect", Reach::Connected, &p, EJECT).health
+        );
+    }
+
+    #[test]
+    fn reach_matters_only_for_a_failure() {
+        let p = policy();
+        for outcome in [
+            Outcome::Success,
+            Outcome::CallerError,
+            Outcome::IpBanned,
+            Outcome::KeyUnusable,
+            Outcome::ZeroBalance,
+            Outcome::KeyFull,
+        ] {
+            for decide in [on_submit, on_poll] {
+                assert_eq!(
+                    decide(outcome, "other", Reach::Refused, &p, EJECT),
+                    decide(outcome, "other", Reach::Connected, &p, EJECT),
+                    "{outcome:?}"
+                );
+            }
+        }
     }
 
     #[test]
@@ -426,10 +558,15 @@ mod tests {
             Outcome::KeyFull,
             Outcome::Transient,
         ] {
-            for code in ["ERROR_WRONG_USER_KEY", "ERROR_KEY_DOES_NOT_EXIST", "other"] {
+            for (code, reach) in [
+                ("ERROR_WRONG_USER_KEY", Reach::Connected),
+                ("ERROR_KEY_DOES_NOT_EXIST", Reach::Connected),
+                ("other", Reach::Connected),
+                ("connect", Reach::Refused),
+            ] {
                 for decision in [
-                    on_submit(outcome, code, &p, EJECT),
-                    on_poll(outcome, code, &p, EJECT),
+                    on_submit(outcome, code, reach, &p, EJECT),
+                    on_poll(outcome, code, reach, &p, EJECT),
                 ] {
                     assert!(
                         !matches!(decision.health, Some(HealthEvent::Bench { .. })),

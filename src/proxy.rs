@@ -437,6 +437,14 @@ impl Attempt {
         }
     }
 
+    /// Whether the exchange got as far as a connection to its upstream's host:port.
+    pub fn reach(&self) -> failover::Reach {
+        match self {
+            Attempt::Failed(error) if error.never_connected() => failover::Reach::Refused,
+            _ => failover::Reach::Connected,
+        }
+    }
+
     /// The upstream's error code, or a label for a transport or HTTP failure; a closed set.
     pub fn code(&self) -> &'static str {
         match self {

@@ -52,7 +52,15 @@ impl UpstreamError {
     /// Whether the upstream may have received and acted on the request. A submit that fails
     /// this way may already have created a task.
     pub fn may_have_arrived(&self) -> bool {
-        !matches!(self, UpstreamError::Connect(_))
+        !self.never_connected()
+    }
+
+    /// Whether the upstream's host:port refused the connection or could not be reached (a
+    /// name that does not resolve, a failed TLS handshake, a tunnel the upstream proxy
+    /// refused) before the request was written: a fact about that host:port, which every
+    /// key sent there would meet as well.
+    pub fn never_connected(&self) -> bool {
+        matches!(self, UpstreamError::Connect(_))
     }
 
     /// Closed set of labels for metrics and logs.

@@ -581,3 +581,233 @@ async fn a_spent_retry_budget_stops_retries() {
     );
     h.stop().await;
 }
+
+// === a host that refuses connections ===
+
+/// A JSON submit, as a script sends it.
+const SUBMIT: &str =
+    "/in.php?key=callercallercallercallercaller99&method=userrecaptcha&googlekey=g&pageurl=p&json=1";
+
+/// Far longer than any test runs: a submit that backed off even once would still be asleep
+/// (full jitter makes a shorter sleep possible, but not one under a minute, bar a draw of
+/// less than 1 in 10 000).
+const NEVER: Duration = Duration::from_secs(1_000_000);
+
+/// A submit's answer, which must come without a backoff: the pools below back off for
+/// [`NEVER`], so an answer at all shows that no attempt was followed by one. The bound only
+/// turns a hang into a failure.
+async fn answered_without_backoff(h: &Harness, path: &str) -> Answer {
+    tokio::time::timeout(Duration::from_secs(60), h.get(path))
+        .await
+        .unwrap_or_else(|_| panic!("{path}: no answer; a backoff of up to {NEVER:?} ran"))
+}
+
+/// `keyrelay_key_errors_total` for a refused connection of each key named, summed.
+fn refusals(metrics: &str, keys: &[&str]) -> f64 {
+    keys.iter()
+        .filter_map(|key| {
+            metric(
+                metrics,
+                &format!(
+                    "keyrelay_key_errors_total{{code=\"connect\",key=\"{key}\",provider=\"captchaai\"}}"
+                ),
+            )
+        })
+        .sum()
+}
+
+/// A key of the pool at `url`.
+fn key_behind(name: &str, value: &str, weight: f64, url: &str) -> keyrelay::config::KeyConfig {
+    let upstream = keyrelay::config::Upstream::parse(url).expect("a loopback url is valid");
+    key(name, value, weight, &upstream)
+}
+
+#[tokio::test]
+async fn a_refusing_host_costs_a_submit_one_attempt_and_no_backoff_whatever_the_strategy() {
+    use keyrelay::config::Strategy;
+    for strategy in [
+        Strategy::Weighted,
+        Strategy::LeastLoaded,
+        Strategy::RoundRobin,
+    ] {
+        let (_refusing, port) = refusing_port();
+        // Threads for every task the test leaves open: a full c would be waited for.
+        let sim = Simulator::new()
+            .key(SimKey {
+                threads: 100,
+                ..SimKey::valid(KEY_C)
+            })
+            .spawn()
+            .await
+            .expect("simulator starts");
+        let mut config = config_for(&sim, &[]);
+        // a and b share one host:port, one at its root and one under a path prefix, and
+        // are picked first wherever weights count; c is the simulator.
+        config.keys = vec![
+            key_behind("a", KEY_A, 10_000.0, &format!("http://{port}")),
+            key_behind("b", KEY_B, 10_000.0, &format!("http://{port}/mirror")),
+            key_behind("c", KEY_C, 1.0, &sim.url()),
+        ];
+        config.strategy = strategy;
+        config.failover.max_attempts = 3;
+        config.failover.backoff_base = NEVER;
+        config.failover.backoff_max = NEVER;
+        let h = Harness::start_without_refresh_wait(sim, config).await;
+        h.wait_for_refresh_of(&["c"]).await;
+
+        const SUBMITS: u32 = 6;
+        let mut refused = 0;
+        for n in 1..=SUBMITS {
+            let answer = answered_without_backoff(&h, SUBMIT).await;
+            let json = answer.json();
+            assert_eq!(json["status"], 1, "{strategy:?} {n}: {json}");
+            let served = answer.headers.get("x-keyrelay-key");
+            assert_eq!(
+                served.map(|v| v.as_bytes()),
+                Some(&b"c"[..]),
+                "{strategy:?} {n}"
+            );
+            // One attempt behind the refusing host:port at most, then the simulator.
+            let attempts = attempts_of(&answer).expect("a relayed answer says its attempts");
+            assert!((1..=2).contains(&attempts), "{strategy:?} {n}: {attempts}");
+            refused += attempts - 1;
+        }
+        assert!(
+            refused >= 1,
+            "{strategy:?}: the refusing host was never tried"
+        );
+        let metrics = h.metrics().await;
+        assert_eq!(
+            refusals(&metrics, &["a", "b"]),
+            f64::from(refused),
+            "{strategy:?}: one refusal per submit that met the host"
+        );
+        assert_eq!(
+            metric(&metrics, "keyrelay_failovers_total{reason=\"connect\"}"),
+            Some(f64::from(refused)),
+            "{strategy:?}"
+        );
+        assert_eq!(
+            submits_by(&h),
+            vec![KEY_C.to_owned(); SUBMITS as usize],
+            "{strategy:?}: every task made once, at c"
+        );
+        h.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn a_pool_whose_every_host_refuses_is_answered_after_one_attempt_per_host() {
+    let (_first, one) = refusing_port();
+    let (_second, two) = refusing_port();
+    let sim = sim_with(&[]).await;
+    let mut config = config_for(&sim, &[]);
+    config.keys = vec![
+        key_behind("a", KEY_A, 1.0, &format!("http://{one}")),
+        key_behind("b", KEY_B, 1.0, &format!("http://{one}/b")),
+        key_behind("c", KEY_C, 1.0, &format!("http://{two}")),
+        key_behind("d", KEY_D, 1.0, &format!("http://{two}/d")),
+    ];
+    // Room for a second key behind each host: only the rule keeps the walk from it.
+    config.failover.max_attempts = 4;
+    config.failover.backoff_base = NEVER;
+    config.failover.backoff_max = NEVER;
+    let h = Harness::start_without_refresh_wait(sim, config).await;
+
+    let json = answered_without_backoff(&h, SUBMIT).await.json();
+    assert_eq!(json["status"], 0);
+    assert_eq!(json["request"], "ERROR_SERVER_ERROR");
+    assert_eq!(
+        json["error_text"], "all 2 attempts failed upstream; retry later",
+        "{json}"
+    );
+    let metrics = h.metrics().await;
+    assert_eq!(refusals(&metrics, &["a", "b"]), 1.0, "{metrics}");
+    assert_eq!(refusals(&metrics, &["c", "d"]), 1.0, "{metrics}");
+
+    let plain = answered_without_backoff(&h, SUBMIT.trim_end_matches("&json=1")).await;
+    assert_eq!(plain.text(), "ERROR_SERVER_ERROR");
+    let metrics = h.metrics().await;
+    assert_eq!(refusals(&metrics, &["a", "b", "c", "d"]), 4.0);
+    for name in ["a", "b", "c", "d"] {
+        assert_eq!(h.state_of(name), (StateKind::Active, None), "{name}");
+    }
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn a_lone_key_whose_host_refuses_is_not_retried_in_the_same_submit() {
+    // A lone key gets its retries after a 5xx (above); after a refusal its host:port is
+    // what refused, and would again.
+    let (_refusing, port) = refusing_port();
+    let sim = sim_with(&[]).await;
+    let mut config = config_for(&sim, &[]);
+    config.keys = vec![key_behind("a", KEY_A, 1.0, &format!("http://{port}"))];
+    config.failover.backoff_base = NEVER;
+    config.failover.backoff_max = NEVER;
+    let h = Harness::start_without_refresh_wait(sim, config).await;
+    let json = answered_without_backoff(&h, SUBMIT).await.json();
+    assert_eq!(json["request"], "ERROR_SERVER_ERROR");
+    assert_eq!(
+        json["error_text"], "all 1 attempts failed upstream; retry later",
+        "{json}"
+    );
+    assert_eq!(refusals(&h.metrics().await, &["a"]), 1.0);
+    assert_eq!(h.state_of("a"), (StateKind::Active, None));
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn a_poll_whose_host_refuses_stays_on_its_own_key() {
+    let (first, second) = (sim_with(&[KEY_A]).await, sim_with(&[KEY_B]).await);
+    let mut config = config_for(&first, &[]);
+    config.keys = vec![
+        key_behind("a", KEY_A, 10_000.0, &first.url()),
+        key_behind("b", KEY_B, 1.0, &second.url()),
+    ];
+    let h = Harness::start(first, config).await;
+    let id = h.submit().await;
+    assert_eq!(h.sim.task_owner(id).as_deref(), Some(KEY_A));
+    // a's host stops listening, and its port is held so that it keeps refusing.
+    h.sim.go_down().await;
+    let held = tokio::net::TcpSocket::new_v4().expect("a socket");
+    held.set_reuseaddr(true).expect("reuseaddr");
+    held.bind(h.sim.addr())
+        .expect("the simulator's port, free again, is held");
+
+    let poll = format!("/res.php?key={CALLER_KEY}&action=get&id={id}&json=1");
+    let json = h.get(&poll).await.json();
+    assert_eq!(json["request"], "CAPCHA_NOT_READY", "{json}");
+    let metrics = h.metrics().await;
+    // The first try may meet a's pooled connection as the simulator closes it, which
+    // counts as no answer rather than a refusal; every try is a's all the same.
+    let failed_on = |key: &str| -> f64 {
+        ["connect", "no_answer"]
+            .iter()
+            .filter_map(|code| {
+                metric(
+                    &metrics,
+                    &format!(
+                        "keyrelay_key_errors_total{{code=\"{code}\",key=\"{key}\",provider=\"captchaai\"}}"
+                    ),
+                )
+            })
+            .sum()
+    };
+    assert_eq!(failed_on("a"), 3.0, "max_attempts tries on a:\n{metrics}");
+    assert!(refusals(&metrics, &["a"]) >= 2.0, "{metrics}");
+    assert_eq!(failed_on("b"), 0.0);
+    assert!(
+        !second
+            .received()
+            .iter()
+            .any(|r| r.action.as_deref() == Some("get")),
+        "the poll never went to b's host"
+    );
+    assert_eq!(
+        metric(&metrics, "keyrelay_failovers_total{reason=\"connect\"}"),
+        None
+    );
+    second.shutdown().await;
+    h.stop().await;
+}

@@ -1019,9 +1019,10 @@ async fn the_upstream_down_then_back_is_recovered_from_without_a_restart() {
         async { gate.up() },
     )
     .await;
-    // A refused connection never reached the upstream, so the submit moved on to the next
-    // key. A request caught on a pooled connection that the gate had just closed may have
-    // arrived, and is answered as such.
+    // A refused connection never reached the upstream, and every key sits behind the gate's
+    // one host:port, so the submit's walk ended there: one attempt, answered at once. A
+    // request caught on a pooled connection that the gate had just closed may have arrived,
+    // and is answered as such.
     assert_fault_answers(
         &report,
         &[
@@ -1030,6 +1031,16 @@ async fn the_upstream_down_then_back_is_recovered_from_without_a_restart() {
             Refusal::NoKeyInRotation,
         ],
     );
+    for e in report
+        .wholly_faulty()
+        .filter(|e| e.json && Refusal::AllAttemptsFailed.matches(e))
+    {
+        assert_eq!(
+            e.attempts_reported(),
+            1,
+            "a second key behind the gate: {e:?}"
+        );
+    }
     let metrics = h.metrics().await;
     assert!(errors(&metrics, "connect") >= 1.0, "{metrics}");
     assert!(

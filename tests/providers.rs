@@ -1,7 +1,8 @@
 //! Keys of different providers in one pool (`provider = "..."` on `[[keys]]`): the same
 //! error code means what the key's own service means by it, `threadsinfo` goes only where
 //! it exists, a method one service lacks goes to the others or is refused, a provider
-//! that is down loses its new tasks to the others at once without a key of it cooled, and
+//! that is down loses its new tasks to the others at once without a key of it cooled, a host
+//! that refuses costs a submit one attempt however many keys and providers it serves, and
 //! every task's polls and reports go to the provider that holds it.
 
 mod common;
@@ -253,6 +254,13 @@ async fn getbalance_adds_up_only_the_first_usable_keys_currency() {
     }
 }
 
+/// A JSON submit, as `Harness::submit` sends it.
+fn submit_path() -> String {
+    format!(
+        "/in.php?key={CALLER_KEY}&method=userrecaptcha&googlekey=site&pageurl=https://x.test&json=1"
+    )
+}
+
 /// `X-Keyrelay-Key` of an answer: the key that served it.
 fn served_by(answer: &Answer) -> Option<String> {
     answer
@@ -319,15 +327,15 @@ async fn a_provider_that_refuses_connections_loses_its_new_tasks_at_once_and_no_
     let creator = h.sim.task_owner(before).expect("a CaptchaAI task");
     h.sim.go_down().await;
 
-    // The outage is seen within a few failed attempts, every submit meanwhile answered.
+    // Until the outage is seen, each submit makes one attempt at CaptchaAI: a and c share
+    // its host:port, so the refusal takes both out of the walk and the task goes to
+    // 2captcha at once. The outage needs `transient_failures` (3) refusals on both keys; a
+    // key refused three times alone is cooled, so the fourth refusal is its partner's.
     let mut seen_within = None;
     for n in 1..=10 {
-        let id = h.submit().await;
-        assert_eq!(
-            twocaptcha.task_owner(id).as_deref(),
-            Some(KEY_B),
-            "submit {n}"
-        );
+        let answer = h.get(&submit_path()).await;
+        assert_eq!(served_by(&answer).as_deref(), Some("b"), "submit {n}");
+        assert_eq!(attempts_of(&answer), Some(2), "submit {n}: one refused");
         if h.app
             .outages()
             .is_down(Provider::CaptchaAi, tokio::time::Instant::now())
@@ -337,8 +345,12 @@ async fn a_provider_that_refuses_connections_loses_its_new_tasks_at_once_and_no_
         }
     }
     let seen_within = seen_within.expect("the outage is seen within 10 submits");
-    assert!(seen_within <= 2, "seen after {seen_within} submits");
+    assert!(
+        (3..=4).contains(&seen_within),
+        "seen after {seen_within} submits"
+    );
     let metrics = h.metrics().await;
+    assert_eq!(errors_at(&metrics, "captchaai"), f64::from(seen_within));
     assert_eq!(
         metric(&metrics, "keyrelay_provider_up{provider=\"captchaai\"}"),
         Some(0.0)
@@ -413,6 +425,67 @@ async fn a_provider_that_refuses_connections_loses_its_new_tasks_at_once_and_no_
         Some(1.0)
     );
     twocaptcha.shutdown().await;
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn a_host_serving_two_providers_that_refuses_costs_a_submit_one_attempt_not_one_per_key() {
+    // One host:port serves CaptchaAI at its root and 2captcha under /2captcha (as
+    // `keyrelay simulate --provider 2captcha` does), and refuses connections; another
+    // 2captcha host answers. a and b are picked first.
+    let (_refusing, port) = refusing_port();
+    let live = Simulator::new()
+        .provider(Provider::TwoCaptcha)
+        .key(SimKey {
+            threads: 1000,
+            ..SimKey::valid(KEY_C)
+        })
+        .spawn()
+        .await
+        .expect("simulator starts");
+    let behind = |name, value, provider, url: String| {
+        let mut k = key(name, value, 10_000.0, &Upstream::parse(&url).unwrap());
+        k.provider = provider;
+        k
+    };
+    let mut config = config_for(&live, &[]);
+    config.keys = vec![
+        behind("a", KEY_A, Provider::CaptchaAi, format!("http://{port}")),
+        behind(
+            "b",
+            KEY_B,
+            Provider::TwoCaptcha,
+            format!("http://{port}/2captcha"),
+        ),
+        key_at("c", KEY_C, 1.0, Provider::TwoCaptcha, &live),
+    ];
+    config.failover.transient_cooldown = Duration::from_secs(3600);
+    let h = Harness::start_without_refresh_wait(live, config).await;
+    h.wait_for_refresh_of(&["c"]).await;
+
+    let mut refused = 0;
+    for n in 1..=8 {
+        let answer = h.get(&submit_path()).await;
+        assert_eq!(served_by(&answer).as_deref(), Some("c"), "submit {n}");
+        let attempts = attempts_of(&answer).expect("a relayed answer says its attempts");
+        assert!(
+            (1..=2).contains(&attempts),
+            "submit {n}: {attempts} attempts"
+        );
+        refused += attempts - 1;
+    }
+    // Each refusal still counts as before: against CaptchaAI, whose only key a is, until it
+    // is down after three (its key then ranks last); and against b, whose provider answers
+    // through c, until b is cooled after three. Then no submit meets the host at all.
+    assert_eq!(refused, 6);
+    let metrics = h.metrics().await;
+    assert_eq!(errors_at(&metrics, "captchaai"), 3.0);
+    assert_eq!(errors_at(&metrics, "2captcha"), 3.0);
+    let now = tokio::time::Instant::now();
+    assert!(h.app.outages().is_down(Provider::CaptchaAi, now));
+    assert!(!h.app.outages().is_down(Provider::TwoCaptcha, now));
+    assert_eq!(h.state_of("a"), (StateKind::Active, None));
+    assert_eq!(h.state_of("b"), (StateKind::Cooling, Some("transient")));
     h.stop().await;
 }
 

@@ -1,5 +1,6 @@
-//! The upstream base URL: a validated http(s) origin with an optional path prefix, and the
-//! one place endpoint URIs are built from it. Knows nothing about keys or the wire format.
+//! The upstream base URL: a validated http(s) origin with an optional path prefix, the one
+//! place endpoint URIs are built from it, and which upstreams share an origin (scheme, host,
+//! port). Knows nothing about keys or the wire format.
 
 use std::fmt;
 
@@ -18,6 +19,9 @@ pub struct Upstream {
     /// The parts every endpoint URI shares, parsed once so that a request parses only its
     /// own path and query (that was 2 % of a relayed request's instructions).
     authority: Authority,
+    /// The port connections go to, explicit or the scheme's default: with `https` and the
+    /// host, the origin ([`Upstream::same_origin`]).
+    port: u16,
     prefix: Box<str>,
 }
 
@@ -79,10 +83,12 @@ impl Upstream {
         let base = format!("{scheme}://{authority}{prefix}");
         let authority =
             Authority::try_from(authority.as_str()).map_err(|e| format!("not a valid URL: {e}"))?;
+        let port = authority.port_u16().unwrap_or(if https { 443 } else { 80 });
         Ok(Upstream {
             base: base.into(),
             https,
             authority,
+            port,
             prefix: prefix.into(),
         })
     }
@@ -163,6 +169,14 @@ impl Upstream {
             .trim_end_matches(']')
     }
 
+    /// Whether connections to `self` and `other` go to one place: the same scheme, host and
+    /// port (a default port written out or not), whatever their path prefixes. A refused
+    /// connection is about that place, so it holds for every upstream that shares it. Hosts
+    /// are compared as written (lowercased), not resolved: `localhost` is not `127.0.0.1`.
+    pub fn same_origin(&self, other: &Upstream) -> bool {
+        self.https == other.https && self.port == other.port && self.host() == other.host()
+    }
+
     /// The normalised base without trailing `/`.
     pub fn as_str(&self) -> &str {
         &self.base
@@ -232,6 +246,31 @@ mod tests {
     fn knows_its_scheme() {
         assert!(parsed("https://h").is_https());
         assert!(!parsed("http://h").is_https());
+    }
+
+    #[test]
+    fn an_origin_is_scheme_host_and_port_whatever_the_prefix() {
+        let same = [
+            ("http://h:9000/captchaai", "http://h:9000/2captcha"),
+            ("http://H:9000", "http://h:9000/"),
+            ("http://h", "http://h:80/x"),
+            ("https://h", "https://h:443"),
+            ("http://[::1]:9000", "http://[::1]:9000/x"),
+        ];
+        for (a, b) in same {
+            assert!(parsed(a).same_origin(&parsed(b)), "{a} and {b}");
+            assert!(parsed(b).same_origin(&parsed(a)), "{b} and {a}");
+        }
+        let different = [
+            ("http://h:9000", "http://h:9001"),
+            ("http://h:443", "https://h:443"),
+            ("http://h", "https://h"),
+            ("http://h", "http://g"),
+            ("http://localhost:9000", "http://127.0.0.1:9000"),
+        ];
+        for (a, b) in different {
+            assert!(!parsed(a).same_origin(&parsed(b)), "{a} and {b}");
+        }
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //!
 //! Every pick looks at the pool afresh: which keys are in rotation, which are full, their
 //! balances and loads. The candidates of one request come out at most once each, so a
-//! failover never lands on a key the task already failed on.
+//! failover never lands on a key the task already failed on, nor on one behind a host:port
+//! that refused the task's connection.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -87,6 +88,16 @@ impl<'a, R: Rng> Candidates<'a, R> {
     pub fn put_back(&mut self, key: &KeyEntry) {
         if let Some(i) = self.pool.keys.iter().position(|k| k.id == key.id) {
             self.tried[i] = false;
+        }
+    }
+
+    /// `key`'s upstream refused the connection, or could not be reached, before anything was
+    /// written. That is about its host:port, not the key, so every key behind the same
+    /// host:port (whatever its path prefix or provider) is out of this walk too, as if
+    /// tried. Only a failure pays for the scan; a pick never looks at origins.
+    pub fn shun_origin_of(&mut self, key: &KeyEntry) {
+        for (tried, other) in self.tried.iter_mut().zip(&self.pool.keys) {
+            *tried |= other.upstream.same_origin(&key.upstream);
         }
     }
 
@@ -543,6 +554,55 @@ mod tests {
         // Once the cooldown ends, the provider's keys are back in their own tier.
         tokio::time::advance(Duration::from_secs(30)).await;
         assert_ne!(ids(&pool, &mut rng)[0], 2);
+    }
+
+    /// One key per upstream URL, each with one thread, weighted alike.
+    fn pool_at(upstreams: &[&str]) -> KeyPool {
+        let keys = upstreams
+            .iter()
+            .enumerate()
+            .map(|(i, url)| {
+                let upstream = Upstream::parse(url).unwrap();
+                let mut config =
+                    KeyConfig::new(&format!("k{i}"), &format!("key-{i:029}"), upstream);
+                config.threads = Some(1);
+                Arc::new(KeyEntry::from_config(KeyId(i as u16), &config))
+            })
+            .collect();
+        let selection = Selection {
+            strategy: Strategy::Weighted,
+            min_balance: 0.01,
+            slow_start: Duration::from_secs(30),
+        };
+        let capacity = Arc::new(Capacity::new(Box::new(MemoryLoad::new())));
+        KeyPool::new(keys, Arc::new(MemoryHealth::new()), capacity, selection)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_refusing_origin_takes_every_key_behind_it_out_of_the_walk() {
+        let pool = pool_at(&[
+            "http://127.0.0.1:9000/captchaai",
+            "http://127.0.0.1:9000/2captcha",
+            "http://127.0.0.1:9001",
+            "http://127.0.0.1:9000",
+            "https://127.0.0.1:9000",
+        ]);
+        let mut rng = StdRng::seed_from_u64(6);
+        let mut candidates = pool.candidates(&mut rng, Instant::now());
+        candidates.shun_origin_of(&pool.keys()[1]);
+        let mut left: Vec<u16> = candidates.map(|k| k.id.0).collect();
+        left.sort();
+        assert_eq!(left, vec![2, 4], "another port, another scheme");
+
+        // A full key behind the refusing origin is not waited for: the walk has nothing left.
+        let lease = pool.hold(&pool.keys()[0]).expect("its one thread");
+        let mut candidates = pool.candidates(&mut rng, Instant::now());
+        candidates.shun_origin_of(&pool.keys()[3]);
+        let mut left: Vec<u16> = candidates.by_ref().map(|k| k.id.0).collect();
+        left.sort();
+        assert_eq!(left, vec![2, 4]);
+        assert!(!candidates.saw_full(), "nothing to wait for");
+        drop(lease);
     }
 
     #[tokio::test(start_paused = true)]

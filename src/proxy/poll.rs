@@ -131,9 +131,9 @@ async fn with_retries(
     loop {
         tries += 1;
         let attempt = ctx.attempt(key, parsed, extra).await;
-        let (outcome, code) = (attempt.outcome(), attempt.code());
+        let (outcome, code, reach) = (attempt.outcome(), attempt.code(), attempt.reach());
         let decision = ctx.decide(key, outcome, &mut rng, |ejection| {
-            failover::on_poll(outcome, code, policy, ejection)
+            failover::on_poll(outcome, code, reach, policy, ejection)
         });
         if decision.next != Next::Backoff
             || tries >= policy.max_attempts

@@ -1,5 +1,6 @@
 //! `in.php` and `solve.php`: a thread of a key for each attempt (waiting in the queue when every
-//! key is full), failover across keys, and pinning of accepted tasks.
+//! key is full), failover across keys (at once, and past every key behind it, off a host:port
+//! that refused the connection), and pinning of accepted tasks.
 
 use std::sync::Arc;
 
@@ -105,13 +106,14 @@ pub(super) async fn submit(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
         }
         attempts += 1;
         let attempt = ctx.attempt(key, parsed, &[]).await;
-        let (outcome, code) = (attempt.outcome(), attempt.code());
+        let (outcome, code, reach) = (attempt.outcome(), attempt.code(), attempt.reach());
         ctx.app.metrics().count_submit(key, outcome);
 
         // A transport failure classifies as transient: the decision below counts it against
-        // the key and backs off, like a 5xx.
+        // the key (and its provider), like a 5xx, and backs off, unless the connection was
+        // refused, which moves the task off that host:port at once.
         let decision = ctx.decide(key, outcome, &mut rng, |ejection| {
-            failover::on_submit(outcome, code, policy, ejection)
+            failover::on_submit(outcome, code, reach, policy, ejection)
         });
         if let Attempt::Failed(error) = &attempt {
             static FAILED: Throttle = Throttle::new(INTERVAL);
@@ -145,6 +147,14 @@ pub(super) async fn submit(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
             // No answer came to give: a failed exchange fails over whatever the policy says.
             (Next::Answer | Next::Failover, attempt) => {
                 drop((lease, shared));
+                previous = Some((key, code));
+                keep_worst(&mut worst, attempt, key);
+            }
+            (Next::OtherUpstream, attempt) => {
+                drop((lease, shared));
+                walk.candidates.shun_origin_of(key);
+                // A lone key is not tried again either: its host:port is the one refusing.
+                walk.retry_same = None;
                 previous = Some((key, code));
                 keep_worst(&mut worst, attempt, key);
             }
@@ -188,7 +198,8 @@ async fn token_thread(ctx: &Ctx, deadline: Instant) -> Result<Option<TokenHold>,
 struct Walk<'a, R> {
     candidates: Candidates<'a, R>,
     /// After a transient failure with no other key left to try, the same key is tried
-    /// again: a lone key must still get its retries.
+    /// again: a lone key must still get its retries. Not after a refused connection: the
+    /// key's host:port is what refused, and would again.
     retry_same: Option<&'a Arc<KeyEntry>>,
 }
 

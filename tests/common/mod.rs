@@ -152,6 +152,25 @@ impl Harness {
         .await;
     }
 
+    /// [`Harness::wait_for_refresh`] for the keys named alone: for pools where the others sit
+    /// behind an upstream that never answers, whose reads can only fail.
+    pub async fn wait_for_refresh_of(&self, names: &[&str]) {
+        let app = self.app.clone();
+        eventually("startup refresh of the reachable keys", || {
+            let snapshot = app.snapshot();
+            snapshot
+                .pool
+                .keys()
+                .iter()
+                .filter(|k| names.contains(&k.name.as_str()))
+                .all(|k| {
+                    k.stats.balance().is_some()
+                        && (k.stats.threads().is_some() || !k.profile().threadsinfo)
+                })
+        })
+        .await;
+    }
+
     pub fn url(&self, path_and_query: &str) -> String {
         format!("http://{}{}", self.addr, path_and_query)
     }
@@ -282,6 +301,27 @@ impl Harness {
             server.await.expect("server task").expect("server ran");
         }
     }
+}
+
+/// A loopback port that refuses every connection for as long as the socket lives: bound but
+/// never listening, so no other test's listener can take it meanwhile (as it could a port
+/// bound and closed again).
+pub fn refusing_port() -> (tokio::net::TcpSocket, SocketAddr) {
+    let socket = tokio::net::TcpSocket::new_v4().expect("a socket");
+    socket
+        .bind(SocketAddr::from(([127, 0, 0, 1], 0)))
+        .expect("bind 127.0.0.1:0");
+    let addr = socket.local_addr().expect("a bound socket has an address");
+    (socket, addr)
+}
+
+/// `X-Keyrelay-Attempts` of a relayed answer: how many upstream attempts it took.
+pub fn attempts_of(answer: &Answer) -> Option<u32> {
+    answer
+        .headers
+        .get("x-keyrelay-attempts")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
 }
 
 /// A simulator fault.
