@@ -88,7 +88,8 @@ pub async fn handle<B>(app: &App, peer: SocketAddr, req: Request<B>) -> Answer {
     let checked = if token.is_some() && !app.denials().admits(peer.ip(), now) {
         Err(Denied::Limited)
     } else {
-        auth::check(token, req.headers(), peer)
+        let trusted = snapshot.config.loopback_trusted();
+        auth::check(token, trusted, req.headers(), peer)
     };
     let granted = match checked {
         Ok(granted) => granted,
@@ -300,6 +301,10 @@ fn refused(denied: Denied) -> Answer {
         Denied::NotLoopback => error(
             StatusCode::FORBIDDEN,
             "with no admin.token, the admin API answers loopback callers only",
+        ),
+        Denied::NoAdminToken => error(
+            StatusCode::FORBIDDEN,
+            "the admin API needs admin.token once caller tokens are configured or a listener is off loopback",
         ),
         Denied::Limited => error(
             StatusCode::TOO_MANY_REQUESTS,

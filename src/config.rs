@@ -444,6 +444,13 @@ impl Config {
 
     /// A config for tests/demo built in code: given keys, everything else default, listen
     /// 127.0.0.1:0.
+    /// Whether the admin API may trust a caller for being on loopback: only while every
+    /// listener is on loopback and no tokens are configured (`config::access`'s rule, which
+    /// the exposure check enforces for files; configs built in code are held to it here).
+    pub fn loopback_trusted(&self) -> bool {
+        access::loopback_trusted(self.listen, self.tls.as_ref(), &self.access, &self.admin)
+    }
+
     pub fn for_keys(upstream: Upstream, keys: Vec<KeyConfig>) -> Config {
         Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),

@@ -463,6 +463,34 @@ async fn bad_calls_get_json_errors_with_proper_statuses() {
 }
 
 #[tokio::test]
+async fn with_caller_tokens_and_no_admin_token_loopback_is_not_trusted() {
+    // A config built in code skips the exposure check: the admin API holds the rule itself.
+    // A token holder's request relayed by the forward proxy would come from loopback.
+    let h = Admin::start(None, true, |config| {
+        config.access.tokens.push(keyrelay::config::TokenConfig {
+            name: "client".to_owned(),
+            token: keyrelay::CallerToken::new("client-token-0123456789abcdef012"),
+            keys: None,
+            tiers: None,
+            max_threads: None,
+            max_tunnels: keyrelay::config::DEFAULT_MAX_TUNNELS,
+        });
+    })
+    .await;
+    for (method, path) in [
+        (Method::GET, "/admin/keys"),
+        (Method::POST, "/admin/keys/a/disable"),
+        (Method::POST, "/admin/refresh"),
+    ] {
+        let reply = h.call(method.clone(), path, None).await;
+        assert_eq!(reply.status, StatusCode::FORBIDDEN, "{method} {path}");
+        assert!(reply.text.contains("admin.token"), "{}", reply.text);
+    }
+    assert_eq!(h.app.admin_hold("a"), None);
+    h.stop().await;
+}
+
+#[tokio::test]
 async fn with_a_token_every_admin_call_needs_it() {
     let h = Admin::start(Some(ADMIN_TOKEN), false, |_| {}).await;
     for (method, path) in [

@@ -38,6 +38,9 @@ pub enum Denied {
     NotLoopback,
     /// Not checked: the caller's address presented too many wrong tokens lately (429).
     Limited,
+    /// No token is configured, and loopback cannot be trusted: tokens are configured or a
+    /// listener is off loopback (403).
+    NoAdminToken,
 }
 
 impl Denied {
@@ -47,21 +50,27 @@ impl Denied {
             Denied::Wrong => "wrong_token",
             Denied::NotLoopback => "not_loopback",
             Denied::Limited => "rate_limited",
+            Denied::NoAdminToken => "no_admin_token",
         }
     }
 }
 
-/// Decides whether the request's caller may use the admin API.
+/// Decides whether the request's caller may use the admin API. Without a token, loopback
+/// callers get in only while `loopback_trusted` (`Config::loopback_trusted`): once others
+/// can use keyrelay, a request its forward proxy relays comes from loopback too.
 ///
 /// # Errors
 /// [`Denied`] with why.
 pub fn check(
     token: Option<&CallerToken>,
+    loopback_trusted: bool,
     headers: &HeaderMap,
     peer: SocketAddr,
 ) -> Result<Granted, Denied> {
     let Some(token) = token else {
-        return if peer.ip().to_canonical().is_loopback() {
+        return if !loopback_trusted {
+            Err(Denied::NoAdminToken)
+        } else if peer.ip().to_canonical().is_loopback() {
             Ok(Granted::Loopback)
         } else {
             Err(Denied::NotLoopback)
@@ -123,15 +132,20 @@ mod tests {
         let remote = peer("10.1.2.3:5000");
         let t = Some(&token);
         assert_eq!(
-            check(t, &headers(Some(&format!("Bearer {TOKEN}"))), remote),
+            check(t, true, &headers(Some(&format!("Bearer {TOKEN}"))), remote),
             Ok(Granted::Token)
         );
         assert_eq!(
-            check(t, &headers(Some(&format!("bearer  {TOKEN} "))), remote),
+            check(
+                t,
+                true,
+                &headers(Some(&format!("bearer  {TOKEN} "))),
+                remote
+            ),
             Ok(Granted::Token)
         );
         assert_eq!(
-            check(t, &headers(None), peer("127.0.0.1:1")),
+            check(t, true, &headers(None), peer("127.0.0.1:1")),
             Err(Denied::Missing),
             "loopback needs it too"
         );
@@ -141,7 +155,7 @@ mod tests {
             "Bearer admin-token-0123456788".to_owned(),
         ] {
             assert_eq!(
-                check(t, &headers(Some(&wrong)), remote),
+                check(t, true, &headers(Some(&wrong)), remote),
                 Err(Denied::Wrong),
                 "{wrong}"
             );
@@ -153,7 +167,7 @@ mod tests {
             TOKEN.to_owned(),
         ] {
             assert_eq!(
-                check(t, &headers(Some(&missing)), remote),
+                check(t, true, &headers(Some(&missing)), remote),
                 Err(Denied::Missing),
                 "{missing}"
             );
@@ -164,15 +178,26 @@ mod tests {
     fn without_a_token_only_loopback_gets_in() {
         for addr in ["127.0.0.1:1", "[::1]:1", "[::ffff:127.0.0.1]:1"] {
             assert_eq!(
-                check(None, &headers(None), peer(addr)),
+                check(None, true, &headers(None), peer(addr)),
                 Ok(Granted::Loopback),
                 "{addr}"
             );
         }
         for addr in ["10.0.0.1:1", "[2001:db8::1]:1", "[::ffff:10.0.0.1]:1"] {
             assert_eq!(
-                check(None, &headers(None), peer(addr)),
+                check(None, true, &headers(None), peer(addr)),
                 Err(Denied::NotLoopback),
+                "{addr}"
+            );
+        }
+    }
+
+    #[test]
+    fn without_a_token_loopback_is_not_trusted_once_others_can_use_keyrelay() {
+        for addr in ["127.0.0.1:1", "[::1]:1", "10.0.0.1:1"] {
+            assert_eq!(
+                check(None, false, &headers(None), peer(addr)),
+                Err(Denied::NoAdminToken),
                 "{addr}"
             );
         }

@@ -275,7 +275,7 @@ pub(super) fn exposure(
             }
         }
     }
-    if admin.token.is_some() {
+    if admin.token.is_some() || loopback_trusted(listen, tls, access, admin) {
         return;
     }
     let exposed = admin
@@ -284,10 +284,9 @@ pub(super) fn exposure(
         .into_iter()
         .chain(proxy_listeners.iter().copied())
         .find(|(_, addr)| !addr.ip().is_loopback());
-    let why = match (exposed, access.tokens.is_empty()) {
-        (Some((field, addr)), _) => format!("{field} {addr} is not a loopback address"),
-        (None, false) => "[[access.tokens]] are configured".to_owned(),
-        (None, true) => return,
+    let why = match exposed {
+        Some((field, addr)) => format!("{field} {addr} is not a loopback address"),
+        None => "[[access.tokens]] are configured".to_owned(),
     };
     p.add(
         "admin.token",
@@ -298,6 +297,23 @@ pub(super) fn exposure(
              `keyrelay ctl`"
         ),
     );
+}
+
+/// Whether a caller may be trusted for being on loopback: only while every listener is on
+/// loopback and no tokens are configured, so that every caller is a user of this host. Once
+/// others can send requests, one that keyrelay's forward proxy relays or tunnels arrives
+/// from keyrelay's own loopback address.
+pub(super) fn loopback_trusted(
+    listen: SocketAddr,
+    tls: Option<&Tls>,
+    access: &Access,
+    admin: &Admin,
+) -> bool {
+    access.tokens.is_empty()
+        && std::iter::once(listen)
+            .chain(tls.map(|tls| tls.listen))
+            .chain(admin.listen)
+            .all(|addr| addr.ip().is_loopback())
 }
 
 /// A secret field (`token = "..."`, `${VAR}` substituted), checked as keys are.
