@@ -209,15 +209,16 @@ fn service(
             }
         }
         let foreign = req.uri().host().is_some_and(|host| !conns.intercepts(host));
-        let from = connection::Inbound {
+        // Built for forward-proxy requests only: an API request needs no slot of its own.
+        let from = || connection::Inbound {
             caller: caller.clone(),
             door,
             slot: slot.clone(),
         };
         if req.method() == Method::CONNECT {
-            Either::Left(Either::Left(forward::connect(conns.clone(), from, req)))
+            Either::Left(Either::Left(forward::connect(conns.clone(), from(), req)))
         } else if foreign {
-            Either::Left(Either::Right(forward::relay(conns.clone(), from, req)))
+            Either::Left(Either::Right(forward::relay(conns.clone(), from(), req)))
         } else {
             Either::Right(
                 proxy::handle(app.clone(), caller.clone(), req)
