@@ -92,7 +92,12 @@ struct Inner {
     header_timer: HeaderTimer,
     /// `[forward]`'s intercepted hosts, read at start like the limits.
     intercepted: Vec<String>,
+    /// Relays through `upstream_proxy` when one is configured (its `upstream_no_proxy`
+    /// hosts direct).
     relay: RelayClient,
+    /// Relays dialled directly, to the address the destination policy checked: chosen by
+    /// the forward proxy, which decided on the name, not on the address it dials.
+    relay_direct: RelayClient,
     /// Where the forward proxy may go: keyrelay's own listeners, as bound.
     policy: Policy,
     permits: Arc<Semaphore>,
@@ -111,6 +116,7 @@ impl Connections {
         Connections(Arc::new(Inner {
             intercepted: config.forward.intercepted(config.upstream.host()),
             relay: relay_client(config.timeouts.connect, config.upstream_proxy.as_ref()),
+            relay_direct: relay_client(config.timeouts.connect, None),
             app,
             limits,
             header_timer,
@@ -130,8 +136,13 @@ impl Connections {
         self.0.limits.header_timeout
     }
 
-    pub(super) fn relay_client(&self) -> &RelayClient {
-        &self.0.relay
+    /// The client for a relayed request: through `upstream_proxy`, or `direct`.
+    pub(super) fn relay_client(&self, direct: bool) -> &RelayClient {
+        if direct {
+            &self.0.relay_direct
+        } else {
+            &self.0.relay
+        }
     }
 
     pub(super) fn policy(&self) -> &Policy {

@@ -236,7 +236,7 @@ pub(super) async fn relay(
         // keeps the name.
         None => pin_address(&mut req, addrs.first().copied()),
     }
-    match conns.relay_client().request(req).await {
+    match conns.relay_client(parent.is_none()).request(req).await {
         Ok(mut response) => {
             metrics.count_forward(ForwardOutcome::Relayed);
             strip_hop_by_hop(response.headers_mut());
