@@ -6,7 +6,10 @@
 //!
 //! When caller tokens are configured, nothing passes without one, in
 //! `Proxy-Authorization: Basic` (the token as the password, or as the user with no
-//! password), so that keyrelay is never an open proxy.
+//! password), so that keyrelay is never an open proxy. Every destination is resolved once
+//! and passes the destination policy (`destination.rs`) before the checked address is
+//! dialled; a tunnel keeps its connection's place under the cap and its token's
+//! `max_tunnels` for its whole life, and closes when idle (`tunnel.rs`).
 
 use std::convert::Infallible;
 use std::net::{IpAddr, SocketAddr};
