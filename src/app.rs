@@ -105,7 +105,7 @@ struct Inner {
     probe: ProbeState,
     /// Threads held per caller token, by name; outlives snapshots as `capacity` does.
     token_counters: Arc<TokenCounters>,
-    /// Recent denied requests by address, to slow down token guessing.
+    /// Wrong tokens by address: the allowance that rate-limits token guessing.
     denials: Denials,
     /// Held while an attempt's health decision is made and applied (a few instructions,
     /// never across an await), so the ejection cap counts every cooldown in flight.
@@ -408,7 +408,7 @@ impl App {
         self.0.ejection_lock.lock().expect("ejection lock poisoned")
     }
 
-    /// Recent denied requests by address.
+    /// Wrong tokens by address, for the wrong-token limit every token check goes through.
     pub fn denials(&self) -> &Denials {
         &self.0.denials
     }

@@ -10,7 +10,7 @@
 //! per token name, in [`TokenCounters`]), as key thread counts do: a reload must neither
 //! forget a token's running tasks nor let it start a second allowance.
 //!
-//! [`Denials`] counts the wrong tokens each address presented lately, to slow it down.
+//! [`Denials`] rate-limits the wrong tokens each address presents, for every token check.
 
 mod denials;
 
