@@ -487,7 +487,7 @@ impl Ctx {
         let mut target = key
             .upstream
             .target(self.endpoint.path(), parsed.query_len() + 64);
-        let body = parsed.rewrite_into(set, target.query());
+        let body = parsed.rewrite_into(set, &[], target.query());
         let timeouts = &self.snapshot.config.timeouts;
         let timeout = if self.endpoint == Endpoint::Solve {
             timeouts.solve
