@@ -1,7 +1,8 @@
 //! The CaptchaAI (2captcha-compatible) wire protocol, pure: no I/O, no state, no keys held.
 //!
 //! The proxy calls this module to parse a caller's request ([`ParsedRequest`]), read what a
-//! `res.php` request asks for ([`ResCommand`]), rewrite it for the upstream with a pool key
+//! `res.php` request asks for ([`ResCommand`], each decision param read as one value or
+//! refused), rewrite it for the upstream with a pool key and those values
 //! ([`ParsedRequest::rewrite`]), parse and classify what the upstream answered
 //! ([`parse_reply`], [`classify`]), and build the answers keyrelay makes itself
 //! ([`error_answer`] and friends).

@@ -360,15 +360,22 @@ async fn api(
     (into_response(handled, json, key_headers), outcome)
 }
 
-/// `res.php`, on what it asks for: its action is read here, once.
+/// `res.php`, on what it asks for: its action is read here, once, and a request whose
+/// decision params conflict is refused before anything else is looked at.
 async fn dispatch_res(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
-    match ResCommand::of(parsed) {
+    let command = match ResCommand::of(parsed) {
+        Ok(command) => command,
+        // Never sent, and nothing held or freed for it: which value the service would read
+        // is its own choice, so keyrelay cannot check the one it would act on.
+        Err(conflict) => return Local::ConflictingParams(conflict).into(),
+    };
+    match command {
         ResCommand::NoAction => Local::EmptyAction.into(),
         ResCommand::Task(task) => poll::poll(ctx, parsed, task).await,
         ResCommand::Balance => account::balance(ctx).await,
         ResCommand::Threads => account::threads(ctx),
         ResCommand::Pingback(_) => account::pingback(ctx, parsed).await,
-        ResCommand::Other => account::other(ctx, parsed).await,
+        ResCommand::Other(_) => account::other(ctx, parsed).await,
     }
 }
 

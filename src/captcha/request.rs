@@ -336,20 +336,6 @@ impl ParsedRequest {
         })
     }
 
-    /// The `action` param, trimmed; `None` if absent or empty.
-    pub fn action(&self) -> Option<Cow<'_, str>> {
-        let action = self.param("action")?;
-        let trimmed = action.trim();
-        if trimmed.is_empty() {
-            return None;
-        }
-        Some(match action {
-            Cow::Borrowed(text) => Cow::Borrowed(text.trim()),
-            Cow::Owned(text) if text.len() == trimmed.len() => Cow::Owned(text),
-            Cow::Owned(text) => Cow::Owned(text.trim().to_owned()),
-        })
-    }
-
     /// The body's encoding.
     pub fn kind(&self) -> &BodyKind {
         &self.kind

@@ -153,17 +153,6 @@ fn wants_json_accepts_1_and_true_only() {
 }
 
 #[test]
-fn action_is_trimmed_and_empty_is_none() {
-    assert_eq!(
-        parse("action=+getbalance+", None, b"").action().as_deref(),
-        Some("getbalance")
-    );
-    assert_eq!(parse("action=%20", None, b"").action().as_deref(), None);
-    assert_eq!(parse("action=", None, b"").action().as_deref(), None);
-    assert_eq!(parse("x=1", None, b"").action().as_deref(), None);
-}
-
-#[test]
 fn json_body_params() {
     let request = parse(
         "",
