@@ -7,7 +7,7 @@ use rand::rngs::SmallRng;
 use rand::SeedableRng;
 use tokio::time::Instant;
 
-use super::{Answered, Attempt, Ctx, Handled, Local};
+use super::{Answered, Attempt, Checked, Ctx, Handled, Local};
 use crate::app::{App, Event};
 use crate::capacity::{Lease, Refusal, Take, Waited};
 use crate::captcha::TaskId;
@@ -96,7 +96,16 @@ pub(super) async fn submit(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
             }
         }
         attempts += 1;
-        let attempt = ctx.attempt(key, parsed, &[]).await;
+        let attempt = ctx
+            .attempt(
+                key,
+                parsed,
+                Checked {
+                    set: &[],
+                    drop: &[],
+                },
+            )
+            .await;
         let (outcome, code) = (attempt.outcome(), attempt.code());
         ctx.app.metrics().count_submit(key, outcome);
 
