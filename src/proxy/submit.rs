@@ -1,5 +1,7 @@
 //! `in.php` and `solve.php`: a thread of a key for each attempt (waiting in the queue when every
-//! key is full), failover across keys, and pinning of accepted tasks.
+//! key is full), failover across keys, and pinning of accepted tasks. Where a provider does
+//! not serve every method, the submit's `method` picks the keys: it is then read strictly,
+//! and each attempt sends that one value.
 
 use std::sync::Arc;
 
@@ -29,6 +31,20 @@ struct Failure<'a> {
 }
 
 pub(super) async fn submit(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
+    let pool = &ctx.snapshot.pool;
+    // Read only where it can matter: a pool of one provider that serves everything never
+    // looks at it. Where it picks the keys, it is read strictly, before any thread is
+    // taken, and goes upstream as it was checked.
+    let method = match pool.restricts_methods().then(|| parsed.single("method")) {
+        None => None,
+        Some(Ok(method)) => method,
+        Some(Err(conflict)) => return Local::ConflictingParams(conflict).into(),
+    };
+    let method_set = method.as_deref().map(|method| [("method", method)]);
+    let checked = Checked {
+        set: method_set.as_ref().map_or(&[], |set| &set[..]),
+        drop: &[],
+    };
     if let Some(paused) = ctx.paused() {
         return paused;
     }
@@ -45,13 +61,6 @@ pub(super) async fn submit(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
         Ok(hold) => hold,
         Err(refusal) => return pool_full(ctx, refusal, None, 0, started),
     };
-    let pool = &ctx.snapshot.pool;
-    // Read only where it can matter: a pool of one provider that serves everything never
-    // looks at it.
-    let method = pool
-        .restricts_methods()
-        .then(|| parsed.param("method"))
-        .flatten();
     let mut walk = Walk {
         candidates: pool
             .candidates(pick_rng, started)
@@ -96,16 +105,7 @@ pub(super) async fn submit(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
             }
         }
         attempts += 1;
-        let attempt = ctx
-            .attempt(
-                key,
-                parsed,
-                Checked {
-                    set: &[],
-                    drop: &[],
-                },
-            )
-            .await;
+        let attempt = ctx.attempt(key, parsed, checked).await;
         let (outcome, code) = (attempt.outcome(), attempt.code());
         ctx.app.metrics().count_submit(key, outcome);
 
