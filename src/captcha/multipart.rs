@@ -1,6 +1,7 @@
-//! `multipart/form-data` bodies split into byte ranges, so a text part can be replaced while
-//! every other byte (preamble, part headers, file bytes, epilogue) is copied exactly. Also
-//! owns header-parameter parsing (`; boundary="x"`) for Content-Type.
+//! `multipart/form-data` bodies split into byte ranges, so a part can be replaced or dropped
+//! (and the values of the parts spelling a name read) while every other byte (preamble, part
+//! headers, file bytes, epilogue) is copied exactly. Also owns header-parameter parsing
+//! (`; boundary="x"`) for Content-Type.
 //!
 //! multer parses multipart well but does not expose byte offsets, hence this small splitter
 //! (RFC 2046 §5.1.1): `--boundary` opens the first part, `CRLF--boundary` ends each part's
