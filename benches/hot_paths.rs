@@ -1,5 +1,6 @@
 //! Criterion micro-benchmarks of the pure functions on every request's path: parsing a
-//! request and rewriting its key (each body encoding), parsing and classifying an upstream
+//! request and rewriting its key (each body encoding), reading a poll's action and id and
+//! rewriting it with them, parsing and classifying an upstream
 //! answer, and choosing a key in pools of 3 and 100. Run with `cargo bench --bench hot_paths`.
 
 use std::hint::black_box;
@@ -9,7 +10,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use keyrelay::capacity::{Capacity, MemoryLoad};
-use keyrelay::captcha::{classify, parse_reply, ParsedRequest};
+use keyrelay::captcha::{classify, parse_reply, ParsedRequest, ResCommand, TaskCommand};
 use keyrelay::config::{KeyConfig, Strategy, Upstream};
 use keyrelay::health::MemoryHealth;
 use keyrelay::key_id::KeyId;
@@ -84,6 +85,41 @@ fn parse_and_rewrite(c: &mut Criterion) {
             })
         });
     }
+    group.finish();
+}
+
+/// A `res.php` poll as clients send it: its params read and the request rewritten for the
+/// upstream. `checked` is the path since issue 37: `action`, `id` and `ids` read strictly
+/// (`ResCommand::of`) and sent as checked, `ids` dropped. `key_only` is the work the path did
+/// before it, kept as the yardstick: the same params read PHP's way, the key alone
+/// rewritten.
+fn poll_read_and_rewrite(c: &mut Criterion) {
+    let mut group = c.benchmark_group("poll_read_and_rewrite");
+    let query = format!("key={CALLER_KEY}&action=get&id=73000000001&json=1");
+    group.bench_function("checked", |b| {
+        b.iter(|| {
+            let parsed = ParsedRequest::parse(Some(black_box(&query)), None, Bytes::new())
+                .expect("a valid request");
+            let Ok(ResCommand::Task(TaskCommand::One { action, id })) = ResCommand::of(&parsed)
+            else {
+                unreachable!("a poll of one task")
+            };
+            let set = [("key", POOL_KEY), ("action", action.name()), ("id", &id)];
+            black_box(parsed.rewrite_dropping(&set, &["ids"]))
+        })
+    });
+    group.bench_function("key_only", |b| {
+        b.iter(|| {
+            let parsed = ParsedRequest::parse(Some(black_box(&query)), None, Bytes::new())
+                .expect("a valid request");
+            black_box((
+                parsed.param("action"),
+                parsed.param("ids"),
+                parsed.param("id"),
+            ));
+            black_box(parsed.rewrite(&[("key", POOL_KEY)]))
+        })
+    });
     group.finish();
 }
 
@@ -232,6 +268,7 @@ fn token_check(c: &mut Criterion) {
 criterion_group!(
     benches,
     parse_and_rewrite,
+    poll_read_and_rewrite,
     answers,
     selection,
     stale_scan,

@@ -1,7 +1,8 @@
 //! The CaptchaAI (2captcha-compatible) wire protocol, pure: no I/O, no state, no keys held.
 //!
 //! The proxy calls this module to parse a caller's request ([`ParsedRequest`]), read what a
-//! `res.php` request asks for ([`ResCommand`]), rewrite it for the upstream with a pool key
+//! `res.php` request asks for ([`ResCommand`], each decision param read as one value or
+//! refused), rewrite it for the upstream with a pool key and those values
 //! ([`ParsedRequest::rewrite`]), parse and classify what the upstream answered
 //! ([`parse_reply`], [`classify`]), and build the answers keyrelay makes itself
 //! ([`error_answer`] and friends).
@@ -18,16 +19,19 @@
 //!
 //! Layout, arrows pointing one way (each module imports only those after it):
 //! - `res_command`: [`ResCommand`], a `res.php` request's action read once, over
-//! - `request`: [`ParsedRequest`], the params it reads and the key rewrite, over
+//! - `request`: [`ParsedRequest`], the params it reads (strictly, for a decision param) and
+//!   the rewrite, over
 //! - `body_kind` (which encoding a body has), `multipart` (byte-exact part splitting and
 //!   splicing), `json_body` (JSON member splicing) and `urlencoded` (the query and form
-//!   codec), over the leaves `param_name` (names as PHP and other readers see them) and
-//!   `request_error` ([`RequestError`]).
+//!   codec), over the leaves `param_name` (names as PHP and other readers see them),
+//!   `request_error` ([`RequestError`]) and `conflict` ([`Conflict`], what a strict reading
+//!   refuses).
 //! - `reply` (upstream answers and the outcome table), `answer` (answers keyrelay makes) and
 //!   `task_id` ([`TaskId`]) stand alone.
 
 mod answer;
 mod body_kind;
+mod conflict;
 mod json_body;
 mod multipart;
 mod param_name;
@@ -41,6 +45,7 @@ mod urlencoded;
 
 pub use answer::{error_answer, ids_answer, ok_answer, value_answer, Answer};
 pub use body_kind::BodyKind;
+pub use conflict::Conflict;
 pub use profile::{Currency, Profile, ZeroBalance};
 pub use reply::{
     classify, known_code, parse_balance, parse_reply, parse_threads, split_ids_reply, Outcome,

@@ -35,6 +35,7 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
+use smallvec::SmallVec;
 use tokio::time::Instant;
 
 use crate::admin;
@@ -372,16 +373,34 @@ async fn api(
     (into_response(handled, json, key_headers), outcome)
 }
 
-/// `res.php`, on what it asks for: its action is read here, once.
+/// `res.php`, on what it asks for: its action is read here, once, and a request whose
+/// decision params conflict is refused before anything else is looked at.
 async fn dispatch_res(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
-    match ResCommand::of(parsed) {
+    let command = match ResCommand::of(parsed) {
+        Ok(command) => command,
+        // Never sent, and nothing held or freed for it: which value the service would read
+        // is its own choice, so keyrelay cannot check the one it would act on.
+        Err(conflict) => return Local::ConflictingParams(conflict).into(),
+    };
+    match command {
         ResCommand::NoAction => Local::EmptyAction.into(),
         ResCommand::Task(task) => poll::poll(ctx, parsed, task).await,
         ResCommand::Balance => account::balance(ctx).await,
         ResCommand::Threads => account::threads(ctx),
-        ResCommand::Pingback(_) => account::pingback(ctx, parsed).await,
-        ResCommand::Other => account::other(ctx, parsed).await,
+        ResCommand::Pingback(pingback) => account::pingback(ctx, parsed, pingback.name()).await,
+        ResCommand::Other(action) => account::other(ctx, parsed, &action).await,
     }
+}
+
+/// The params an upstream request carries, besides the pool key, in place of the caller's:
+/// each of `set` once, canonically named, with the value keyrelay checked (or decided on),
+/// and no spelling of a name in `drop`. The rewrite removes every other spelling of each
+/// name, in the query and the body, so the upstream reads what keyrelay checked and nothing
+/// the caller slipped beside it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Checked<'a> {
+    pub set: &'a [(&'a str, &'a str)],
+    pub drop: &'a [&'a str],
 }
 
 /// Everything one API request needs while it is served.
@@ -473,15 +492,15 @@ impl Answered {
 }
 
 impl Ctx {
-    /// Sends the caller's request upstream with `key` (and any `extra` replacements), and
-    /// classifies the result. Records latency and the outcome per key.
+    /// Sends the caller's request upstream with `key` and the `checked` params in place of
+    /// the caller's, and classifies the result. Records latency and the outcome per key.
     pub async fn attempt(
         &self,
         key: &KeyEntry,
         parsed: &ParsedRequest,
-        extra: &[(&str, &str)],
+        checked: Checked<'_>,
     ) -> Attempt {
-        let attempt = self.exchange(key, parsed, extra).await;
+        let attempt = self.exchange(key, parsed, checked).await;
         self.record_key_error(key, &attempt);
         attempt
     }
@@ -492,22 +511,17 @@ impl Ctx {
         &self,
         key: &KeyEntry,
         parsed: &ParsedRequest,
-        extra: &[(&str, &str)],
+        checked: Checked<'_>,
     ) -> Attempt {
-        // Most attempts set the key alone: no list to allocate for them.
-        let own = [("key", key.key.expose())];
-        let with_extra: Vec<(&str, &str)>;
-        let set: &[(&str, &str)] = if extra.is_empty() {
-            &own
-        } else {
-            with_extra = own.iter().chain(extra).copied().collect();
-            &with_extra
-        };
+        // The key and the few checked params, inline: no list to allocate for them.
+        let mut set: SmallVec<[(&str, &str); 4]> = SmallVec::new();
+        set.push(("key", key.key.expose()));
+        set.extend_from_slice(checked.set);
         // The rewritten query is written straight into the upstream request's target.
         let mut target = key
             .upstream
             .target(self.endpoint.path(), parsed.query_len() + 64);
-        let body = parsed.rewrite_into(set, target.query());
+        let body = parsed.rewrite_into(&set, checked.drop, target.query());
         let timeouts = &self.snapshot.config.timeouts;
         let timeout = if self.endpoint == Endpoint::Solve {
             timeouts.solve

@@ -4,119 +4,30 @@
 //! NUL suffixes, percent escapes, JSON escapes, every Content-Disposition form a multipart
 //! reader accepts), checked by readers independent of keyrelay's.
 
-use std::convert::Infallible;
+#[path = "common/spellings.rs"]
+mod spellings;
 
 use bytes::Bytes;
-use futures_util::FutureExt;
 use keyrelay::captcha::ParsedRequest;
 use proptest::prelude::*;
-use proptest::test_runner::Config;
+use spellings::*;
 
 /// No decoding (percent, JSON, lossy UTF-8) changes a byte of either.
 const CALLER_KEY: &str = "ZQcallerKEY0123456789zyxwvutsrqp";
 const POOL_KEY: &str = "POOLKEY0123456789abcdef012345678";
 const BOUNDARY: &str = "----keyrelaySpellingBoundary1x9";
 
-fn config(cases: u32) -> Config {
-    Config {
-        cases,
-        failure_persistence: None,
-        ..Config::default()
-    }
-}
-
-fn occurrences(haystack: &[u8], needle: &str) -> usize {
-    haystack
-        .windows(needle.len())
-        .filter(|w| *w == needle.as_bytes())
-        .count()
-}
-
-// === generated spellings ===
-
-/// A spelling of `key` some reader takes for it: any ASCII case, padding a lenient reader
-/// trims, and the suffixes PHP cuts (`[]`, `[x]`, a lone `[`, a NUL and what follows).
+/// A spelling of `key` some reader takes for it ([`spellings::spelling`]).
 fn spelling() -> impl Strategy<Value = String> {
-    (
-        prop::array::uniform3(any::<bool>()),
-        prop::sample::select(vec!["", " ", "  ", "\t", "\u{feff}", "\u{200b}"]),
-        prop::sample::select(vec![
-            "", " ", "[]", "[0]", "[a][b]", "[", "\0", "\0junk", " []", "\u{a0}",
-        ]),
-    )
-        .prop_map(|(upper, prefix, suffix)| {
-            let core: String = "key"
-                .chars()
-                .zip(upper)
-                .map(|(c, up)| if up { c.to_ascii_uppercase() } else { c })
-                .collect();
-            format!("{prefix}{core}{suffix}")
-        })
+    spellings::spelling("key")
 }
 
-/// `name` urlencoded, each byte escaped or not as `escape` says, spaces maybe as `+`.
-fn urlencode_name(name: &str, escape: &[bool]) -> String {
-    name.bytes()
-        .enumerate()
-        .map(|(i, b)| {
-            let escaped = escape
-                .get(i % escape.len().max(1))
-                .copied()
-                .unwrap_or(false);
-            match b {
-                b' ' if !escaped => "+".to_owned(),
-                b if b.is_ascii_alphanumeric() && !escaped => char::from(b).to_string(),
-                b => format!("%{b:02X}"),
-            }
-        })
-        .collect()
+fn looks_like_key(name: &str) -> bool {
+    looks_like(name, "key")
 }
 
-/// `name` as a JSON string, each character escaped as `\uXXXX` or not.
-fn json_name(name: &str, escape: &[bool]) -> String {
-    let mut out = String::from("\"");
-    for (i, c) in name.chars().enumerate() {
-        let escaped = escape
-            .get(i % escape.len().max(1))
-            .copied()
-            .unwrap_or(false);
-        if escaped || c.is_control() || c == '"' || c == '\\' {
-            let mut units = [0u16; 2];
-            for unit in c.encode_utf16(&mut units) {
-                out.push_str(&format!("\\u{unit:04x}"));
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out.push('"');
-    out
-}
-
-/// A Content-Disposition value naming the part `name` in one of the forms a multipart
-/// reader accepts. Names with bytes a header cannot carry (NUL) are percent-escaped in
-/// the RFC 5987 form only.
-fn disposition(name: &str, form: usize) -> String {
-    let header_safe = !name.contains(['\0', '"', '\'', '\\']) && !name.contains(char::is_control);
-    let pct: String = name.bytes().map(|b| format!("%{b:02X}")).collect();
-    if !header_safe {
-        return format!("form-data; name*=UTF-8''{pct}");
-    }
-    let (first, rest) = name.split_at(name.len() / 2);
-    let first_ok = name.is_char_boundary(name.len() / 2);
-    match form % 9 {
-        0 => format!("form-data; name=\"{name}\""),
-        1 => format!("form-data; name='{name}'"),
-        2 => format!("form-data; NAME=\"{name}\""),
-        3 => format!("form-data; name=\"other\"; name=\"{name}\""),
-        4 => format!("form-data; name=\"{name}\"; name=\"other\""),
-        5 => format!("form-data; name*=UTF-8''{pct}"),
-        6 => format!("form-data; name=\"{name}\"; filename=\"k.txt\""),
-        7 if first_ok => format!("form-data; name*0=\"{first}\"; name*1=\"{rest}\""),
-        _ => {
-            format!("form-data; name=\"other\"\r\nContent-Disposition: form-data; name=\"{name}\"")
-        }
-    }
+fn multer_fields(body: Bytes) -> Vec<(String, Vec<u8>)> {
+    spellings::multer_fields(body, BOUNDARY)
 }
 
 /// Where the caller's spellings go.
@@ -228,46 +139,6 @@ fn hostile_request() -> impl Strategy<Value = Hostile> {
                 body,
             }
         })
-}
-
-// === independent readers ===
-
-/// Decoded urlencoded pairs, by the form_urlencoded crate.
-fn form_pairs(raw: &[u8]) -> Vec<(String, String)> {
-    form_urlencoded::parse(raw)
-        .map(|(n, v)| (n.into_owned(), v.into_owned()))
-        .collect()
-}
-
-/// Text fields of a multipart body, by multer.
-fn multer_fields(body: Bytes) -> Vec<(String, Vec<u8>)> {
-    let stream = futures_util::stream::iter([Ok::<Bytes, Infallible>(body)]);
-    let mut multipart = multer::Multipart::new(stream, BOUNDARY);
-    async move {
-        let mut fields = Vec::new();
-        while let Some(field) = multipart.next_field().await.expect("multer reads a part") {
-            let name = field.name().unwrap_or_default().to_owned();
-            let bytes = field
-                .bytes()
-                .await
-                .expect("multer reads its bytes")
-                .to_vec();
-            fields.push((name, bytes));
-        }
-        fields
-    }
-    .now_or_never()
-    .expect("an in-memory body is read at once")
-}
-
-/// A reader's idea of "this is a key", written apart from keyrelay's: case-insensitive after
-/// trimming and cutting at `[` or NUL.
-fn looks_like_key(name: &str) -> bool {
-    let cut = name.split(['[', '\0']).next().unwrap_or_default();
-    let trimmed = cut.trim_matches(|c: char| {
-        c.is_whitespace() || c.is_control() || matches!(c, '\u{feff}' | '\u{200b}')
-    });
-    trimmed.eq_ignore_ascii_case("key")
 }
 
 proptest! {

@@ -179,6 +179,79 @@ async fn a_method_one_provider_lacks_goes_to_the_other_and_never_reaches_it() {
     h.stop().await;
 }
 
+/// The params a simulator received over its `in.php` requests that a lenient reader takes
+/// for `method` (case, padding, a PHP array suffix), with their names as sent.
+fn methods_received(sim: &SimHandle) -> Vec<(String, String)> {
+    sim.received()
+        .iter()
+        .filter(|r| r.path == "/in.php")
+        .flat_map(|r| r.params.clone())
+        .filter(|(name, _)| {
+            let cut = name.split(['[', '\0']).next().unwrap_or_default();
+            cut.trim().eq_ignore_ascii_case("method")
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_method_that_picks_the_keys_is_read_once_and_goes_up_as_checked() {
+    let captchaai = sim_with(&[KEY_C]).await;
+    let twocaptcha = sim_of(Provider::TwoCaptcha, &[KEY_B]).await;
+    let mut config = config_for(&captchaai, &[]);
+    config.keys = vec![
+        key_at("b", KEY_B, 10_000.0, Provider::TwoCaptcha, &twocaptcha),
+        key_at("c", KEY_C, 1.0, Provider::CaptchaAi, &captchaai),
+    ];
+    let h = Harness::start(captchaai, config).await;
+    h.sim.clear_received();
+    twocaptcha.clear_received();
+    // Two values: which one the service reads is its choice, so neither is sent.
+    for (query, body) in [
+        (
+            "method=userrecaptcha&json=1",
+            "METHOD=bls&pageurl=https://x.test",
+        ),
+        (
+            "json=1",
+            "method=bls&method%5B%5D=userrecaptcha&pageurl=https://x.test",
+        ),
+    ] {
+        let answer = h
+            .post(
+                &format!("/in.php?key={CALLER_KEY}&{query}"),
+                "application/x-www-form-urlencoded",
+                body.to_owned(),
+            )
+            .await;
+        assert_eq!(answer.status, 200);
+        assert_eq!(answer.json()["request"], "ERROR_BAD_PARAMETERS", "{body}");
+    }
+    assert!(h.sim.received().is_empty(), "{:?}", h.sim.received());
+    assert!(
+        twocaptcha.received().is_empty(),
+        "{:?}",
+        twocaptcha.received()
+    );
+    // One value under other spellings picks the keys that serve it and goes up once.
+    for spelled in ["METHOD=bls", "+method=bls&Method=bls", "method[]=bls"] {
+        let answer = h
+            .get(&format!(
+                "/in.php?key={CALLER_KEY}&{spelled}&pageurl=https://x.test&json=1"
+            ))
+            .await;
+        assert_eq!(answer.json()["status"], 1, "{spelled}: {}", answer.text());
+        let methods = methods_received(&h.sim);
+        assert_eq!(
+            methods,
+            vec![("method".to_owned(), "bls".to_owned())],
+            "{spelled}"
+        );
+        h.sim.clear_received();
+    }
+    assert!(methods_received(&twocaptcha).is_empty());
+    h.stop().await;
+}
+
 #[tokio::test]
 async fn a_method_no_provider_of_the_pool_serves_is_refused_in_the_callers_format() {
     let twocaptcha = sim_of(Provider::TwoCaptcha, &[KEY_B]).await;

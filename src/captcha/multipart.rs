@@ -1,6 +1,7 @@
-//! `multipart/form-data` bodies split into byte ranges, so a text part can be replaced while
-//! every other byte (preamble, part headers, file bytes, epilogue) is copied exactly. Also
-//! owns header-parameter parsing (`; boundary="x"`) for Content-Type.
+//! `multipart/form-data` bodies split into byte ranges, so a part can be replaced or dropped
+//! (and the values of the parts spelling a name read) while every other byte (preamble, part
+//! headers, file bytes, epilogue) is copied exactly. Also owns header-parameter parsing
+//! (`; boundary="x"`) for Content-Type.
 //!
 //! multer parses multipart well but does not expose byte offsets, hence this small splitter
 //! (RFC 2046 §5.1.1): `--boundary` opens the first part, `CRLF--boundary` ends each part's
@@ -13,6 +14,7 @@
 //! part this splitter does not, the body is refused; Content-Disposition is read as PHP
 //! reads it.
 
+use std::borrow::Cow;
 use std::ops::Range;
 
 use memchr::memmem;
@@ -26,6 +28,10 @@ const MAX_PART_HEADERS: usize = 32;
 /// One body part, as offsets into the body it was split from.
 #[derive(Clone, Debug)]
 pub(super) struct Part {
+    /// Where the `--boundary` that opens the part starts: removing from here to just past
+    /// the CRLF after its content removes the part and leaves a well-formed body, whether
+    /// the part is the first or a later one.
+    delimiter: usize,
     /// Where the part's headers start, just after the delimiter line.
     start: usize,
     /// The part's content: after the blank line that ends its headers, up to the CRLF that
@@ -111,7 +117,12 @@ pub(super) fn split(body: &[u8], boundary: &str) -> Result<Vec<Part>, RequestErr
             + finder
                 .find(&body[part_start..])
                 .ok_or(RequestError::MalformedMultipart("no closing boundary"))?;
-        parts.push(parse_part(&body[part_start..content_end], part_start)?);
+        let opened_at = cursor - dash_boundary.len();
+        parts.push(parse_part(
+            &body[part_start..content_end],
+            opened_at,
+            part_start,
+        )?);
         cursor = content_end + delimiter.len();
     }
 }
@@ -128,11 +139,28 @@ pub(super) fn text_params(body: &[u8], parts: &[Part]) -> Vec<(String, String)> 
         .collect()
 }
 
+/// The content of every part, text or file, that some reader could take for a param named
+/// `canonical` ([`Part::spells`]: the parts [`splice`] replaces), in wire order. Lossy UTF-8,
+/// borrowed unless a part is not UTF-8.
+pub(super) fn spelled_values<'a>(
+    body: &'a [u8],
+    parts: &'a [Part],
+    canonical: &'a str,
+) -> impl Iterator<Item = Cow<'a, str>> + 'a {
+    parts
+        .iter()
+        .filter(move |part| part.spells(canonical))
+        .map(move |part| {
+            String::from_utf8_lossy(body.get(part.content.clone()).unwrap_or_default())
+        })
+}
+
 /// Replaces the first part that spells a name of `set` ([`Part::spells`], text or file part,
 /// however its headers spell the name) with a canonical text part
 /// (`Content-Disposition: form-data; name="<name>"` and the new value), and drops every later
-/// part spelling it, delimiter included. Marks in `placed` which names were written; returns
-/// `None` when nothing matched.
+/// part spelling it, delimiter included. A name already `placed` (written elsewhere, or one
+/// the caller drops) has every part spelling it dropped. Marks in `placed` which names were
+/// written; returns `None` when nothing matched.
 pub(super) fn splice(
     body: &[u8],
     parts: &[Part],
@@ -141,16 +169,16 @@ pub(super) fn splice(
 ) -> Option<Vec<u8>> {
     let mut out = Vec::with_capacity(body.len() + 64);
     let mut copied_to = 0;
-    let mut previous_content_end = 0;
     let mut changed = false;
     for part in parts {
         if let Some(slot) = set.iter().position(|(n, _)| part.spells(n)) {
             changed = true;
             if placed[slot] {
-                // Only a later match is dropped (the body is spliced first, so the first
-                // match places its name), and a later part's delimiter starts right where
-                // the previous part's content ended.
-                out.extend_from_slice(body.get(copied_to..previous_content_end)?);
+                // The part from its `--boundary` through the CRLF after its content: what
+                // follows is the next `--boundary` (or the close one), so the body stays
+                // well-formed, the first part dropped as much as a later one.
+                out.extend_from_slice(body.get(copied_to..part.delimiter)?);
+                copied_to = part.content.end + 2;
             } else {
                 placed[slot] = true;
                 out.extend_from_slice(body.get(copied_to..part.start)?);
@@ -158,10 +186,9 @@ pub(super) fn splice(
                 out.extend_from_slice(set[slot].0.as_bytes());
                 out.extend_from_slice(b"\"\r\n\r\n");
                 out.extend_from_slice(set[slot].1.as_bytes());
+                copied_to = part.content.end;
             }
-            copied_to = part.content.end;
         }
-        previous_content_end = part.content.end;
     }
     if !changed {
         return None;
@@ -194,8 +221,9 @@ fn line_end_after_boundary(after_boundary: &[u8]) -> Option<usize> {
         .then_some(padding + 2)
 }
 
-/// Parses one part (headers, blank line, content) found at `offset` in the body.
-fn parse_part(part: &[u8], offset: usize) -> Result<Part, RequestError> {
+/// Parses one part (headers, blank line, content) found at `offset` in the body, after the
+/// `--boundary` at `delimiter`.
+fn parse_part(part: &[u8], delimiter: usize, offset: usize) -> Result<Part, RequestError> {
     let mut headers = [httparse::EMPTY_HEADER; MAX_PART_HEADERS];
     let (header_len, headers) = match httparse::parse_headers(part, &mut headers) {
         Ok(httparse::Status::Complete(parsed)) => parsed,
@@ -231,6 +259,7 @@ fn parse_part(part: &[u8], offset: usize) -> Result<Part, RequestError> {
         .map(|h| Disposition::read(h.value))
         .unwrap_or_default();
     Ok(Part {
+        delimiter,
         start: offset,
         content: offset + header_len..offset + part.len(),
         name: disposition

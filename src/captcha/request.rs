@@ -1,6 +1,8 @@
-//! Caller requests: the query and body parsed once into PHP-`$_REQUEST`-like params, and the
-//! byte-preserving rewrite that puts a pool key in. Owns which params are read and which
-//! pairs, parts or members the rewrite replaces; the bytes are handled by the codecs it calls
+//! Caller requests: the query and body parsed once into PHP-`$_REQUEST`-like params, the
+//! strict reading of a param keyrelay decides on ([`ParsedRequest::single`]: one value under
+//! every spelling, or a [`Conflict`]), and the byte-preserving rewrite that puts a pool key
+//! and the checked values in. Owns which params are read and which pairs, parts or members
+//! the rewrite replaces or drops; the bytes are handled by the codecs it calls
 //! (`urlencoded`, `multipart`, `json_body`), after `body_kind` has said which one applies.
 
 use std::borrow::Cow;
@@ -13,6 +15,7 @@ use hyper::http::uri::PathAndQuery;
 use smallvec::SmallVec;
 
 use super::body_kind::{body_kind, BodyKind};
+use super::conflict::Conflict;
 use super::param_name::{spells, spells_bytes};
 use super::request_error::{echo, RequestError};
 use super::urlencoded::{self, Name, Splice};
@@ -273,6 +276,44 @@ impl ParsedRequest {
             .map(|param| self.text(param.value))
     }
 
+    /// The one value of a param keyrelay decides on, read strictly: every param that some
+    /// reader could take for `name` ([`spells`]: `ID`, `id[]`, ` id`, `i%64`, a multipart part
+    /// named so in any of its headers, text or file, a JSON member `"ID"`), in the query and
+    /// the body alike. These are exactly the params [`ParsedRequest::rewrite`] replaces when
+    /// it sets `name`, so what is read here is all the upstream could have read.
+    ///
+    /// The same value spelled twice is one value; "the same" is the same decoded text, byte
+    /// for byte, because that is the one equality every reader agrees on: ` get` and `get`,
+    /// or `0123` and `123`, are one value only to readers that trim or count, and keyrelay
+    /// cannot know that the service is one. `None` when no param spells `name`.
+    ///
+    /// # Errors
+    /// [`Conflict::Values`] when two of them carry different values: keyrelay would check
+    /// one while the service, reading first, last or case-blind, might act on the other.
+    pub fn single(&self, name: &'static str) -> Result<Option<Cow<'_, str>>, Conflict> {
+        let mut found: Option<Cow<'_, str>> = None;
+        let parts = match &self.layout {
+            Layout::Multipart(parts) => Some(parts),
+            Layout::Raw | Layout::Json(_) => None,
+        };
+        for param in &self.params {
+            // A multipart body's params are PHP's reading of its text parts; its parts are
+            // read below instead, under every name a reader could give them.
+            if param.wire.is_none() && parts.is_some() {
+                continue;
+            }
+            if self.spells(param, name) {
+                agree(&mut found, self.text(param.value), name)?;
+            }
+        }
+        if let Some(parts) = parts {
+            for value in multipart::spelled_values(&self.body, parts, name) {
+                agree(&mut found, value, name)?;
+            }
+        }
+        Ok(found)
+    }
+
     /// Every (name, value) pair, query first then body, in wire order; names as PHP keys
     /// them. Decodes every value, so it is for tests and tools, not the request path.
     pub fn params(&self) -> Vec<(String, String)> {
@@ -295,20 +336,6 @@ impl ParsedRequest {
         })
     }
 
-    /// The `action` param, trimmed; `None` if absent or empty.
-    pub fn action(&self) -> Option<Cow<'_, str>> {
-        let action = self.param("action")?;
-        let trimmed = action.trim();
-        if trimmed.is_empty() {
-            return None;
-        }
-        Some(match action {
-            Cow::Borrowed(text) => Cow::Borrowed(text.trim()),
-            Cow::Owned(text) if text.len() == trimmed.len() => Cow::Owned(text),
-            Cow::Owned(text) => Cow::Owned(text.trim().to_owned()),
-        })
-    }
-
     /// The body's encoding.
     pub fn kind(&self) -> &BodyKind {
         &self.kind
@@ -326,8 +353,15 @@ impl ParsedRequest {
     /// caller's: a leftover spelling could reach a parser that prefers it, and the key's
     /// owner would be blamed for the caller's request.
     pub fn rewrite(&self, set: &[(&str, &str)]) -> Rewritten {
+        self.rewrite_dropping(set, &[])
+    }
+
+    /// [`ParsedRequest::rewrite`], and every spelling of each name in `drop` removed too,
+    /// with nothing written in its place: for a decision param keyrelay read as blank, or
+    /// one that the request it sends must not carry at all (`ids` beside a checked `id`).
+    pub fn rewrite_dropping(&self, set: &[(&str, &str)], drop: &[&str]) -> Rewritten {
         let mut query = Vec::new();
-        let body = self.rewrite_into(set, &mut query);
+        let body = self.rewrite_into(set, drop, &mut query);
         // Only whole `&`-separated pairs and ASCII were spliced into valid UTF-8, so the
         // lossy conversion never replaces anything.
         let query = String::from_utf8(query)
@@ -335,23 +369,30 @@ impl ParsedRequest {
         Rewritten { query, body }
     }
 
-    /// [`ParsedRequest::rewrite`], with the query appended to `query` rather than returned:
-    /// the proxy writes it straight into the upstream request target it is building, so
-    /// the rewritten query is never a buffer of its own. Only what this call appends is the
-    /// query (for where a separator goes); returns the body.
-    pub fn rewrite_into(&self, set: &[(&str, &str)], query: &mut Vec<u8>) -> Bytes {
-        let mut placed: SmallVec<[bool; 4]> = SmallVec::from_elem(false, set.len());
+    /// [`ParsedRequest::rewrite_dropping`], with the query appended to `query` rather than
+    /// returned: the proxy writes it straight into the upstream request target it is
+    /// building, so the rewritten query is never a buffer of its own. Only what this call
+    /// appends is the query (for where a separator goes); returns the body.
+    pub fn rewrite_into(&self, set: &[(&str, &str)], drop: &[&str], query: &mut Vec<u8>) -> Bytes {
+        // A dropped name is a name set with no value that counts as placed from the start:
+        // the splices then remove every spelling of it and write none. Inline for the few
+        // names an attempt sets, so no list is allocated for them.
+        let mut names: SmallVec<[(&str, &str); 6]> = SmallVec::from_slice(set);
+        names.extend(drop.iter().map(|name| (*name, "")));
+        let mut placed: SmallVec<[bool; 6]> = SmallVec::from_elem(false, set.len());
+        placed.extend(drop.iter().map(|_| true));
+        let all = &names[..];
 
         let body = match &self.layout {
-            Layout::Raw => self.splice_pairs(Source::Body, set, &mut placed),
-            Layout::Multipart(parts) => multipart::splice(&self.body, parts, set, &mut placed),
-            Layout::Json(members) => json_body::splice(members, set, &mut placed),
+            Layout::Raw => self.splice_pairs(Source::Body, all, &mut placed),
+            Layout::Multipart(parts) => multipart::splice(&self.body, parts, all, &mut placed),
+            Layout::Json(members) => json_body::splice(members, all, &mut placed),
         };
         let body = body.map_or_else(|| self.body.clone(), Bytes::from);
 
         // Names the body took are only dropped from the query.
         let start = query.len();
-        if !self.splice_pairs_into(Source::Query, set, &mut placed, query) {
+        if !self.splice_pairs_into(Source::Query, all, &mut placed, query) {
             query.extend_from_slice(self.query.as_bytes());
         }
 
@@ -462,6 +503,21 @@ impl ParsedRequest {
             Text::Owned(index) => Cow::Borrowed(self.owned.get(index).map_or("", String::as_str)),
         }
     }
+}
+
+/// Adds `value` to what a strict reading of `name` has `found`: the first value is kept, an
+/// equal one changes nothing, a different one is a conflict.
+fn agree<'r>(
+    found: &mut Option<Cow<'r, str>>,
+    value: Cow<'r, str>,
+    name: &'static str,
+) -> Result<(), Conflict> {
+    match found {
+        None => *found = Some(value),
+        Some(first) if *first == value => {}
+        Some(_) => return Err(Conflict::Values { name }),
+    }
+    Ok(())
 }
 
 /// Shows param names only: values include the caller's key and can be megabytes of image.

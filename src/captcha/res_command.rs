@@ -1,7 +1,9 @@
 //! A `res.php` request read once into what it asks for ([`ResCommand`]): the action, and for
 //! the actions tied to one task, the task or tasks named. Owns which spellings of an action
-//! keyrelay has a rule for; does not validate task ids (that is [`super::TaskId`]'s job) and
-//! says nothing about which key answers.
+//! keyrelay has a rule for, and reads every param it decides on (`action`, `id`, `ids`)
+//! strictly ([`ParsedRequest::single`]), refusing a request that gives one of them two values
+//! or gives both `id` and `ids` ([`Conflict`]); does not validate task ids (that is
+//! [`super::TaskId`]'s job) and says nothing about which key answers.
 //!
 //! Protocol facts (`docs/captcha-api.md` §3): `get`, `get2`, `reportbad` and `reportgood`
 //! concern one task, named by `id`, and only its creating key knows it; `get` may instead
@@ -11,6 +13,7 @@
 
 use std::borrow::Cow;
 
+use super::conflict::Conflict;
 use super::request::ParsedRequest;
 
 /// What a `res.php` request asks for, read once from its params.
@@ -27,15 +30,19 @@ pub enum ResCommand<'a> {
     Threads,
     /// `add_pingback`, `get_pingback` or `del_pingback`: the account's callback addresses.
     Pingback(Pingback),
-    /// Any other action: keyrelay has no rule for it.
-    Other,
+    /// Any other action: keyrelay has no rule for it. The action as read, trimmed, which is
+    /// what goes upstream.
+    Other(Cow<'a, str>),
 }
 
 /// A task-tied `res.php` command, with the id or ids as the caller sent them (decoded,
 /// untrimmed, unvalidated), so the caller can both read them and tell how they were spelled.
+///
+/// What goes upstream is this and nothing else: the action and the `id` (or the `ids`), each
+/// once and canonically named, and no spelling of the other one of `id` and `ids`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TaskCommand<'a> {
-    /// One task, named by `id` (empty when `id` is absent).
+    /// One task, named by `id` (empty when `id` is absent; blank when it was blank).
     One {
         action: TaskAction,
         id: Cow<'a, str>,
@@ -71,36 +78,106 @@ pub enum Pingback {
 // === impl ResCommand ===
 
 impl<'a> ResCommand<'a> {
-    /// Reads `parsed` as a `res.php` request. The `action` is trimmed of whitespace
-    /// ([`ParsedRequest::action`]) and then matched exactly, case included: `GET` is an
-    /// action keyrelay has no rule for, and is forwarded as one.
-    pub fn of(parsed: &'a ParsedRequest) -> ResCommand<'a> {
-        let Some(action) = parsed.action() else {
-            return ResCommand::NoAction;
+    /// Reads `parsed` as a `res.php` request. The `action` is read strictly (one value under
+    /// every spelling of the name), trimmed of whitespace, and then matched exactly, case
+    /// included: `GET` is an action keyrelay has no rule for, and is forwarded as one.
+    ///
+    /// # Errors
+    /// A [`Conflict`]: `action`, or for a task action `id` or `ids`, given two values; or a
+    /// non-blank `id` and a non-blank `ids` together. Such a request is not the service's to
+    /// read its own way: keyrelay would check one task and the service could act on another.
+    pub fn of(parsed: &'a ParsedRequest) -> Result<ResCommand<'a>, Conflict> {
+        let Some(action) = parsed.single("action")?.and_then(trimmed) else {
+            return Ok(ResCommand::NoAction);
         };
         let task = match &*action {
             "get" => TaskAction::Get,
             "get2" => TaskAction::Get2,
             "reportbad" => TaskAction::ReportBad,
             "reportgood" => TaskAction::ReportGood,
-            "getbalance" => return ResCommand::Balance,
-            "threadsinfo" => return ResCommand::Threads,
-            "add_pingback" => return ResCommand::Pingback(Pingback::Add),
-            "get_pingback" => return ResCommand::Pingback(Pingback::Get),
-            "del_pingback" => return ResCommand::Pingback(Pingback::Del),
-            _ => return ResCommand::Other,
+            "getbalance" => return Ok(ResCommand::Balance),
+            "threadsinfo" => return Ok(ResCommand::Threads),
+            "add_pingback" => return Ok(ResCommand::Pingback(Pingback::Add)),
+            "get_pingback" => return Ok(ResCommand::Pingback(Pingback::Get)),
+            "del_pingback" => return Ok(ResCommand::Pingback(Pingback::Del)),
+            _ => return Ok(ResCommand::Other(action)),
         };
-        // Only `get` takes a list; a blank `ids` is no list, and `id` counts.
-        let ids = parsed
-            .param("ids")
-            .filter(|ids| task == TaskAction::Get && !ids.trim().is_empty());
-        ResCommand::Task(match ids {
-            Some(ids) => TaskCommand::Many { ids },
-            None => TaskCommand::One {
-                action: task,
-                id: parsed.param("id").unwrap_or_default(),
-            },
-        })
+        TaskCommand::of(parsed, task).map(ResCommand::Task)
+    }
+
+    /// The `action` the upstream request carries, once and canonically named: the action
+    /// keyrelay matched (or, for one it has no rule for, read). `None` for the commands
+    /// keyrelay answers itself.
+    pub fn action(&self) -> Option<&str> {
+        match self {
+            ResCommand::Task(task) => Some(task.action().name()),
+            ResCommand::Pingback(pingback) => Some(pingback.name()),
+            ResCommand::Other(action) => Some(action),
+            ResCommand::NoAction | ResCommand::Balance | ResCommand::Threads => None,
+        }
+    }
+}
+
+// === impl TaskCommand ===
+
+impl<'a> TaskCommand<'a> {
+    /// The task or tasks `action` names: `id` and `ids` read strictly, a blank one counted
+    /// as absent (a blank `ids` is no list, and `id` counts).
+    fn of(parsed: &'a ParsedRequest, action: TaskAction) -> Result<TaskCommand<'a>, Conflict> {
+        let ids = parsed.single("ids")?.filter(|ids| !is_blank(ids));
+        let id = parsed.single("id")?;
+        let has_id = id.as_deref().is_some_and(|id| !is_blank(id));
+        match ids {
+            Some(_) if has_id => Err(Conflict::Both {
+                one: "id",
+                other: "ids",
+            }),
+            // Only `get` takes a list; any other action without an `id` names no task.
+            Some(ids) if action == TaskAction::Get => Ok(TaskCommand::Many { ids }),
+            _ => Ok(TaskCommand::One {
+                action,
+                id: id.unwrap_or_default(),
+            }),
+        }
+    }
+
+    /// The task action: `get` for a list.
+    pub fn action(&self) -> TaskAction {
+        match self {
+            TaskCommand::One { action, .. } => *action,
+            TaskCommand::Many { .. } => TaskAction::Get,
+        }
+    }
+}
+
+fn is_blank(value: &str) -> bool {
+    value.trim().is_empty()
+}
+
+/// `value` trimmed of whitespace (as `str::trim` trims), borrowed as it came; `None` if
+/// nothing is left.
+fn trimmed(value: Cow<'_, str>) -> Option<Cow<'_, str>> {
+    let trimmed = value.trim();
+    if trimmed.is_empty() {
+        return None;
+    }
+    Some(match value {
+        Cow::Borrowed(text) => Cow::Borrowed(text.trim()),
+        Cow::Owned(text) if text.len() == trimmed.len() => Cow::Owned(text),
+        Cow::Owned(text) => Cow::Owned(text.trim().to_owned()),
+    })
+}
+
+// === impl Pingback ===
+
+impl Pingback {
+    /// The action's name on the wire, e.g. `"add_pingback"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Pingback::Add => "add_pingback",
+            Pingback::Get => "get_pingback",
+            Pingback::Del => "del_pingback",
+        }
     }
 }
 
@@ -139,33 +216,75 @@ mod tests {
 
     use super::*;
 
+    type Read<'a> = Result<ResCommand<'a>, Conflict>;
+
     fn query(query: &str) -> ParsedRequest {
         ParsedRequest::parse(Some(query), None, Bytes::new()).expect("a query always parses")
     }
 
-    fn command(request: &ParsedRequest) -> ResCommand<'_> {
+    fn with_body(query: &str, content_type: &str, body: &[u8]) -> ParsedRequest {
+        ParsedRequest::parse(
+            Some(query),
+            Some(content_type),
+            Bytes::copy_from_slice(body),
+        )
+        .expect("parses")
+    }
+
+    fn command(request: &ParsedRequest) -> Read<'_> {
         ResCommand::of(request)
     }
 
-    fn one(action: TaskAction, id: &str) -> ResCommand<'static> {
-        ResCommand::Task(TaskCommand::One {
+    fn one(action: TaskAction, id: &str) -> Read<'static> {
+        Ok(ResCommand::Task(TaskCommand::One {
             action,
             id: Cow::Owned(id.to_owned()),
-        })
+        }))
+    }
+
+    fn many(ids: &str) -> Read<'static> {
+        Ok(ResCommand::Task(TaskCommand::Many {
+            ids: Cow::Owned(ids.to_owned()),
+        }))
+    }
+
+    fn two_values(name: &'static str) -> Read<'static> {
+        Err(Conflict::Values { name })
+    }
+
+    const BOTH: Read<'static> = Err(Conflict::Both {
+        one: "id",
+        other: "ids",
+    });
+
+    const FORM: &str = "application/x-www-form-urlencoded";
+    const JSON: &str = "application/json";
+    const MULTIPART: &str = "multipart/form-data; boundary=B";
+
+    /// A multipart body of text parts, each with the Content-Disposition given.
+    fn multipart(parts: &[(&str, &str)]) -> Vec<u8> {
+        let mut body = String::new();
+        for (disposition, value) in parts {
+            body.push_str(&format!(
+                "--B\r\nContent-Disposition: {disposition}\r\n\r\n{value}\r\n"
+            ));
+        }
+        body.push_str("--B--\r\n");
+        body.into_bytes()
     }
 
     /// Every action keyrelay has a rule for, with what it reads as (given `id=7`).
-    fn known() -> Vec<(&'static str, ResCommand<'static>)> {
-        let mut known: Vec<(&str, ResCommand<'_>)> = TaskAction::ALL
+    fn known() -> Vec<(&'static str, Read<'static>)> {
+        let mut known: Vec<(&str, Read<'_>)> = TaskAction::ALL
             .iter()
             .map(|&action| (action.name(), one(action, "7")))
             .collect();
         known.extend([
-            ("getbalance", ResCommand::Balance),
-            ("threadsinfo", ResCommand::Threads),
-            ("add_pingback", ResCommand::Pingback(Pingback::Add)),
-            ("get_pingback", ResCommand::Pingback(Pingback::Get)),
-            ("del_pingback", ResCommand::Pingback(Pingback::Del)),
+            ("getbalance", Ok(ResCommand::Balance)),
+            ("threadsinfo", Ok(ResCommand::Threads)),
+            ("add_pingback", Ok(ResCommand::Pingback(Pingback::Add))),
+            ("get_pingback", Ok(ResCommand::Pingback(Pingback::Get))),
+            ("del_pingback", Ok(ResCommand::Pingback(Pingback::Del))),
         ]);
         known
     }
@@ -196,61 +315,106 @@ mod tests {
 
     #[test]
     fn the_action_is_read_wherever_the_params_are() {
-        let bodies: [(Option<&str>, &[u8]); 3] = [
+        let bodies: [(&str, Vec<u8>); 3] = [
+            (FORM, b"action=reportgood&id=7".to_vec()),
+            (JSON, br#"{"action":"reportgood","id":7}"#.to_vec()),
             (
-                Some("application/x-www-form-urlencoded"),
-                b"action=reportgood&id=7",
-            ),
-            (
-                Some("application/json"),
-                br#"{"action":"reportgood","id":7}"#,
-            ),
-            (
-                Some("multipart/form-data; boundary=B"),
-                b"--B\r\nContent-Disposition: form-data; name=\"action\"\r\n\r\nreportgood\r\n\
-                  --B\r\nContent-Disposition: form-data; name=\"id\"\r\n\r\n7\r\n--B--\r\n",
+                MULTIPART,
+                multipart(&[
+                    ("form-data; name=\"action\"", "reportgood"),
+                    ("form-data; name=\"id\"", "7"),
+                ]),
             ),
         ];
-        for (content_type, body) in bodies {
-            // The body's action wins over the query's, as every param does.
-            let request = ParsedRequest::parse(
-                Some("action=getbalance"),
-                content_type,
-                Bytes::copy_from_slice(body),
-            )
-            .expect("parses");
+        for (content_type, body) in &bodies {
+            let request = with_body("json=1", content_type, body);
             assert_eq!(
                 command(&request),
                 one(TaskAction::ReportGood, "7"),
-                "{content_type:?}"
+                "{content_type}"
             );
+            // The same value in the query too is still one value.
+            let request = with_body("action=reportgood&id=7", content_type, body);
+            assert_eq!(
+                command(&request),
+                one(TaskAction::ReportGood, "7"),
+                "{content_type}, query and body"
+            );
+            // A different one is refused: the service may read the query first, or the body.
+            let request = with_body("action=getbalance", content_type, body);
+            assert_eq!(command(&request), two_values("action"), "{content_type}");
+            let request = with_body("action=reportgood&id=8", content_type, body);
+            assert_eq!(command(&request), two_values("id"), "{content_type}");
         }
     }
 
     #[test]
-    fn other_spellings_are_actions_without_a_rule() {
+    fn every_readers_spelling_of_a_decision_param_is_read() {
         for action in [
-            "GET",
-            "Get",
-            "GET2",
-            "getBalance",
-            "GETBALANCE",
-            "ThreadsInfo",
-            "ReportBad",
-            "get3",
-            "get%202",
-            "report_bad",
-            "reportbad2",
-            "getbalances",
-            "pingback",
-            "add-pingback",
-            "getstats",
+            "action",
+            "ACTION",
+            "Action",
+            "action[]",
+            "action[0]",
+            "+action",
+            "%20action",
+            "%61ction",
+            "action%00x",
+            "action%5B%5D",
+            "%E2%80%8Baction",
+        ] {
+            for id in ["id", "ID", "Id", "id[]", "+id", "i%64", "id%00x", "%69%64"] {
+                let request = query(&format!("{action}=get&{id}=7"));
+                assert_eq!(
+                    command(&request),
+                    one(TaskAction::Get, "7"),
+                    "{action} {id}"
+                );
+            }
+            let request = query(&format!("{action}=get&IDS=1,2"));
+            assert_eq!(command(&request), many("1,2"), "{action} IDS");
+        }
+        // A JSON member and a multipart part named in any of those ways, too.
+        let request = with_body("", JSON, br#"{"ACTION":"get"," Id":"7"}"#);
+        assert_eq!(command(&request), one(TaskAction::Get, "7"));
+        let body = multipart(&[
+            ("form-data; NAME=\"action\"", "get"),
+            ("form-data; name=\"id\"; name=\"other\"", "7"),
+        ]);
+        let request = with_body("", MULTIPART, &body);
+        assert_eq!(command(&request), one(TaskAction::Get, "7"));
+    }
+
+    #[test]
+    fn other_spellings_are_actions_without_a_rule_and_go_up_as_read() {
+        for (action, read) in [
+            ("GET", "GET"),
+            ("Get", "Get"),
+            ("GET2", "GET2"),
+            ("getBalance", "getBalance"),
+            ("GETBALANCE", "GETBALANCE"),
+            ("ThreadsInfo", "ThreadsInfo"),
+            ("ReportBad", "ReportBad"),
+            ("get3", "get3"),
+            ("get%202", "get 2"),
+            ("report_bad", "report_bad"),
+            ("reportbad2", "reportbad2"),
+            ("getbalances", "getbalances"),
+            ("pingback", "pingback"),
+            ("add-pingback", "add-pingback"),
+            ("+getstats+", "getstats"),
             // Not whitespace to `str::trim`, so not trimmed.
-            "%E2%80%8Bget",
-            "get%00",
+            ("%E2%80%8Bget", "\u{200b}get"),
+            ("get%00", "get\0"),
         ] {
             let request = query(&format!("action={action}&id=7"));
-            assert_eq!(command(&request), ResCommand::Other, "{action}");
+            let read_as = command(&request);
+            assert_eq!(
+                read_as,
+                Ok(ResCommand::Other(Cow::Borrowed(read))),
+                "{action}"
+            );
+            assert_eq!(read_as.unwrap().action(), Some(read), "{action}");
         }
     }
 
@@ -264,40 +428,86 @@ mod tests {
             "action=+",
             "action=%20%09%0A",
             "action=%E3%80%80",
-            "ACTION=get",
+            "actions=get",
+            "xaction=get",
         ] {
-            assert_eq!(command(&query(raw)), ResCommand::NoAction, "{raw}");
+            assert_eq!(command(&query(raw)), Ok(ResCommand::NoAction), "{raw}");
         }
-        // The last `action` counts, so a blank one after a real one is none.
-        assert_eq!(command(&query("action=get&action=")), ResCommand::NoAction);
+    }
+
+    #[test]
+    fn two_values_of_one_param_are_refused_as_sent_byte_for_byte() {
+        // The same decoded text is one value, however it was spelled or encoded.
+        for same in [
+            "action=get&action=get&id=7",
+            "action=get&ACTION=g%65t&id=7",
+            "action=get&id=7&ID=%37",
+            "action=get&id=7&id[]=7&+id=7",
+        ] {
+            assert_eq!(command(&query(same)), one(TaskAction::Get, "7"), "{same}");
+        }
+        // Any other difference is two values, even one a trimming or numeric reader would
+        // not see: keyrelay cannot know the service is such a reader.
+        for (conflicting, name) in [
+            ("action=get&action=", "action"),
+            ("action=get&action=+get", "action"),
+            ("action=get&ACTION=GET", "action"),
+            ("action=getbalance&Action=get", "action"),
+            ("action=get&id=1&id=2", "id"),
+            ("action=get&id=7&ID=8", "id"),
+            ("action=get&id=0123&id=123", "id"),
+            ("action=get&id=7&id=+7", "id"),
+            ("action=get&id=&id=7", "id"),
+            ("action=get&ids=1,2&IDS=1,3", "ids"),
+            ("action=get&ids=1,2&ids=", "ids"),
+            ("action=get2&id=1&id=2", "id"),
+        ] {
+            assert_eq!(
+                command(&query(conflicting)),
+                two_values(name),
+                "{conflicting}"
+            );
+        }
     }
 
     #[test]
     fn only_get_takes_a_list_and_only_a_non_blank_one() {
-        let many = |ids: &str| {
-            ResCommand::Task(TaskCommand::Many {
-                ids: Cow::Owned(ids.to_owned()),
-            })
-        };
         assert_eq!(command(&query("action=get&ids=1,2,3")), many("1,2,3"));
         // As sent: splitting and trimming the list is the poll's business.
-        assert_eq!(
-            command(&query("action=get&ids=+1,+2+&id=9")),
-            many(" 1, 2 ")
-        );
+        assert_eq!(command(&query("action=get&ids=+1,+2+")), many(" 1, 2 "));
         assert_eq!(command(&query("action=get&ids=,")), many(","));
+        // A blank `ids` is no list, and `id` counts; a blank `id` beside a list is no id.
         for blank in ["ids=", "ids=+", "ids=%09%20", "ids"] {
             let request = query(&format!("action=get&{blank}&id=9"));
             assert_eq!(command(&request), one(TaskAction::Get, "9"), "{blank}");
+        }
+        for blank in ["id=", "id=+", "id"] {
+            let request = query(&format!("action=get&ids=1,2&{blank}"));
+            assert_eq!(command(&request), many("1,2"), "{blank}");
         }
         for action in [
             TaskAction::Get2,
             TaskAction::ReportBad,
             TaskAction::ReportGood,
         ] {
-            let request = query(&format!("action={}&ids=1,2&id=9", action.name()));
-            assert_eq!(command(&request), one(action, "9"), "{action:?}");
+            let request = query(&format!("action={}&ids=1,2", action.name()));
+            assert_eq!(command(&request), one(action, ""), "{action:?}");
         }
+    }
+
+    #[test]
+    fn an_id_and_a_list_together_are_refused_wherever_they_are() {
+        for action in TaskAction::ALL {
+            let request = query(&format!("action={}&ids=1,2&id=9", action.name()));
+            assert_eq!(command(&request), BOTH, "{action:?}");
+        }
+        let request = with_body("action=get&ids=1,2", FORM, b"ID=9");
+        assert_eq!(command(&request), BOTH);
+        let request = with_body("action=get", JSON, br#"{"IDS":"1,2","id":9}"#);
+        assert_eq!(command(&request), BOTH);
+        let body = multipart(&[("form-data; name=\"id\"", "9")]);
+        let request = with_body("action=get&ids=1,2", MULTIPART, &body);
+        assert_eq!(command(&request), BOTH);
     }
 
     #[test]
@@ -308,9 +518,43 @@ mod tests {
             one(TaskAction::ReportBad, " 0123 ")
         );
         assert_eq!(
-            command(&query("action=get2&id=1&id=2")),
-            one(TaskAction::Get2, "2")
+            command(&query("action=get2&id=1&ID=1")),
+            one(TaskAction::Get2, "1")
         );
+    }
+
+    #[test]
+    fn params_an_action_does_not_read_are_not_its_business() {
+        assert_eq!(
+            command(&query("action=getbalance&id=1&id=2&ids=3")),
+            Ok(ResCommand::Balance)
+        );
+        assert_eq!(
+            command(&query("action=add_pingback&ids=1&ids=2")),
+            Ok(ResCommand::Pingback(Pingback::Add))
+        );
+    }
+
+    #[test]
+    fn the_action_sent_upstream_is_the_one_read() {
+        for (raw, upstream) in [
+            ("action=+get+&id=7", Some("get")),
+            ("action=get&ids=1,2", Some("get")),
+            ("action=reportgood%0A&id=7", Some("reportgood")),
+            ("action=+del_pingback", Some("del_pingback")),
+            ("action=+foo+", Some("foo")),
+            ("action=getbalance", None),
+            ("action=threadsinfo", None),
+            ("action=", None),
+        ] {
+            let request = query(raw);
+            let read = command(&request).expect("no conflict");
+            assert_eq!(read.action(), upstream, "{raw}");
+        }
+        for pingback in [Pingback::Add, Pingback::Get, Pingback::Del] {
+            let request = query(&format!("action={}", pingback.name()));
+            assert_eq!(command(&request), Ok(ResCommand::Pingback(pingback)));
+        }
     }
 
     #[test]
@@ -327,45 +571,64 @@ mod tests {
         assert!(!TaskAction::ReportBad.polls() && !TaskAction::ReportGood.polls());
     }
 
-    /// How the dispatch read a `res.php` request before there was a command, kept verbatim
-    /// as the model the command must agree with: where it went, and (for a single-task
-    /// action) which action it logged and whether it counted as a get.
-    fn before_the_command(parsed: &ParsedRequest) -> String {
-        match parsed.action().as_deref() {
-            None => "empty".to_owned(),
-            Some("get" | "get2" | "reportbad" | "reportgood") => {
-                let is_get = parsed.action().as_deref() == Some("get");
-                match parsed
-                    .param("ids")
-                    .filter(|ids| is_get && !ids.trim().is_empty())
-                {
-                    Some(ids) => format!("many {ids}"),
-                    None => {
-                        let action = parsed.action().as_deref().unwrap_or("").to_owned();
-                        let polls = matches!(parsed.action().as_deref(), Some("get" | "get2"));
-                        let id = parsed.param("id").unwrap_or_default();
-                        format!("one {action} {polls} {id}")
-                    }
-                }
+    /// What a strict reading of one name finds, written apart from `single`: the distinct
+    /// values of every occurrence generated for it.
+    fn model_read(values: &[String]) -> Result<Option<&str>, ()> {
+        match values.first() {
+            None => Ok(None),
+            Some(first) if values.iter().all(|v| v == first) => Ok(Some(first)),
+            Some(_) => Err(()),
+        }
+    }
+
+    /// The command, by the rules as the issue states them: one value per decision param or
+    /// a refusal; the action trimmed and matched exactly; for a task action, `id` or a
+    /// non-blank `ids` (for `get` only) but never both non-blank. Where every param is given
+    /// once this is how the dispatch read requests before the strict reading.
+    fn model(action: &[String], ids: &[String], id: &[String]) -> String {
+        let Ok(action) = model_read(action) else {
+            return "conflict action".to_owned();
+        };
+        let action = action.map(str::trim).filter(|a| !a.is_empty());
+        let task = match action {
+            None => return "empty".to_owned(),
+            Some(task @ ("get" | "get2" | "reportbad" | "reportgood")) => task,
+            Some("getbalance") => return "balance".to_owned(),
+            Some("threadsinfo") => return "threads".to_owned(),
+            Some("add_pingback" | "get_pingback" | "del_pingback") => return "pingback".to_owned(),
+            Some(other) => return format!("other {other}"),
+        };
+        let Ok(ids) = model_read(ids) else {
+            return "conflict ids".to_owned();
+        };
+        let Ok(id) = model_read(id) else {
+            return "conflict id".to_owned();
+        };
+        let ids = ids.filter(|ids| !ids.trim().is_empty());
+        let has_id = id.is_some_and(|id| !id.trim().is_empty());
+        match ids {
+            Some(_) if has_id => "both".to_owned(),
+            Some(ids) if task == "get" => format!("many {ids}"),
+            _ => {
+                let polls = matches!(task, "get" | "get2");
+                format!("one {task} {polls} {}", id.unwrap_or_default())
             }
-            Some("getbalance") => "balance".to_owned(),
-            Some("threadsinfo") => "threads".to_owned(),
-            Some("add_pingback" | "get_pingback" | "del_pingback") => "pingback".to_owned(),
-            Some(_) => "other".to_owned(),
         }
     }
 
     fn after_the_command(parsed: &ParsedRequest) -> String {
         match ResCommand::of(parsed) {
-            ResCommand::NoAction => "empty".to_owned(),
-            ResCommand::Task(TaskCommand::Many { ids }) => format!("many {ids}"),
-            ResCommand::Task(TaskCommand::One { action, id }) => {
+            Err(Conflict::Values { name }) => format!("conflict {name}"),
+            Err(Conflict::Both { .. }) => "both".to_owned(),
+            Ok(ResCommand::NoAction) => "empty".to_owned(),
+            Ok(ResCommand::Task(TaskCommand::Many { ids })) => format!("many {ids}"),
+            Ok(ResCommand::Task(TaskCommand::One { action, id })) => {
                 format!("one {} {} {id}", action.name(), action.polls())
             }
-            ResCommand::Balance => "balance".to_owned(),
-            ResCommand::Threads => "threads".to_owned(),
-            ResCommand::Pingback(_) => "pingback".to_owned(),
-            ResCommand::Other => "other".to_owned(),
+            Ok(ResCommand::Balance) => "balance".to_owned(),
+            Ok(ResCommand::Threads) => "threads".to_owned(),
+            Ok(ResCommand::Pingback(_)) => "pingback".to_owned(),
+            Ok(ResCommand::Other(action)) => format!("other {action}"),
         }
     }
 
@@ -392,36 +655,51 @@ mod tests {
         ]
     }
 
+    /// One occurrence of a param: how its name is spelled (as sent, urlencoded), its value,
+    /// and whether it is in the body.
+    fn occurrences(
+        name: &'static str,
+        values: impl Strategy<Value = String>,
+    ) -> impl Strategy<Value = Vec<(String, String, bool)>> {
+        let upper = name.to_ascii_uppercase();
+        let first = format!("%{:02X}", name.as_bytes()[0]);
+        let spelled = prop::sample::select(vec![
+            name.to_owned(),
+            upper,
+            format!("{name}[]"),
+            format!("+{name}"),
+            format!("{first}{}", &name[1..]),
+        ]);
+        prop::collection::vec((spelled, values, any::<bool>()), 0..=2)
+    }
+
+    fn values_of(list: &[(String, String, bool)]) -> Vec<String> {
+        list.iter().map(|(_, value, _)| value.clone()).collect()
+    }
+
     proptest! {
         #[test]
-        fn the_command_reads_every_request_as_the_dispatch_did(
-            action in prop::option::of(action_text()),
-            ids in prop::option::of(prop::sample::select(vec!["", " ", "1,2", " 3 ", ",", "\u{a0}"])),
-            id in prop::option::of(prop::sample::select(vec!["", "7", " 0123 ", "a b"])),
-            in_body in any::<bool>(),
+        fn the_command_reads_every_request_by_the_rules(
+            action in occurrences("action", action_text()),
+            ids in occurrences("ids", prop::sample::select(vec!["", " ", "1,2", " 3 ", ","]).prop_map(str::to_owned)),
+            id in occurrences("id", prop::sample::select(vec!["", "7", " 0123 ", "123", "a b"]).prop_map(str::to_owned)),
         ) {
-            let mut pairs = form_urlencoded::Serializer::new(String::new());
-            if let Some(action) = &action {
-                pairs.append_pair("action", action);
+            let (mut in_query, mut in_body) = (vec!["json=1".to_owned()], Vec::new());
+            for (name, value, body) in action.iter().chain(&ids).chain(&id) {
+                let value: String = form_urlencoded::byte_serialize(value.as_bytes()).collect();
+                let pair = format!("{name}={value}");
+                if *body { in_body.push(pair) } else { in_query.push(pair) }
             }
-            if let Some(ids) = ids {
-                pairs.append_pair("ids", ids);
-            }
-            if let Some(id) = id {
-                pairs.append_pair("id", id);
-            }
-            let encoded = pairs.finish();
-            let request = if in_body {
-                ParsedRequest::parse(
-                    Some("action=getbalance&id=1"),
-                    Some("application/x-www-form-urlencoded"),
-                    Bytes::from(encoded),
-                )
-            } else {
-                ParsedRequest::parse(Some(&encoded), None, Bytes::new())
-            }
+            let request = ParsedRequest::parse(
+                Some(&in_query.join("&")),
+                Some(FORM),
+                Bytes::from(in_body.join("&")),
+            )
             .expect("urlencoded params always parse");
-            prop_assert_eq!(after_the_command(&request), before_the_command(&request));
+            prop_assert_eq!(
+                after_the_command(&request),
+                model(&values_of(&action), &values_of(&ids), &values_of(&id))
+            );
         }
     }
 }

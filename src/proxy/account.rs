@@ -1,6 +1,7 @@
 //! `res.php` account actions, which concern the pool rather than one task: `getbalance` and
 //! `threadsinfo` answer pool totals, pingback actions go to every key, and actions keyrelay
-//! does not know are forwarded with a key in rotation. A caller token limited to some keys
+//! does not know are forwarded with a key in rotation. What goes upstream carries the
+//! action keyrelay read, once and canonically named, and no other spelling of it. A caller token limited to some keys
 //! sees only those: the totals of its keys, its pingbacks set on its keys.
 
 use std::time::Duration;
@@ -9,7 +10,7 @@ use futures_util::future::join_all;
 use tokio::time::Instant;
 
 use super::local::ThreadsAnswer;
-use super::{Ctx, Handled, Local};
+use super::{Checked, Ctx, Handled, Local};
 use crate::captcha::{Outcome, ParsedRequest};
 use crate::metrics::RequestOutcome;
 
@@ -117,7 +118,7 @@ pub(super) fn threads(ctx: &Ctx) -> Handled {
 
 /// Pingback addresses apply to every key, because a task can land on any of them. The answer
 /// is the first key's that succeeded (for `get_pingback`, every key holds the same list).
-pub(super) async fn pingback(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
+pub(super) async fn pingback(ctx: &Ctx, parsed: &ParsedRequest, action: &str) -> Handled {
     if let Some(paused) = ctx.paused() {
         return paused;
     }
@@ -128,7 +129,12 @@ pub(super) async fn pingback(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
         .iter()
         .filter(|k| ctx.may_use(k))
         .collect();
-    let attempts = join_all(keys.iter().map(|key| ctx.attempt(key, parsed, &[]))).await;
+    let set = [("action", action)];
+    let checked = Checked {
+        set: &set,
+        drop: &[],
+    };
+    let attempts = join_all(keys.iter().map(|key| ctx.attempt(key, parsed, checked))).await;
     let mut first_answer = None;
     for (&key, attempt) in keys.iter().zip(attempts) {
         let succeeded = attempt.outcome() == Outcome::Success;
@@ -150,7 +156,7 @@ pub(super) async fn pingback(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
 }
 
 /// An action keyrelay has no rule for: forwarded once with a key in rotation, answer verbatim.
-pub(super) async fn other(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
+pub(super) async fn other(ctx: &Ctx, parsed: &ParsedRequest, action: &str) -> Handled {
     if let Some(paused) = ctx.paused() {
         return paused;
     }
@@ -165,7 +171,12 @@ pub(super) async fn other(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
         let configured = pool.keys().len();
         return Local::NoKeyInRotation { configured }.into();
     };
-    let attempt = ctx.attempt(key, parsed, &[]).await;
+    let set = [("action", action)];
+    let checked = Checked {
+        set: &set,
+        drop: &[],
+    };
+    let attempt = ctx.attempt(key, parsed, checked).await;
     let outcome = RequestOutcome::relayed(attempt.outcome());
     match attempt.deliverable() {
         Some(answer) => Handled::relayed(answer, outcome, key, 1),

@@ -12,7 +12,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::capacity::Refusal;
-use crate::captcha::{self, Answer, RequestError, TaskId, MAX_TASK_ID_LEN, TASK_ID_PUNCTUATION};
+use crate::captcha::{
+    self, Answer, Conflict, RequestError, TaskId, MAX_TASK_ID_LEN, TASK_ID_PUNCTUATION,
+};
 use crate::metrics::{LocalCode, RequestOutcome};
 
 /// An answer of keyrelay's own.
@@ -24,6 +26,9 @@ pub(crate) enum Local {
     BodyUnreadable,
     /// A request keyrelay cannot read with certainty, so does not forward.
     Unreadable(RequestError),
+    /// A param keyrelay decides on (`action`, `id`, `ids`, a routing `method`) given two
+    /// values, or `id` and `ids` together: never forwarded, nothing held or freed.
+    ConflictingParams(Conflict),
     /// `res.php` without an `action`.
     EmptyAction,
     /// All upstream traffic is paused after an IP ban, until `until`.
@@ -99,7 +104,9 @@ impl Local {
     pub fn code(&self) -> LocalCode {
         match self {
             Local::BodyTooLarge { .. } => LocalCode::TooBig,
-            Local::BodyUnreadable | Local::Unreadable(_) => LocalCode::BadParameters,
+            Local::BodyUnreadable | Local::Unreadable(_) | Local::ConflictingParams(_) => {
+                LocalCode::BadParameters
+            }
             Local::EmptyAction => LocalCode::EmptyAction,
             Local::IpBanPause { .. } => LocalCode::IpBanned,
             Local::NoKeyInRotation { .. } | Local::PoolFull { .. } => LocalCode::ZeroBalance,
@@ -125,6 +132,7 @@ impl Local {
             Local::BodyTooLarge { .. }
             | Local::BodyUnreadable
             | Local::Unreadable(_)
+            | Local::ConflictingParams(_)
             | Local::EmptyAction
             | Local::NotATaskId
             | Local::MethodNotServed => RequestOutcome::BadRequest,
@@ -157,6 +165,7 @@ impl Local {
             }
             Local::BodyUnreadable => "the request body could not be read".into(),
             Local::Unreadable(e) => e.to_string().into(),
+            Local::ConflictingParams(conflict) => conflict.to_string().into(),
             Local::EmptyAction => "res.php needs an action parameter".into(),
             Local::IpBanPause { until } => {
                 let left = until.saturating_duration_since(Instant::now()).as_secs() + 1;
@@ -266,6 +275,17 @@ mod tests {
                 "Unreadable",
                 Local::Unreadable(RequestError::UnsupportedCharset("utf-16".into())),
             ),
+            (
+                "ConflictingParams",
+                Local::ConflictingParams(Conflict::Values { name: "id" }),
+            ),
+            (
+                "ConflictingParams",
+                Local::ConflictingParams(Conflict::Both {
+                    one: "id",
+                    other: "ids",
+                }),
+            ),
             ("EmptyAction", Local::EmptyAction),
             (
                 "IpBanPause",
@@ -344,6 +364,7 @@ mod tests {
             Local::BodyTooLarge { .. } => "BodyTooLarge",
             Local::BodyUnreadable => "BodyUnreadable",
             Local::Unreadable(_) => "Unreadable",
+            Local::ConflictingParams(_) => "ConflictingParams",
             Local::EmptyAction => "EmptyAction",
             Local::IpBanPause { .. } => "IpBanPause",
             Local::NoKeyInRotation { .. } => "NoKeyInRotation",

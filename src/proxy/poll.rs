@@ -1,5 +1,9 @@
 //! `res.php` actions tied to a task (`get`, `get2`, `reportbad`, `reportgood`): each goes out
 //! with the key that created the task, and `ids=` lists are split per key and re-joined.
+//! Every request sent upstream names its action and its task or tasks once, canonically,
+//! as keyrelay checked them ([`Checked`]): no other spelling of `action`, `id` or `ids` goes
+//! with it, so the service answers about the task whose owner keyrelay checked, and a final
+//! answer frees that task's thread and no other's.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -8,7 +12,7 @@ use futures_util::future::join_all;
 use tokio::time::Instant;
 
 use super::probe::{self, Probed};
-use super::{Attempt, Ctx, Handled, Local, NoVerdict};
+use super::{Attempt, Checked, Ctx, Handled, Local, NoVerdict};
 use crate::captcha::{self, BadTaskId, ParsedRequest, TaskAction, TaskCommand, TaskId};
 use crate::failover::{self, Next};
 use crate::log_limit::{Throttle, INTERVAL};
@@ -18,6 +22,10 @@ use crate::pool::KeyEntry;
 // The codes an `ids=` slot answers with when keyrelay answers it itself.
 const WRONG_ID: &str = LocalCode::WrongCaptchaId.label();
 const NOT_READY: &str = LocalCode::NotReady.label();
+
+// What a request about one task, or about a list, must not carry beside what it names.
+const NO_IDS: &[&str] = &["ids"];
+const NO_ID: &[&str] = &["id"];
 
 pub(super) async fn poll(ctx: &Ctx, parsed: &ParsedRequest, task: TaskCommand<'_>) -> Handled {
     if let Some(paused) = ctx.paused() {
@@ -42,9 +50,17 @@ async fn poll_one(ctx: &Ctx, parsed: &ParsedRequest, action: TaskAction, raw: &s
             return Local::NotATaskId.into();
         }
     };
-    // The upstream gets the id as keyrelay reads it, so "0123" polls task 123 there too.
+    // The upstream gets the id as keyrelay reads it, so "0123" polls task 123 there too;
+    // spelled so already (the usual case), it is sent as it came, with nothing allocated.
     let canonical = (!task.spelled_as(raw)).then(|| task.to_string());
-    let respelled: Vec<(&str, &str)> = canonical.iter().map(|id| ("id", id.as_str())).collect();
+    let set = [
+        ("action", action.name()),
+        ("id", canonical.as_deref().unwrap_or(raw)),
+    ];
+    let checked = Checked {
+        set: &set,
+        drop: NO_IDS,
+    };
     let key = match owner(ctx, &task).await {
         Owner::Key(key) => Some(key),
         // Another token's task is answered as an unknown one: whether it exists is not
@@ -59,7 +75,7 @@ async fn poll_one(ctx: &Ctx, parsed: &ParsedRequest, action: TaskAction, raw: &s
         Owner::NoPin => None,
     };
     let Some(key) = key else {
-        return match probe::probe(ctx, parsed, &task, &respelled).await {
+        return match probe::probe(ctx, parsed, &task, checked).await {
             Probed::Owner {
                 key,
                 answer,
@@ -78,7 +94,7 @@ async fn poll_one(ctx: &Ctx, parsed: &ParsedRequest, action: TaskAction, raw: &s
             Probed::NoBudget => no_verdict(action, NoVerdict::ProbeBudget),
         };
     };
-    let (attempt, tries) = with_retries(ctx, &key, parsed, &respelled).await;
+    let (attempt, tries) = with_retries(ctx, &key, parsed, checked).await;
     let outcome = RequestOutcome::relayed(attempt.outcome());
     tracing::info!(
         action = action.name(),
@@ -122,7 +138,7 @@ async fn with_retries(
     ctx: &Ctx,
     key: &Arc<KeyEntry>,
     parsed: &ParsedRequest,
-    extra: &[(&str, &str)],
+    checked: Checked<'_>,
 ) -> (Attempt, u32) {
     let policy = ctx.policy();
     let mut rng = ctx.app.rng();
@@ -130,7 +146,7 @@ async fn with_retries(
     ctx.app.deposit_retry();
     loop {
         tries += 1;
-        let attempt = ctx.attempt(key, parsed, extra).await;
+        let attempt = ctx.attempt(key, parsed, checked).await;
         let (outcome, code, reach) = (attempt.outcome(), attempt.code(), attempt.reach());
         let decision = ctx.decide(key, outcome, &mut rng, |ejection| {
             failover::on_poll(outcome, code, reach, policy, ejection)
@@ -244,7 +260,12 @@ async fn poll_many(ctx: &Ctx, parsed: &ParsedRequest, ids: &str) -> Handled {
         .collect();
     let found = join_all(probed.iter().map(|task| async move {
         let spelled = task.to_string();
-        match probe::probe(ctx, parsed, task, &[("ids", &spelled)]).await {
+        let set = [("action", TaskAction::Get.name()), ("ids", &spelled)];
+        let checked = Checked {
+            set: &set,
+            drop: NO_ID,
+        };
+        match probe::probe(ctx, parsed, task, checked).await {
             Probed::Owner { key, .. } => Slot::Key(key),
             Probed::Nobody { .. } => Slot::Local(WRONG_ID),
             Probed::Unsure | Probed::NoBudget => Slot::Local(NOT_READY),
@@ -271,16 +292,16 @@ async fn poll_many(ctx: &Ctx, parsed: &ParsedRequest, ids: &str) -> Handled {
     }
     let all_known = slots.iter().all(|slot| matches!(slot, Slot::Key(_)));
     if groups.len() == 1 && all_known {
-        // One key owns them all: forward as is (respelled if need be) and pass the answer
-        // through verbatim.
+        // One key owns them all: forward the whole list, as keyrelay read it, and pass the
+        // answer through verbatim.
         let key = groups[0].0.clone();
-        let respelled = ids
-            .iter()
-            .zip(&spelled)
-            .any(|(raw, spelled)| raw != spelled)
-            .then(|| spelled.join(","));
-        let extra: Vec<(&str, &str)> = respelled.iter().map(|l| ("ids", l.as_str())).collect();
-        let (attempt, tries) = with_retries(ctx, &key, parsed, &extra).await;
+        let list = spelled.join(",");
+        let set = [("action", TaskAction::Get.name()), ("ids", &list)];
+        let checked = Checked {
+            set: &set,
+            drop: NO_ID,
+        };
+        let (attempt, tries) = with_retries(ctx, &key, parsed, checked).await;
         let outcome = RequestOutcome::relayed(attempt.outcome());
         return match attempt.deliverable() {
             Some(answer) => {
@@ -307,7 +328,12 @@ async fn poll_many(ctx: &Ctx, parsed: &ParsedRequest, ids: &str) -> Handled {
             .collect::<Vec<_>>()
             .join(",");
         async move {
-            let (attempt, _) = with_retries(ctx, key, parsed, &[("ids", &joined)]).await;
+            let set = [("action", TaskAction::Get.name()), ("ids", joined.as_str())];
+            let checked = Checked {
+                set: &set,
+                drop: NO_ID,
+            };
+            let (attempt, _) = with_retries(ctx, key, parsed, checked).await;
             attempt
                 .deliverable()
                 .and_then(|answer| captcha::split_ids_reply(&answer.body, slots.len()))

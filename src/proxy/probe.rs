@@ -11,7 +11,7 @@ use std::sync::Arc;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::time::Instant;
 
-use super::{Answered, Attempt, Ctx};
+use super::{Answered, Attempt, Checked, Ctx};
 use crate::captcha::TaskId;
 use crate::captcha::{self, Outcome, ParsedRequest};
 use crate::metrics::ProbeResult;
@@ -86,14 +86,15 @@ fn verdict(attempt: &Attempt) -> Verdict {
     }
 }
 
-/// Asks the pool's keys who owns `task`, with the caller's own request and the `extra`
-/// replacements (for a batch poll, `ids` narrowed to this one id), and answers as soon as
-/// one claims it. Only a full set of "not mine" answers is a verdict that nobody does.
+/// Asks the pool's keys who owns `task`, with the caller's own request and the `checked`
+/// params in place of the caller's (the action, and `id` or, for a batch poll, `ids`
+/// narrowed to this one id, canonically), and answers as soon as one claims it. Only a full
+/// set of "not mine" answers is a verdict that nobody does.
 pub(super) async fn probe(
     ctx: &Ctx,
     parsed: &ParsedRequest,
     task: &TaskId,
-    extra: &[(&str, &str)],
+    checked: Checked<'_>,
 ) -> Probed {
     let now = Instant::now();
     let misses = &ctx.app.probe().misses;
@@ -126,7 +127,7 @@ pub(super) async fn probe(
     }
     let mut asking: FuturesUnordered<_> = keys
         .iter()
-        .map(|&key| async move { (key, ctx.exchange(key, parsed, extra).await) })
+        .map(|&key| async move { (key, ctx.exchange(key, parsed, checked).await) })
         .collect();
     let mut unsure = keys.is_empty();
     while let Some((key, attempt)) = asking.next().await {

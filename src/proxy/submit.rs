@@ -1,6 +1,8 @@
 //! `in.php` and `solve.php`: a thread of a key for each attempt (waiting in the queue when every
 //! key is full), failover across keys (at once, and past every key behind it, off a host:port
-//! that refused the connection), and pinning of accepted tasks.
+//! that refused the connection), and pinning of accepted tasks. Where a provider does not
+//! serve every method, the submit's `method` picks the keys: it is then read strictly, and
+//! each attempt sends that one value.
 
 use std::sync::Arc;
 
@@ -8,7 +10,7 @@ use rand::rngs::SmallRng;
 use rand::SeedableRng;
 use tokio::time::Instant;
 
-use super::{Answered, Attempt, Ctx, Handled, Local};
+use super::{Answered, Attempt, Checked, Ctx, Handled, Local};
 use crate::app::{App, Event};
 use crate::capacity::{Lease, Refusal, Take, Waited};
 use crate::captcha::TaskId;
@@ -31,6 +33,20 @@ struct Failure<'a> {
 }
 
 pub(super) async fn submit(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
+    let pool = &ctx.snapshot.pool;
+    // Read only where it can matter: a pool of one provider that serves everything never
+    // looks at it. Where it picks the keys, it is read strictly, before any thread is
+    // taken, and goes upstream as it was checked.
+    let method = match pool.restricts_methods().then(|| parsed.single("method")) {
+        None => None,
+        Some(Ok(method)) => method,
+        Some(Err(conflict)) => return Local::ConflictingParams(conflict).into(),
+    };
+    let method_set = method.as_deref().map(|method| [("method", method)]);
+    let checked = Checked {
+        set: method_set.as_ref().map_or(&[], |set| &set[..]),
+        drop: &[],
+    };
     if let Some(paused) = ctx.paused() {
         return paused;
     }
@@ -47,13 +63,6 @@ pub(super) async fn submit(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
         Ok(hold) => hold,
         Err(refusal) => return pool_full(ctx, refusal, None, 0, started),
     };
-    let pool = &ctx.snapshot.pool;
-    // Read only where it can matter: a pool of one provider that serves everything never
-    // looks at it.
-    let method = pool
-        .restricts_methods()
-        .then(|| parsed.param("method"))
-        .flatten();
     let mut walk = Walk {
         candidates: pool
             .candidates(pick_rng, started)
@@ -105,7 +114,7 @@ pub(super) async fn submit(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
             }
         }
         attempts += 1;
-        let attempt = ctx.attempt(key, parsed, &[]).await;
+        let attempt = ctx.attempt(key, parsed, checked).await;
         let (outcome, code, reach) = (attempt.outcome(), attempt.code(), attempt.reach());
         ctx.app.metrics().count_submit(key, outcome);
 
