@@ -473,6 +473,7 @@ fn token(name: &str, value: &str, max_threads: Option<u32>) -> TokenConfig {
         keys: None,
         tiers: None,
         max_threads,
+        max_tunnels: keyrelay::config::DEFAULT_MAX_TUNNELS,
     }
 }
 
