@@ -591,3 +591,49 @@ async fn pingbacks_and_actions_without_a_rule_go_up_with_the_action_read_once() 
     assert_eq!(named(&asked[0], "action"), one);
     h.stop().await;
 }
+
+#[tokio::test]
+async fn with_tokens_an_action_without_a_rule_names_no_task_upstream() {
+    // `GET` is no action keyrelay has a rule for, so it checks no owner for it; a service
+    // that read actions without case would answer about whatever task it names. With
+    // tokens, such a request goes up without any spelling of id or ids.
+    let sim = sim_with(&[KEY_A]).await;
+    let mut config = config_for(&sim, &[("a", KEY_A, 1.0)]);
+    config.access.tokens = vec![
+        token("capped", CAPPED, None),
+        token("neighbour", NEIGHBOUR, None),
+    ];
+    let h = Harness::start(sim, config).await;
+    let task = "method=userrecaptcha&googlekey=site&pageurl=https://x.test";
+    let theirs = submitted(&h.get(&format!("/in.php?key={NEIGHBOUR}&{task}")).await);
+    for (query, content_type, body) in [
+        (
+            format!("key={CAPPED}&action=GET&id={theirs}"),
+            None,
+            String::new(),
+        ),
+        (
+            format!("key={CAPPED}&action=Get&ids={theirs}"),
+            None,
+            String::new(),
+        ),
+        (
+            format!("key={CAPPED}&action=getstats"),
+            Some(JSON),
+            format!(r#"{{"ID":"{theirs}","IDS":"{theirs}"}}"#),
+        ),
+        (
+            format!("key={CAPPED}"),
+            Some(FORM),
+            format!("action=GET2&i%64={theirs}"),
+        ),
+    ] {
+        h.sim.clear_received();
+        send(&h, &query, content_type, &body).await;
+        let asked = res_requests(&h);
+        assert_eq!(asked.len(), 1, "{query} {body}: {asked:?}");
+        assert_eq!(named(&asked[0], "id"), vec![], "{query} {body}");
+        assert_eq!(named(&asked[0], "ids"), vec![], "{query} {body}");
+    }
+    h.stop().await;
+}

@@ -132,7 +132,7 @@ pub(super) async fn pingback(ctx: &Ctx, parsed: &ParsedRequest, action: &str) ->
     let set = [("action", action)];
     let checked = Checked {
         set: &set,
-        drop: &[],
+        drop: untaskable(ctx),
     };
     let attempts = join_all(keys.iter().map(|key| ctx.attempt(key, parsed, checked))).await;
     let mut first_answer = None;
@@ -174,13 +174,26 @@ pub(super) async fn other(ctx: &Ctx, parsed: &ParsedRequest, action: &str) -> Ha
     let set = [("action", action)];
     let checked = Checked {
         set: &set,
-        drop: &[],
+        drop: untaskable(ctx),
     };
     let attempt = ctx.attempt(key, parsed, checked).await;
     let outcome = RequestOutcome::relayed(attempt.outcome());
     match attempt.deliverable() {
         Some(answer) => Handled::relayed(answer, outcome, key, 1),
         None => Local::NoUpstreamAnswer.into(),
+    }
+}
+
+/// The names an action that is no task action must not send, with tokens configured: every
+/// spelling of `id` and `ids`. keyrelay checks whose a task is only for the actions it has a
+/// rule for; one it has none for (`GET`, a typo, a future action) reaches a service that may
+/// read it as a task action all the same, and must not name another token's task there.
+/// Without tokens there are no owners, and such requests go as they came.
+fn untaskable(ctx: &Ctx) -> &'static [&'static str] {
+    if ctx.token.is_some() {
+        &["id", "ids"]
+    } else {
+        &[]
     }
 }
 
