@@ -4,56 +4,23 @@
 
 mod common;
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::logs::Logs;
 use common::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-#[derive(Clone, Default)]
-struct Logs(Arc<Mutex<Vec<u8>>>);
-
-impl Logs {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-}
-
-impl Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Logs {
-    type Writer = Logs;
-    fn make_writer(&'a self) -> Logs {
-        self.clone()
-    }
-}
-
 fn warnings(logs: &Logs) -> Vec<String> {
-    logs.text()
-        .lines()
-        .filter(|l| l.contains("WARN") && l.contains("the caller left before the answer"))
-        .map(str::to_owned)
+    logs.lines_with("the caller left before the answer")
+        .into_iter()
+        .filter(|l| l.contains("WARN"))
         .collect()
 }
 
 #[tokio::test]
 async fn a_caller_that_left_or_half_closed_is_named_in_a_warning() {
-    let logs = Logs::default();
-    tracing_subscriber::fmt()
-        .with_writer(logs.clone())
-        .with_ansi(false)
-        .with_max_level(tracing::Level::INFO)
-        .init();
+    let logs = Logs::install();
     let sim = sim_with(&[KEY_A]).await;
     let config = config_for(&sim, &[("a", KEY_A, 1.0)]);
     let h = Harness::start(sim, config).await;

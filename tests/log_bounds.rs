@@ -5,9 +5,7 @@
 
 mod common;
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
-
+use common::logs::Logs;
 use common::raw::*;
 use common::*;
 use keyrelay::config::{TokenConfig, DEFAULT_MAX_TUNNELS};
@@ -16,48 +14,9 @@ use keyrelay::CallerToken;
 const TOKEN: &str = "client-token-0123456789abcdef012";
 const ADMIN_TOKEN: &str = "admin-token-0123456789abcdef0123";
 
-#[derive(Clone, Default)]
-struct Logs(Arc<Mutex<Vec<u8>>>);
-
-impl Logs {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-
-    fn lines_with(&self, needle: &str) -> Vec<String> {
-        self.text()
-            .lines()
-            .filter(|l| l.contains(needle))
-            .map(str::to_owned)
-            .collect()
-    }
-}
-
-impl Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Logs {
-    type Writer = Logs;
-    fn make_writer(&'a self) -> Logs {
-        self.clone()
-    }
-}
-
 #[tokio::test]
 async fn refused_admin_calls_and_destinations_cost_the_log_one_short_line_a_minute() {
-    let logs = Logs::default();
-    tracing_subscriber::fmt()
-        .with_writer(logs.clone())
-        .with_ansi(false)
-        .with_max_level(tracing::Level::INFO)
-        .init();
+    let logs = Logs::install();
     let sim = sim_with(&[KEY_A]).await;
     let mut config = config_for(&sim, &[("a", KEY_A, 1.0)]);
     config.forward.intercept = Some(vec!["ocr.captchaai.com".to_owned()]);

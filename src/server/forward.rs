@@ -108,13 +108,7 @@ pub(super) async fn connect(
     let (upstream, hold) = match dialled {
         Ok(Ok(dialled)) => dialled,
         Ok(Err(answer)) => return Ok(*answer),
-        Err(_) => {
-            metrics.count_forward(ForwardOutcome::Unreachable);
-            return Ok(text(
-                StatusCode::GATEWAY_TIMEOUT,
-                format!("cannot reach {}:{port} within {timeout:?}\n", Clip(&host)),
-            ));
-        }
+        Err(_) => return Ok(timed_out(&conns, "reach", &host, timeout)),
     };
     let _ = upstream.set_nodelay(true);
     metrics.count_forward(ForwardOutcome::Tunnelled);
@@ -217,13 +211,7 @@ pub(super) async fn relay(
     {
         Ok(Ok(addrs)) => addrs,
         Ok(Err(answer)) => return Ok(*answer),
-        Err(_) => {
-            metrics.count_forward(ForwardOutcome::Unreachable);
-            return Ok(text(
-                StatusCode::GATEWAY_TIMEOUT,
-                format!("cannot resolve {} within {timeout:?}\n", Clip(&host)),
-            ));
-        }
+        Err(_) => return Ok(timed_out(&conns, "resolve", &host, timeout)),
     };
     strip_hop_by_hop(req.headers_mut());
     match parent {
@@ -254,6 +242,24 @@ pub(super) async fn relay(
             ))
         }
     }
+}
+
+/// The `504` for a destination that could not be resolved or dialled (`what`) within
+/// `timeouts.connect`, counted as unreachable.
+fn timed_out(
+    conns: &Connections,
+    what: &str,
+    host: &str,
+    timeout: std::time::Duration,
+) -> Response<ServerBody> {
+    conns
+        .app()
+        .metrics()
+        .count_forward(ForwardOutcome::Unreachable);
+    text(
+        StatusCode::GATEWAY_TIMEOUT,
+        format!("cannot {what} {} within {timeout:?}\n", Clip(host)),
+    )
 }
 
 /// Points `req` at `addr` (the checked address), keeping its name in `Host`.

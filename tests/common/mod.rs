@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod connect_proxy;
+pub mod logs;
 pub mod raw;
 
 use std::net::SocketAddr;
