@@ -2,7 +2,7 @@
 //! `--version` and the `keyrelay_build_info` metric. Plain `git` rather than a crate such
 //! as vergen: one short call is all this needs.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The variable a build without `.git` (a tarball, a Docker context) passes the commit in.
@@ -21,21 +21,32 @@ fn main() {
 fn from_git() -> Option<String> {
     let commit = git(&["rev-parse", "--short=12", "HEAD"])?;
     if let Some(git_dir) = git(&["rev-parse", "--git-dir"]).map(PathBuf::from) {
-        println!("cargo:rerun-if-changed={}", git_dir.join("HEAD").display());
+        watch(&git_dir.join("HEAD"));
     }
     let common = git(&["rev-parse", "--git-common-dir"]).map(PathBuf::from);
     if let (Some(common), Some(reference)) = (common, git(&["symbolic-ref", "-q", "HEAD"])) {
-        println!(
-            "cargo:rerun-if-changed={}",
-            common.join(reference).display()
-        );
-        // A ref may live only in packed-refs after `git gc`.
-        println!(
-            "cargo:rerun-if-changed={}",
-            common.join("packed-refs").display()
-        );
+        // The branch's loose ref, where a commit writes; after `git gc` it may live only in
+        // packed-refs, and then its directory is watched for the loose file's return.
+        let loose = common.join(&reference);
+        match loose.parent().filter(|_| !loose.exists()) {
+            Some(directory) => watch(directory),
+            None => watch(&loose),
+        }
+        let packed = common.join("packed-refs");
+        if packed.exists() {
+            watch(&packed);
+        }
     }
     Some(commit)
+}
+
+/// Reruns the script when `path` changes. Only paths that exist: cargo takes a missing one
+/// for changed on every build, which would rebuild (and, in release, relink) keyrelay each
+/// time.
+fn watch(path: &Path) {
+    if path.exists() {
+        println!("cargo:rerun-if-changed={}", path.display());
+    }
 }
 
 /// The commit handed in by the builder; anything but a plain hex id is ignored, since it

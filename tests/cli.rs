@@ -68,6 +68,47 @@ fn the_build_commit_is_the_checkouts_head() {
 }
 
 #[test]
+fn the_build_script_watches_only_paths_that_exist() {
+    // A path that does not exist counts as changed on every build, so keyrelay would be
+    // rebuilt (and, in release, relinked with fat LTO) by every cargo command.
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_keyrelay"));
+    let build = bin.parent().expect("the profile's directory").join("build");
+    let newest = std::fs::read_dir(&build)
+        .expect("the build directory")
+        .filter_map(Result::ok)
+        .map(|entry| entry.path().join("output"))
+        .filter(|output| {
+            output.exists()
+                && output
+                    .parent()
+                    .and_then(|p| p.file_name())
+                    .is_some_and(|n| n.to_string_lossy().starts_with("keyrelay-"))
+        })
+        .max_by_key(|output| std::fs::metadata(output).and_then(|m| m.modified()).ok())
+        .expect("keyrelay's build script ran");
+    let output = std::fs::read_to_string(&newest).unwrap();
+    let watched: Vec<&str> = output
+        .lines()
+        .filter_map(|l| l.strip_prefix("cargo:rerun-if-changed="))
+        .collect();
+    for path in &watched {
+        assert!(
+            std::path::Path::new(path).exists(),
+            "{path} is watched but missing:\n{output}"
+        );
+    }
+    if std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(".git")
+        .exists()
+    {
+        assert!(
+            watched.iter().any(|p| p.ends_with("HEAD")),
+            "a checkout's HEAD is watched:\n{output}"
+        );
+    }
+}
+
+#[test]
 fn check_accepts_the_shipped_config_and_prints_the_pool_without_keys() {
     let out = keyrelay(&["check", "--config", "proxy.toml"]);
     assert!(out.status.success(), "{}", stderr(&out));
