@@ -59,8 +59,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use self::compaction::COMPACT_SLACK;
 use self::disk::{write_all, Disk, RealDisk, Target};
+use self::options::{at, Options, COMPACT_SLACK};
 use self::record::put_pin;
 use self::replay::{decode, load};
 use self::wall_clock::Clock;
@@ -72,6 +72,7 @@ use crate::tokens::TokenCounters;
 
 mod compaction;
 mod disk;
+mod options;
 mod record;
 mod replay;
 #[cfg(test)]
@@ -509,20 +510,4 @@ impl PinStore for JournalPins {
     fn len(&self) -> usize {
         self.inner.len()
     }
-}
-
-/// Adds the path and what was being done to an I/O error, keeping its kind.
-fn at<'a>(path: &'a Path, doing: &'a str) -> impl FnOnce(io::Error) -> io::Error + 'a {
-    move |e| io::Error::new(e.kind(), format!("{doing} {}: {e}", path.display()))
-}
-
-/// How a store is opened; tests set the clock, the slack and the disk.
-#[derive(Clone)]
-struct Options {
-    ttl: Duration,
-    max_pins: usize,
-    clock: Clock,
-    compact_slack: u64,
-    disk: Arc<dyn Disk>,
-    tokens: Arc<TokenCounters>,
 }

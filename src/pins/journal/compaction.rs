@@ -23,16 +23,15 @@ use std::sync::{Arc, TryLockError};
 use tokio::time::Instant;
 
 use super::disk::{write_all, DiskWriter, Target};
+use super::options::at;
 use super::record::encode_pin_for;
-use super::{at, Journal, JournalPins};
+use super::{Journal, JournalPins};
 use crate::pins::memory::LivePin;
 use crate::pins::PinStore;
 use crate::pins::TokenId;
 
 /// A compaction writes here, then renames over [`FILE_NAME`](super::FILE_NAME).
 pub(super) const TMP_NAME: &str = "pins.journal.tmp";
-/// Records allowed beyond twice the live pins before an automatic compaction.
-pub(super) const COMPACT_SLACK: u64 = 10_000;
 /// Times a compaction catches up with the journal without its lock (copy, fsync) because a
 /// sync completed meanwhile, before it fsyncs under the lock instead. A sync runs once a
 /// second, so one round nearly always does.

@@ -18,8 +18,8 @@
 
 use std::collections::HashMap;
 
+use super::options::Options;
 use super::record::{decode_at, Record};
-use super::Options;
 use crate::captcha::TaskId;
 use crate::key_id::KeyId;
 use crate::pins::memory::MemoryPins;

@@ -8,13 +8,14 @@ use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
-use super::compaction::COMPACT_SLACK;
 use super::disk::faulty::Faulty;
 use super::disk::{Disk, RealDisk};
+use super::options::Options;
+use super::options::COMPACT_SLACK;
 use super::record::Record;
 use super::replay::decode;
 use super::wall_clock::Clock;
-use super::{JournalPins, KeyNames, Options, Recovery, FILE_NAME};
+use super::{JournalPins, KeyNames, Recovery, FILE_NAME};
 use crate::captcha::TaskId;
 use crate::key_id::KeyId;
 
