@@ -10,26 +10,17 @@ use bytes::Bytes;
 use common::*;
 use hyper::Method;
 use keyrelay::config::TokenConfig;
-use keyrelay::CallerToken;
 
 const TOKEN_ONE: &str = "tok1tok1tok1tok1tok1tok1tok1tok1";
 const TOKEN_TWO: &str = "tok2-a-token-of-another-length";
 
-fn token(name: &str, value: &str) -> TokenConfig {
-    TokenConfig {
-        name: name.into(),
-        token: CallerToken::new(value),
-        keys: None,
-        tiers: None,
-        max_threads: None,
-        max_tunnels: keyrelay::config::DEFAULT_MAX_TUNNELS,
-    }
-}
-
 async fn with_tokens() -> Harness {
     let sim = sim_with(&[KEY_A, KEY_B]).await;
     let mut config = config_for(&sim, &[("a", KEY_A, 1.0), ("b", KEY_B, 1.0)]);
-    config.access.tokens = vec![token("one", TOKEN_ONE), token("two", TOKEN_TWO)];
+    config.access.tokens = vec![
+        caller_token("one", TOKEN_ONE),
+        caller_token("two", TOKEN_TWO),
+    ];
     Harness::start(sim, config).await
 }
 
@@ -205,7 +196,7 @@ fn limited(name: &str, value: &str, keys: &[&str], max_threads: Option<u32>) -> 
     TokenConfig {
         keys: Some(keys.iter().map(|k| (*k).to_owned()).collect()),
         max_threads,
-        ..token(name, value)
+        ..caller_token(name, value)
     }
 }
 
@@ -245,7 +236,7 @@ async fn a_tokens_submits_go_only_to_its_keys_and_none_left_is_the_no_key_answer
     let mut config = config_for(&sim, &[("a", KEY_A, 1.0), ("b", KEY_B, 1.0)]);
     config.access.tokens = vec![
         limited("one", TOKEN_ONE, &["b"], None),
-        token("two", TOKEN_TWO),
+        caller_token("two", TOKEN_TWO),
     ];
     let h = Harness::start(sim, config).await;
     // b has 5 threads.
@@ -300,9 +291,9 @@ async fn max_threads_caps_a_tokens_tasks_across_keys_until_they_end() {
         TokenConfig {
             max_threads: Some(2),
             max_tunnels: keyrelay::config::DEFAULT_MAX_TUNNELS,
-            ..token("capped", TOKEN_ONE)
+            ..caller_token("capped", TOKEN_ONE)
         },
-        token("free", TOKEN_TWO),
+        caller_token("free", TOKEN_TWO),
     ];
     // Queue off: a submit over the cap is refused at once, as by a full pool.
     config.capacity.queue_timeout = std::time::Duration::ZERO;
@@ -353,7 +344,7 @@ async fn a_submit_over_the_cap_waits_in_the_queue_when_it_is_on() {
     config.access.tokens = vec![TokenConfig {
         max_threads: Some(1),
         max_tunnels: keyrelay::config::DEFAULT_MAX_TUNNELS,
-        ..token("capped", TOKEN_ONE)
+        ..caller_token("capped", TOKEN_ONE)
     }];
     config.capacity.queue_timeout = std::time::Duration::from_secs(60);
     let h = std::sync::Arc::new(Harness::start(sim, config).await);
@@ -447,7 +438,7 @@ async fn an_unpinned_task_is_probed_only_on_the_tokens_keys() {
     let mut config = config_for(&sim, &[("a", KEY_A, 1.0), ("b", KEY_B, 1.0)]);
     config.access.tokens = vec![
         limited("only-b", TOKEN_ONE, &["b"], None),
-        token("any", TOKEN_TWO),
+        caller_token("any", TOKEN_TWO),
     ];
     let h = Harness::start(sim, config).await;
     // A task keyrelay never saw, on key a.
@@ -480,7 +471,7 @@ async fn getbalance_and_threadsinfo_answer_for_the_tokens_keys() {
     let mut config = config_for(&sim, &[("a", KEY_A, 1.0), ("b", KEY_B, 1.0)]);
     config.access.tokens = vec![
         limited("only-b", TOKEN_ONE, &["b"], None),
-        token("any", TOKEN_TWO),
+        caller_token("any", TOKEN_TWO),
     ];
     let h = Harness::start(sim, config).await;
     let balance = |token: &'static str| {
@@ -571,7 +562,10 @@ async fn a_reload_that_changes_tokens_takes_effect_at_once_and_a_kept_name_keeps
     // Token "one" gets a new value; "two" is removed; "three" is new.
     let mut config = h.app.snapshot().config.clone();
     let renewed = "tok1-renewed-renewed-renewed-123";
-    config.access.tokens = vec![token("one", renewed), token("three", "tok3tok3tok3")];
+    config.access.tokens = vec![
+        caller_token("one", renewed),
+        caller_token("three", "tok3tok3tok3"),
+    ];
     keyrelay::reload::apply(&h.app, config).expect("applies");
     for old in [TOKEN_ONE, TOKEN_TWO] {
         assert_eq!(

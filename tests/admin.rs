@@ -467,14 +467,10 @@ async fn with_caller_tokens_and_no_admin_token_loopback_is_not_trusted() {
     // A config built in code skips the exposure check: the admin API holds the rule itself.
     // A token holder's request relayed by the forward proxy would come from loopback.
     let h = Admin::start(None, true, |config| {
-        config.access.tokens.push(keyrelay::config::TokenConfig {
-            name: "client".to_owned(),
-            token: keyrelay::CallerToken::new("client-token-0123456789abcdef012"),
-            keys: None,
-            tiers: None,
-            max_threads: None,
-            max_tunnels: keyrelay::config::DEFAULT_MAX_TUNNELS,
-        });
+        config.access.tokens.push(common::caller_token(
+            "client",
+            "client-token-0123456789abcdef012",
+        ));
     })
     .await;
     for (method, path) in [

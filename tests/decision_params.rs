@@ -14,7 +14,6 @@ use hyper::Method;
 use keyrelay::config::TokenConfig;
 use keyrelay::health::StateKind;
 use keyrelay::sim::Received;
-use keyrelay::CallerToken;
 
 const FORM: &str = "application/x-www-form-urlencoded";
 const JSON: &str = "application/json";
@@ -468,12 +467,8 @@ const NEIGHBOUR: &str = "neighbour-token-0123456789abcdefg";
 
 fn token(name: &str, value: &str, max_threads: Option<u32>) -> TokenConfig {
     TokenConfig {
-        name: name.into(),
-        token: CallerToken::new(value),
-        keys: None,
-        tiers: None,
         max_threads,
-        max_tunnels: keyrelay::config::DEFAULT_MAX_TUNNELS,
+        ..caller_token(name, value)
     }
 }
 

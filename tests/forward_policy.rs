@@ -14,7 +14,7 @@ use common::*;
 use keyrelay::config::{Config, TokenConfig, DEFAULT_MAX_TUNNELS};
 use keyrelay::server::Listeners;
 use keyrelay::sim::SimHandle;
-use keyrelay::{App, CallerToken};
+use keyrelay::App;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
@@ -78,12 +78,8 @@ impl Running {
 
 fn token(max_tunnels: u32) -> TokenConfig {
     TokenConfig {
-        name: "client".to_owned(),
-        token: CallerToken::new(TOKEN),
-        keys: None,
-        tiers: None,
-        max_threads: None,
         max_tunnels,
+        ..caller_token("client", TOKEN)
     }
 }
 

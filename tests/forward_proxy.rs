@@ -11,8 +11,7 @@ use std::time::Duration;
 use common::connect_proxy::{ConnectProxy, Mode};
 use common::raw::*;
 use common::*;
-use keyrelay::config::{TokenConfig, Tunnel};
-use keyrelay::CallerToken;
+use keyrelay::config::Tunnel;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -262,14 +261,7 @@ async fn bad_connect_targets_get_a_clear_answer_and_others_are_unaffected() {
 #[tokio::test]
 async fn with_tokens_nothing_is_forwarded_without_one() {
     let h = proxy(|config| {
-        config.access.tokens.push(TokenConfig {
-            name: "client".to_owned(),
-            token: CallerToken::new(TOKEN),
-            keys: None,
-            tiers: None,
-            max_threads: None,
-            max_tunnels: keyrelay::config::DEFAULT_MAX_TUNNELS,
-        });
+        config.access.tokens.push(caller_token("client", TOKEN));
     })
     .await;
     let echo = echo_server().await;
@@ -524,14 +516,7 @@ async fn a_bad_handshake_inside_an_intercepted_tunnel_is_counted_and_harms_nobod
 #[tokio::test]
 async fn a_token_in_the_proxy_url_serves_the_requests_inside_an_intercepted_tunnel() {
     let h = proxy(|config| {
-        config.access.tokens.push(TokenConfig {
-            name: "client".to_owned(),
-            token: CallerToken::new(TOKEN),
-            keys: None,
-            tiers: None,
-            max_threads: None,
-            max_tunnels: keyrelay::config::DEFAULT_MAX_TUNNELS,
-        });
+        config.access.tokens.push(caller_token("client", TOKEN));
     })
     .await;
     let submit = format!(
@@ -587,14 +572,7 @@ async fn behind_bypassing(parent: &str, wait_for_refresh: bool, direct: &[&str])
     config.forward.intercept = Some(vec!["ocr.captchaai.com".to_owned()]);
     let parent = keyrelay::config::UpstreamProxy::parse(parent).expect("a valid proxy URL");
     config.upstream_proxy = Some(parent.bypassing(direct).expect("valid hosts"));
-    config.access.tokens.push(TokenConfig {
-        name: "client".to_owned(),
-        token: CallerToken::new(TOKEN),
-        keys: None,
-        tiers: None,
-        max_threads: None,
-        max_tunnels: keyrelay::config::DEFAULT_MAX_TUNNELS,
-    });
+    config.access.tokens.push(caller_token("client", TOKEN));
     if wait_for_refresh {
         Harness::start(sim, config).await
     } else {

@@ -8,7 +8,7 @@ mod common;
 use common::logs::Logs;
 use common::raw::*;
 use common::*;
-use keyrelay::config::{TokenConfig, DEFAULT_MAX_TUNNELS};
+
 use keyrelay::CallerToken;
 
 const TOKEN: &str = "client-token-0123456789abcdef012";
@@ -21,14 +21,7 @@ async fn refused_admin_calls_and_destinations_cost_the_log_one_short_line_a_minu
     let mut config = config_for(&sim, &[("a", KEY_A, 1.0)]);
     config.forward.intercept = Some(vec!["ocr.captchaai.com".to_owned()]);
     config.admin.token = Some(CallerToken::new(ADMIN_TOKEN));
-    config.access.tokens.push(TokenConfig {
-        name: "client".to_owned(),
-        token: CallerToken::new(TOKEN),
-        keys: None,
-        tiers: None,
-        max_threads: None,
-        max_tunnels: DEFAULT_MAX_TUNNELS,
-    });
+    config.access.tokens.push(caller_token("client", TOKEN));
     let h = Harness::start(sim, config).await;
     let before = logs.text().len();
 

@@ -73,6 +73,19 @@ pub fn key(name: &str, value: &str, weight: f64, upstream: &Upstream) -> KeyConf
     k
 }
 
+/// A caller token named `name` with value `value`, limited by nothing beyond the defaults:
+/// any key, no thread cap, the default `max_tunnels`.
+pub fn caller_token(name: &str, value: &str) -> keyrelay::config::TokenConfig {
+    keyrelay::config::TokenConfig {
+        name: name.to_owned(),
+        token: keyrelay::CallerToken::new(value),
+        keys: None,
+        tiers: None,
+        max_threads: None,
+        max_tunnels: keyrelay::config::DEFAULT_MAX_TUNNELS,
+    }
+}
+
 /// A config for `sim` with fast retries so failure tests run quickly.
 pub fn config_for(sim: &SimHandle, keys: &[(&str, &str, f64)]) -> Config {
     let upstream = Upstream::parse(&sim.url()).expect("simulator url is valid");
