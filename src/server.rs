@@ -117,6 +117,7 @@ pub async fn run_with(
         .collect();
     let conns = Connections::new(app.clone(), header_timer, Policy::new(own));
     warn_if_open(&app, &listener, listeners.tls.as_ref());
+    warn_if_few_descriptors(limits.max_connections);
     if let Some(tls) = listeners.tls {
         // Tracked, so the drain waits for it; it stops accepting when the drain starts.
         conns.track(tls_accept::accept_loop(
@@ -250,6 +251,42 @@ async fn accept_admin(listener: TcpListener, conns: Connections) {
     }
 }
 
+/// A raw tunnel takes two descriptors (the caller's and the far side's), so a process whose
+/// descriptor limit is below twice `limits.max_connections` runs out before its cap, and new
+/// connections then wait for one. keyrelay survives that (the accept loop pauses and
+/// resumes), but the operator should know at start, not from the first `accept failed`.
+fn warn_if_few_descriptors(max_connections: usize) {
+    let Some(limit) = descriptor_limit() else {
+        return;
+    };
+    // The listeners, the journal, upstream connections and the runtime's own need some.
+    let wanted = max_connections.saturating_mul(2).saturating_add(64);
+    if limit < wanted {
+        tracing::warn!(
+            open_files = limit,
+            max_connections,
+            wanted,
+            "the open-file limit is below what limits.max_connections can use (two per tunnel): raise it (LimitNOFILE, ulimit -n) or lower max_connections"
+        );
+    }
+}
+
+/// The process's soft limit on open files, from `/proc/self/limits` (Linux; elsewhere, or
+/// unlimited, `None`): read rather than asked of the kernel, which needs `unsafe`.
+fn descriptor_limit() -> Option<usize> {
+    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
+    soft_open_files(&limits)
+}
+
+fn soft_open_files(limits: &str) -> Option<usize> {
+    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+    line.trim_start_matches("Max open files")
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
 /// `access.open = true` is a decision to serve whoever can reach the proxy: said at every
 /// start, so that it is never forgotten in a config nobody reads.
 fn warn_if_open(app: &App, proxy: &TcpListener, tls: Option<&TlsListener>) {
@@ -366,5 +403,22 @@ pub fn shutdown_signal() -> impl Future<Output = ()> + Send {
             tracing::error!(error = %e, "cannot listen for Ctrl-C");
             std::future::pending::<()>().await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_soft_open_file_limit_is_read_from_proc_limits() {
+        let limits = "Limit                     Soft Limit           Hard Limit           Units     \n\
+                      Max cpu time              unlimited            unlimited            seconds   \n\
+                      Max open files            1024                 524288               files     \n";
+        assert_eq!(soft_open_files(limits), Some(1024));
+        let unlimited =
+            "Max open files            unlimited            unlimited            files\n";
+        assert_eq!(soft_open_files(unlimited), None);
+        assert_eq!(soft_open_files("nothing here"), None);
     }
 }

@@ -1,7 +1,8 @@
 //! Out of file descriptors, keyrelay keeps going: the real binary under `prlimit --nofile`
 //! is flooded with connections until `accept` fails; an established connection is still
 //! served, the failure is logged once (not once per failed accept), and once the flood
-//! closes, accepting resumes. Needs util-linux's `prlimit` (which `.ci/run` installs);
+//! closes, accepting resumes; a limit too low for `limits.max_connections` is warned about
+//! at start. Needs util-linux's `prlimit` (which `.ci/run` installs);
 //! skipped without it outside CI.
 
 mod common;
@@ -76,6 +77,9 @@ fn running_out_of_descriptors_neither_hangs_the_listener_nor_breaks_connections(
         .arg("1");
     let mut proxy = Binary::start(command);
     let addr = proxy.wait_for_addr();
+    // 64 descriptors cannot serve the default 4,096 connections: said at start.
+    let warning = proxy.wait_for_line("the descriptor warning", |l| l.contains("open-file limit"));
+    assert!(warning.contains("open_files=64"), "{warning}");
 
     let mut established = connect(&addr);
     assert_eq!(get(&mut established, "/healthz").unwrap(), 200);
