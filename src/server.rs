@@ -26,7 +26,7 @@ use tokio::time::Instant;
 use crate::app::App;
 use crate::proxy::{self, Caller};
 use crate::{fleet, refresh};
-use connection::{Connections, Door, ServerBody, Slot};
+use connection::{Connections, Door, Listener, ServerBody, Slot};
 use destination::Policy;
 use header_timer::HeaderTimer;
 pub use tls_accept::TlsListener;
@@ -129,7 +129,7 @@ pub async fn run_with(
     let admin = listeners
         .admin
         .map(|admin| tokio::spawn(accept_admin(admin, conns.clone())));
-    let door = Door::of("proxy", &listener);
+    let door = Door::of(Listener::Proxy, &listener);
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -232,7 +232,7 @@ fn service(
 /// Accepts connections on the admin listener until aborted: each is served the operator
 /// endpoints and the admin API only (`proxy::operator`), under the same connection cap.
 async fn accept_admin(listener: TcpListener, conns: Connections) {
-    let door = Door::of("admin", &listener);
+    let door = Door::of(Listener::Admin, &listener);
     loop {
         let Some((stream, caller, slot)) = conns
             .take(listener.accept().await, door, ACCEPT_ERROR_PAUSE)

@@ -40,22 +40,48 @@ pub const ADMIN_MAX_CONNECTIONS: usize = 64;
 /// `CONNECT` connection it came on for as long as either lives.
 pub(crate) type Slot = Arc<OwnedSemaphorePermit>;
 
+/// Which of keyrelay's listeners.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Listener {
+    /// `listen`, plain HTTP.
+    Proxy,
+    /// `tls.listen`.
+    Tls,
+    /// `admin.listen`: a cap of its own.
+    Admin,
+}
+
+impl Listener {
+    /// Its name in logs.
+    pub(crate) const fn name(self) -> &'static str {
+        match self {
+            Listener::Proxy => "proxy",
+            Listener::Tls => "tls",
+            Listener::Admin => "admin",
+        }
+    }
+}
+
 /// The listener a connection came in on.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Door {
-    /// Its name in logs: `proxy`, `tls` or `admin`.
-    pub name: &'static str,
+    pub listener: Listener,
     /// Whether other machines can reach it (a non-loopback bind): the forward proxy's
     /// destination policy is stricter for its callers.
     pub exposed: bool,
 }
 
 impl Door {
-    pub(crate) fn of(name: &'static str, listener: &tokio::net::TcpListener) -> Door {
-        let exposed = listener
+    pub(crate) fn of(listener: Listener, bound: &tokio::net::TcpListener) -> Door {
+        let exposed = bound
             .local_addr()
             .map_or(true, |addr| !addr.ip().to_canonical().is_loopback());
-        Door { name, exposed }
+        Door { listener, exposed }
+    }
+
+    /// Its name in logs.
+    pub(crate) const fn name(self) -> &'static str {
+        self.listener.name()
     }
 }
 
@@ -160,7 +186,7 @@ impl Connections {
     /// waiting in the backlog, and everyone already in is unaffected. The admin listener
     /// has a small cap of its own; every other listener shares `limits.max_connections`.
     pub(super) fn admit(&self, door: Door) -> Option<Slot> {
-        let permits = if door.name == "admin" {
+        let permits = if door.listener == Listener::Admin {
             &self.0.admin_permits
         } else {
             &self.0.permits
@@ -186,9 +212,9 @@ impl Connections {
         let (stream, peer) = match accepted {
             Ok(accepted) => accepted,
             Err(e) => {
-                if let Some(admitted) = ACCEPT_FAILED.admit_key(door.name) {
+                if let Some(admitted) = ACCEPT_FAILED.admit_key(door.name()) {
                     tracing::warn!(
-                        listener = door.name,
+                        listener = door.name(),
                         error = %e,
                         held_back = admitted.suppressed,
                         "accept failed; retrying (logged once a minute)"
@@ -199,15 +225,15 @@ impl Connections {
             }
         };
         let Some(slot) = self.admit(door) else {
-            tracing::debug!(listener = door.name, %peer, "connection cap reached; connection closed");
+            tracing::debug!(listener = door.name(), %peer, "connection cap reached; connection closed");
             return None;
         };
         let _ = stream.set_nodelay(true);
         match Hangup::watch(&stream) {
             Ok(hangup) => Some((stream, Caller { hangup, peer }, slot)),
             Err(e) => {
-                if let Some(admitted) = SETUP_FAILED.admit_key(door.name) {
-                    tracing::warn!(listener = door.name, %peer, error = %e, held_back = admitted.suppressed, "cannot set up the connection; closed (logged once a minute)");
+                if let Some(admitted) = SETUP_FAILED.admit_key(door.name()) {
+                    tracing::warn!(listener = door.name(), %peer, error = %e, held_back = admitted.suppressed, "cannot set up the connection; closed (logged once a minute)");
                 }
                 None
             }

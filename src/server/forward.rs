@@ -378,7 +378,7 @@ fn refuse(
     if let Some(admitted) = REFUSED.admit_key(&destination) {
         tracing::info!(
             peer = %from.caller.peer,
-            listener = from.door.name,
+            listener = from.door.name(),
             %destination,
             reason = reason.label(),
             held_back = admitted.suppressed,

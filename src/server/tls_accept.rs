@@ -19,7 +19,7 @@ pub struct TlsListener {
 /// Accepts on `tls.listener` until the drain starts.
 pub(super) async fn accept_loop(tls: TlsListener, conns: Connections, pause: Duration) {
     let handshake_timeout = conns.header_timeout();
-    let door = super::connection::Door::of("tls", &tls.listener);
+    let door = super::connection::Door::of(super::connection::Listener::Tls, &tls.listener);
     loop {
         let accepted = tokio::select! {
             accepted = tls.listener.accept() => accepted,
