@@ -83,20 +83,20 @@ type Answer = Response<Full<Bytes>>;
 pub async fn handle<B>(app: &App, peer: SocketAddr, req: Request<B>) -> Answer {
     let snapshot = app.snapshot();
     let token = snapshot.config.admin.token.as_ref();
-    let now = Instant::now();
-    // Wrong admin tokens draw on the address's allowance of wrong tokens, as callers' do.
-    let checked = if token.is_some() && !app.denials().admits(peer.ip(), now) {
-        Err(Denied::Limited)
-    } else {
-        let trusted = snapshot.config.loopback_trusted();
-        auth::check(token, trusted, req.headers(), peer)
+    let trusted = snapshot.config.loopback_trusted();
+    let check = || auth::check(token, trusted, req.headers(), peer);
+    // Wrong admin tokens draw on the address's allowance of wrong tokens, as callers' do;
+    // without a token there is nothing to guess.
+    let checked = match token {
+        Some(_) => app
+            .denials()
+            .within(peer.ip(), check, |r| *r == Err(Denied::Wrong))
+            .unwrap_or(Err(Denied::Limited)),
+        None => check(),
     };
     let granted = match checked {
         Ok(granted) => granted,
         Err(denied) => {
-            if denied == Denied::Wrong {
-                app.denials().deny(peer.ip(), now);
-            }
             if let Some(admitted) = REFUSED.admit_key(denied.label()) {
                 tracing::warn!(
                     %peer,

@@ -25,7 +25,6 @@ use hyper::header::{HeaderMap, PROXY_AUTHORIZATION};
 use crate::captcha::ParsedRequest;
 use crate::metrics::Denied;
 use crate::tokens::{Denials, Token, TokenTable};
-use tokio::time::Instant;
 
 /// Who is asking, for the wrong-token limit: the address the request came from, and the
 /// table of recent wrong tokens by address.
@@ -39,15 +38,10 @@ impl Asker<'_> {
     /// `check` within the limit: refused unchecked while the address is over it, and a
     /// wrong token counted against it.
     fn limited<T>(self, check: impl FnOnce() -> Result<T, Denied>) -> Result<T, Denied> {
-        let now = Instant::now();
-        if !self.denials.admits(self.peer, now) {
-            return Err(Denied::Limited);
-        }
-        let result = check();
-        if result.as_ref().err() == Some(&Denied::Wrong) {
-            self.denials.deny(self.peer, now);
-        }
-        result
+        let wrong = |result: &Result<T, Denied>| matches!(result, Err(Denied::Wrong));
+        self.denials
+            .within(self.peer, check, wrong)
+            .unwrap_or(Err(Denied::Limited))
     }
 }
 

@@ -108,6 +108,27 @@ impl Denials {
         bucket.has_room()
     }
 
+    /// Runs a token `check` for `peer` within its allowance: `None` while the allowance is
+    /// used up (the check is not run); else the check's result, which uses one up when
+    /// `wrong` says it found a wrong token. The one place every token check (the API's
+    /// `key`, a proxy credential, the admin bearer token) goes through the limit.
+    pub fn within<T>(
+        &self,
+        peer: IpAddr,
+        check: impl FnOnce() -> T,
+        wrong: impl FnOnce(&T) -> bool,
+    ) -> Option<T> {
+        let now = Instant::now();
+        if !self.admits(peer, now) {
+            return None;
+        }
+        let result = check();
+        if wrong(&result) {
+            self.deny(peer, now);
+        }
+        Some(result)
+    }
+
     /// Counts a wrong token from `peer` at `now`: one less in its allowance.
     pub fn deny(&self, peer: IpAddr, now: Instant) {
         let address = source(peer);
