@@ -148,27 +148,16 @@ fn encode_body(
             )
         }
         Encoding::Multipart => {
-            let mut body = Vec::new();
-            let mut part = |disposition: &str, value: &[u8]| {
-                body.extend(
-                    format!("--{BOUNDARY}\r\nContent-Disposition: {disposition}\r\n\r\n").bytes(),
-                );
-                body.extend(value);
-                body.extend(b"\r\n");
-            };
-            part("form-data; name=\"header_acao\"", b"1");
+            let mut parts: Vec<(String, &[u8])> =
+                vec![("form-data; name=\"header_acao\"".to_owned(), b"1")];
             for ((name, _, form), value) in params {
-                part(&disposition(name, *form), value.as_bytes());
+                parts.push((disposition(name, *form), value.as_bytes()));
             }
-            part(
-                "form-data; name=\"file\"; filename=\"a.png\"",
+            parts.push((
+                "form-data; name=\"file\"; filename=\"a.png\"".to_owned(),
                 b"\x89PNG\r\n\x1a\n\0x=y",
-            );
-            body.extend(format!("--{BOUNDARY}--\r\n").bytes());
-            (
-                Some(format!("multipart/form-data; boundary={BOUNDARY}")),
-                body,
-            )
+            ));
+            multipart_body(BOUNDARY, &parts)
         }
         Encoding::Json => {
             let mut members = vec!["\"soft_id\":1".to_owned()];

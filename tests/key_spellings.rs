@@ -97,28 +97,16 @@ fn hostile_request() -> impl Strategy<Value = Hostile> {
                     )
                 }
                 Encoding::Multipart => {
-                    let mut body = Vec::new();
-                    let mut part = |disposition: &str, value: &[u8]| {
-                        body.extend(
-                            format!("--{BOUNDARY}\r\nContent-Disposition: {disposition}\r\n\r\n")
-                                .bytes(),
-                        );
-                        body.extend(value);
-                        body.extend(b"\r\n");
-                    };
-                    part("form-data; name=\"method\"", b"post");
+                    let mut parts: Vec<(String, &[u8])> =
+                        vec![("form-data; name=\"method\"".to_owned(), b"post")];
                     for (name, _, form) in &in_body {
-                        part(&disposition(name, *form), CALLER_KEY.as_bytes());
+                        parts.push((disposition(name, *form), CALLER_KEY.as_bytes()));
                     }
-                    part(
-                        "form-data; name=\"file\"; filename=\"a.png\"",
+                    parts.push((
+                        "form-data; name=\"file\"; filename=\"a.png\"".to_owned(),
                         b"\x89PNG\r\n\x1a\n\0key=x",
-                    );
-                    body.extend(format!("--{BOUNDARY}--\r\n").bytes());
-                    (
-                        Some(format!("multipart/form-data; boundary={BOUNDARY}")),
-                        body,
-                    )
+                    ));
+                    multipart_body(BOUNDARY, &parts)
                 }
                 Encoding::Json => {
                     let mut members = vec!["\"method\":\"base64\"".to_owned()];

@@ -149,3 +149,19 @@ pub fn looks_like(name: &str, canonical: &str) -> bool {
     });
     trimmed.eq_ignore_ascii_case(canonical)
 }
+
+/// A multipart body of `parts` (each a Content-Disposition value and the part's bytes)
+/// between `boundary`s, and its Content-Type.
+pub fn multipart_body(boundary: &str, parts: &[(String, &[u8])]) -> (Option<String>, Vec<u8>) {
+    let mut body = Vec::new();
+    for (disposition, value) in parts {
+        body.extend(format!("--{boundary}\r\nContent-Disposition: {disposition}\r\n\r\n").bytes());
+        body.extend(*value);
+        body.extend(b"\r\n");
+    }
+    body.extend(format!("--{boundary}--\r\n").bytes());
+    (
+        Some(format!("multipart/form-data; boundary={boundary}")),
+        body,
+    )
+}
