@@ -1,5 +1,5 @@
 //! Out of file descriptors, keyrelay keeps going: the real binary under `prlimit --nofile`
-//! is flooded with connections until `accept` fails; an established connection is still
+//! is flooded with connections until `accept` (or the dup after it) fails; an established connection is still
 //! served, the failure is logged once (not once per failed accept), and once the flood
 //! closes, accepting resumes; a limit too low for `limits.max_connections` is warned about
 //! at start. Needs util-linux's `prlimit` (which `.ci/run` installs);
@@ -33,6 +33,13 @@ fn get(stream: &mut TcpStream, path: &str) -> std::io::Result<u16> {
         .nth(1)
         .and_then(|s| s.parse().ok())
         .ok_or_else(|| std::io::Error::other(format!("no status in {head:?}")))
+}
+
+/// The two log lines a descriptor shortage can cause, one per place that meets it.
+const SHORTAGE: [&str; 2] = ["accept failed", "cannot set up the connection"];
+
+fn is_shortage(line: &str) -> bool {
+    SHORTAGE.iter().any(|kind| line.contains(kind)) && line.contains("os error 24")
 }
 
 fn connect(addr: &str) -> TcpStream {
@@ -85,7 +92,9 @@ fn running_out_of_descriptors_neither_hangs_the_listener_nor_breaks_connections(
     assert_eq!(get(&mut established, "/healthz").unwrap(), 200);
     // Far more connections than descriptors: the kernel queues those keyrelay cannot take.
     let flood: Vec<TcpStream> = (0..120).map(|_| connect(&addr)).collect();
-    proxy.wait_for_line("the failed accept", |l| l.contains("accept failed"));
+    // Which call meets the limit first, `accept` or the dup that watches for hangups,
+    // depends on timing; either is the descriptor shortage, logged.
+    proxy.wait_for_line("the descriptor shortage", |l| is_shortage(l));
     assert_eq!(
         get(&mut established, "/healthz").unwrap(),
         200,
@@ -108,7 +117,12 @@ fn running_out_of_descriptors_neither_hangs_the_listener_nor_breaks_connections(
         proxy.log
     );
     let log = proxy.stop();
-    let failures = log.lines().filter(|l| l.contains("accept failed")).count();
-    assert_eq!(failures, 1, "logged once a minute, not per accept:\n{log}");
+    for kind in SHORTAGE {
+        let failures = log.lines().filter(|l| l.contains(kind)).count();
+        assert!(
+            failures <= 1,
+            "{kind:?} logged once a minute, not per accept:\n{log}"
+        );
+    }
     runtime.block_on(sim.shutdown());
 }
