@@ -94,7 +94,7 @@ fn running_out_of_descriptors_neither_hangs_the_listener_nor_breaks_connections(
     let flood: Vec<TcpStream> = (0..120).map(|_| connect(&addr)).collect();
     // Which call meets the limit first, `accept` or the dup that watches for hangups,
     // depends on timing; either is the descriptor shortage, logged.
-    proxy.wait_for_line("the descriptor shortage", |l| is_shortage(l));
+    proxy.wait_for_line("the descriptor shortage", is_shortage);
     assert_eq!(
         get(&mut established, "/healthz").unwrap(),
         200,
