@@ -290,6 +290,23 @@ impl App {
         Some(crate::pins::Pin { key, token })
     }
 
+    /// Every live pin as the fleet stores it: the task id, and `key name \t token name`
+    /// (empty: none). For putting the fleet's copy back after Redis lost it.
+    pub fn shared_pins(&self) -> Vec<(String, String)> {
+        let now = Instant::now();
+        self.0
+            .pins
+            .live_pins(now)
+            .into_iter()
+            .filter_map(|(task, pin)| {
+                let key = self.0.registry.get(pin.key)?;
+                let token = self.0.token_counters.name(pin.token);
+                let value = [&*key.name, "\t", token.as_deref().unwrap_or("")].concat();
+                Some((task.to_string(), value))
+            })
+            .collect()
+    }
+
     /// The fleet, when this replica is one of several sharing the pool.
     pub fn cluster(&self) -> Option<&Arc<Cluster>> {
         self.0.cluster.as_ref()

@@ -22,6 +22,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::Value;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use held::{Held, HeldLeases};
@@ -105,6 +106,8 @@ pub enum ClusterError {
     Redis { op: &'static str, category: String },
     #[error("redis is unavailable; serving on this replica's share")]
     Degraded,
+    #[error("redis lost the fleet's state; serving on this replica's share until it is put back")]
+    Stale,
 }
 
 /// What the shared lease set said to a submit.
@@ -113,14 +116,10 @@ pub enum Admit {
     Granted(SharedLease),
     /// Every thread of the key is held somewhere in the fleet.
     Full,
-}
-
-/// Submits of this replica's on their way upstream, per key name, and how long one may
-/// take at most: for [`Cluster::heartbeat`] to count those admitted while Redis was away.
-#[derive(Clone, Debug, Default)]
-pub struct InFlight {
-    pub pending: Vec<(String, u32)>,
-    pub request_timeout: Duration,
+    /// Redis cannot count the fleet now (it is away, or lost its state and the fleet has
+    /// not put it back): the thread is this replica's share's, and counted in Redis when
+    /// the heartbeat puts this replica's leases back, until the guard is dropped or kept.
+    Alone(SharedLease),
 }
 
 /// A pin as another replica wrote it: the key's and the caller token's names.
@@ -291,6 +290,34 @@ enum Settle {
         waiting_for: Vec<String>,
     },
     Shared,
+    /// A script found the key's generation stale (Redis lost its data, or came back from an
+    /// older copy): Redis's count is not trusted until the next heartbeat has moved the
+    /// fleet to a new epoch and this replica has put its state back.
+    Lost,
+}
+
+/// The fleet's epoch as this replica knows it, and per key the lowest generation counter
+/// Redis may answer with: the highest this replica was told.
+#[derive(Debug, Default)]
+struct Generation {
+    epoch: Option<Arc<str>>,
+    floors: HashMap<Arc<str>, u64, foldhash::fast::RandomState>,
+}
+
+/// What the heartbeat's look at the fleet's epoch found.
+struct EpochCheck {
+    /// Redis lost state this replica had written: its epoch is gone or was moved on.
+    lost: bool,
+    /// This replica began the epoch: Redis had none, or an older state than it saw.
+    created: bool,
+}
+
+/// A release sent lately, kept to be sent again if Redis loses it: the task's lease would
+/// otherwise be put back by the replica that created it, for a task that has ended.
+struct SentRelease {
+    key: Arc<str>,
+    member: String,
+    at: Instant,
 }
 
 /// The fleet as last seen.
@@ -328,7 +355,12 @@ pub struct Cluster {
     /// Final answers seen while Redis was away, to release when it returns.
     released: Mutex<VecDeque<(Arc<str>, String)>>,
     fleet: Mutex<Fleet>,
-    epoch: Mutex<Option<String>>,
+    generation: Mutex<Generation>,
+    /// Releases sent within the pin TTL, newest last.
+    sent_releases: Mutex<VecDeque<SentRelease>>,
+    /// Woken when a script finds the generation stale, so that the heartbeat puts the
+    /// fleet's state back at once rather than at its next period.
+    lost: Notify,
     refresher: AtomicBool,
     errors: [AtomicU64; Op::ALL.len()],
     round_trips: [AtomicU64; Op::ALL.len()],
@@ -392,7 +424,9 @@ impl Cluster {
             others: Mutex::new(HashMap::new()),
             fleet: Mutex::new(Fleet { live: live.clone() }),
             remembered: Mutex::new(live),
-            epoch: Mutex::new(None),
+            generation: Mutex::new(Generation::default()),
+            sent_releases: Mutex::new(VecDeque::new()),
+            lost: Notify::new(),
             refresher: AtomicBool::new(false),
             errors: std::array::from_fn(|_| AtomicU64::new(0)),
             round_trips: std::array::from_fn(|_| AtomicU64::new(0)),
@@ -500,52 +534,120 @@ impl Cluster {
     }
 
     /// Takes one of `key`'s threads in the fleet if fewer than `limit` are held: a spare
-    /// this replica took ahead if it has one (no round trip), or a lease from Redis.
+    /// this replica took ahead if it has one (no round trip), or a lease from Redis. While
+    /// Redis cannot count the fleet (away, or its state lost), a lease of this replica's
+    /// own, which the heartbeat writes to Redis when it can.
     ///
     /// # Errors
-    /// Redis did not answer in time; the caller admits on the share instead.
+    /// Redis did not answer in time, or answered with a stale generation; the caller admits
+    /// on the share instead.
     pub async fn acquire(self: &Arc<Self>, key: &str, limit: u32) -> Result<Admit, ClusterError> {
-        if !self.is_up() {
-            return Err(ClusterError::Degraded);
+        if !self.is_counting() {
+            return Ok(Admit::Alone(self.open_lease(Arc::from(key), false)));
         }
         if let Some(spare) = self.take_spare(key) {
             return Ok(Admit::Granted(spare));
         }
+        let Some((epoch, floor)) = self.generation_of(key) else {
+            // A key the heartbeat has not started in Redis yet (a reload added it).
+            return Ok(Admit::Alone(self.open_lease(Arc::from(key), false)));
+        };
         let key: Arc<str> = Arc::from(key);
-        let member = self.next_member("p");
         // The guard exists before the call is sent: a cancelled or timed-out call still
         // removes whatever the script may have added.
-        let lease = SharedLease {
-            cluster: self.clone(),
-            key: key.clone(),
-            member: Some(member.clone()),
-        };
+        let mut lease = self.open_lease(key.clone(), true);
+        let member = lease.member.clone().unwrap_or_default();
+        let mut cmd = scripts::ACQUIRE.call(3);
+        cmd.arg(self.layout.leases(&key))
+            .arg(self.layout.spares(&key))
+            .arg(self.layout.generation(&key))
+            .arg(&member)
+            .arg(limit)
+            .arg(self.lease_ttl_ms())
+            .arg(&*epoch)
+            .arg(floor);
+        let (granted, _held, counter): (i32, u32, u64) = self.call(Op::Acquire, cmd).await?;
+        if granted >= 0 {
+            self.saw(&key, counter);
+        }
+        if granted == 1 {
+            return Ok(Admit::Granted(lease));
+        }
+        // The script added nothing: no release to send.
+        if let Some(member) = lease.member.take() {
+            lock(&self.held).remove(&member);
+        }
+        if granted == 0 {
+            Ok(Admit::Full)
+        } else {
+            self.found_stale(&key);
+            Err(ClusterError::Stale)
+        }
+    }
+
+    /// A submit's lease of `key`, held here from now on; `in_redis` says whether it is
+    /// about to be written there, or waits for the heartbeat to put it back.
+    fn open_lease(self: &Arc<Self>, key: Arc<str>, in_redis: bool) -> SharedLease {
+        let member = self.next_member("p");
         lock(&self.held).insert(
             member.clone(),
             Held {
                 key: key.clone(),
                 task: None,
                 opened: Instant::now(),
-                in_redis: true,
+                in_redis,
             },
         );
-        let mut cmd = scripts::ACQUIRE.call(2);
-        cmd.arg(self.layout.leases(&key))
-            .arg(self.layout.spares(&key))
-            .arg(&member)
-            .arg(limit)
-            .arg(self.lease_ttl_ms());
-        let (granted, _held): (u32, u32) = self.call(Op::Acquire, cmd).await?;
-        if granted == 1 {
-            Ok(Admit::Granted(lease))
-        } else {
-            // The script added nothing: no release to send.
-            let mut lease = lease;
-            if let Some(member) = lease.member.take() {
-                lock(&self.held).remove(&member);
-            }
-            Ok(Admit::Full)
+        SharedLease {
+            cluster: self.clone(),
+            key,
+            member: Some(member),
         }
+    }
+
+    /// Whether Redis's count of the fleet is taken and trusted now: it answers, and no
+    /// script has found its state older than what this replica saw.
+    fn is_counting(&self) -> bool {
+        self.is_up() && !matches!(*lock(&self.settle), Settle::Lost)
+    }
+
+    /// The epoch and the counter floor to send with a script about `key`; `None` for a key
+    /// whose generation this replica has not started in the current epoch.
+    fn generation_of(&self, key: &str) -> Option<(Arc<str>, u64)> {
+        let generation = lock(&self.generation);
+        let floor = *generation.floors.get(key)?;
+        Some((generation.epoch.clone()?, floor))
+    }
+
+    /// Redis told a script `key`'s generation counter is at `counter`: no copy of Redis
+    /// with a lower one is trusted from now on.
+    fn saw(&self, key: &str, counter: u64) {
+        let mut generation = lock(&self.generation);
+        if let Some(floor) = generation.floors.get_mut(key) {
+            *floor = (*floor).max(counter);
+        }
+    }
+
+    /// A script found `key`'s generation stale. For a key this replica started in the
+    /// current epoch, Redis lost state: Redis's count is not trusted until the heartbeat,
+    /// woken now, has moved the fleet on and put this replica's state back. A key not yet
+    /// started (added by a reload) is started at the next heartbeat.
+    fn found_stale(&self, key: &str) {
+        if !lock(&self.generation).floors.contains_key(key) {
+            return;
+        }
+        let mut settle = lock(&self.settle);
+        if !matches!(*settle, Settle::Lost) {
+            tracing::warn!(key, "redis answered with an older state than this replica saw; serving on this replica's share until the fleet's state is put back");
+            *settle = Settle::Lost;
+        }
+        drop(settle);
+        self.lost.notify_one();
+    }
+
+    /// Resolves when a script has found Redis's state stale, for the heartbeat loop.
+    pub async fn lost(&self) {
+        self.lost.notified().await;
     }
 
     /// The newest spare of `key`, as a lease for a submit on its way upstream.
@@ -577,23 +679,30 @@ impl Cluster {
         let old = lease.and_then(|mut lease| lease.member.take());
         let value = [key, "\t", token].concat();
         let margin = lock(&self.fleet).live.len().max(1) as u32;
-        let keeps = old.is_some() && self.is_up();
+        let generation = self
+            .is_counting()
+            .then(|| self.generation_of(key))
+            .flatten();
+        let keeps = old.is_some() && generation.is_some();
         let mut asked = if keeps {
             self.ask_spares(key)
         } else {
             Asked::none(self, key)
         };
         let mut granted = 0;
-        let in_redis = if let (Some(old), true) = (&old, keeps) {
+        let in_redis = if let (Some(old), Some((epoch, floor))) = (&old, generation) {
             let mut pipe = redis::Pipeline::with_capacity(2);
-            pipe.add_command(scripts::KEEP.call(2))
+            pipe.add_command(scripts::KEEP.call(3))
                 .arg(self.layout.leases(key))
                 .arg(self.layout.spares(key))
+                .arg(self.layout.generation(key))
                 .arg(old)
                 .arg(&member)
                 .arg(self.lease_ttl_ms())
                 .arg(limit)
                 .arg(margin)
+                .arg(&*epoch)
+                .arg(floor)
                 .arg(&asked.members)
                 .cmd("SET")
                 .arg(self.layout.pin(&task_text))
@@ -601,11 +710,19 @@ impl Cluster {
                 .arg("EX")
                 .arg(self.pin_ttl.as_secs().max(1))
                 .ignore();
-            match self.call_pipe::<((u32, usize),)>(Op::Pin, pipe).await {
-                Ok(((_had, n),)) => {
+            match self.call_pipe::<((i32, usize, u64),)>(Op::Pin, pipe).await {
+                Ok(((had, n, counter),)) if had >= 0 => {
                     asked.answered = true;
                     granted = n.min(asked.members.len());
+                    self.saw(key, counter);
                     true
+                }
+                Ok(_) => {
+                    // Nothing was added: the task's lease and pin are put back with the rest
+                    // of this replica's state.
+                    asked.answered = true;
+                    self.found_stale(key);
+                    false
                 }
                 Err(_) => false,
             }
@@ -803,6 +920,7 @@ impl Cluster {
         let member = Layout::task_lease(&task.to_string());
         lock(&self.held).remove(&member);
         let key: Arc<str> = Arc::from(key);
+        self.remember_release(&key, &member);
         if !self.up.load(Ordering::Acquire) {
             self.backlog_release(key, member);
             return;
@@ -817,6 +935,37 @@ impl Cluster {
                 this.backlog_release(key, member);
             }
         });
+    }
+
+    /// Keeps a release for the pin TTL (the released set's lifetime in Redis), to send again
+    /// if Redis loses it.
+    fn remember_release(&self, key: &Arc<str>, member: &str) {
+        let now = Instant::now();
+        let mut sent = lock(&self.sent_releases);
+        while sent.front().is_some_and(|old| {
+            sent.len() >= MAX_BACKLOG || now.saturating_duration_since(old.at) > self.pin_ttl
+        }) {
+            sent.pop_front();
+        }
+        sent.push_back(SentRelease {
+            key: key.clone(),
+            member: member.to_owned(),
+            at: now,
+        });
+    }
+
+    /// Sends again every release of the pin TTL, after Redis lost them.
+    async fn resend_releases(&self) -> bool {
+        let releases: Vec<(Arc<str>, String)> = lock(&self.sent_releases)
+            .iter()
+            .map(|sent| (sent.key.clone(), sent.member.clone()))
+            .collect();
+        for batch in releases.chunks(500) {
+            if self.send_releases(batch).await.is_err() {
+                return false;
+            }
+        }
+        true
     }
 
     fn backlog_release(&self, key: Arc<str>, member: String) {
@@ -948,11 +1097,23 @@ impl Cluster {
     /// # Errors
     /// Redis did not answer in time.
     pub async fn held(&self, key: &str) -> Result<u32, ClusterError> {
-        let mut cmd = scripts::COUNT.call(2);
-        cmd.arg(self.layout.leases(key))
-            .arg(self.layout.spares(key));
-        let (leases, _spares): (u32, u32) = self.call(Op::Sync, cmd).await?;
+        let (leases, _spares, _counter): (u32, u32, i64) =
+            self.call(Op::Sync, self.count(key)).await?;
         Ok(leases)
+    }
+
+    /// The script that counts `key`'s leases and spares and checks its generation.
+    fn count(&self, key: &str) -> redis::Cmd {
+        let (epoch, floor) = self
+            .generation_of(key)
+            .unwrap_or_else(|| (Arc::from(""), 0));
+        let mut cmd = scripts::COUNT.call(3);
+        cmd.arg(self.layout.leases(key))
+            .arg(self.layout.spares(key))
+            .arg(self.layout.generation(key))
+            .arg(&*epoch)
+            .arg(floor);
+        cmd
     }
 
     /// Reads every named key's shared health, readings and lease count, and the pause, in
@@ -965,9 +1126,7 @@ impl Cluster {
         for key in keys {
             pipe.cmd("HGETALL").arg(self.layout.health(key));
             pipe.cmd("HGETALL").arg(self.layout.readings(key));
-            pipe.add_command(scripts::COUNT.call(2))
-                .arg(self.layout.leases(key))
-                .arg(self.layout.spares(key));
+            pipe.add_command(self.count(key));
         }
         pipe.cmd("GET").arg(self.layout.pause());
         // The heartbeats prune the dead; a replica that just died still counts here, which
@@ -983,7 +1142,11 @@ impl Cluster {
         for key in keys {
             let health: HashMap<String, String> = from_value(values.next());
             let readings: HashMap<String, String> = from_value(values.next());
-            let (held, spares): (u32, u32) = from_value(values.next());
+            let (held, spares, counter): (u32, u32, i64) = from_value(values.next());
+            match u64::try_from(counter) {
+                Ok(counter) => self.saw(key, counter),
+                Err(_) => self.found_stale(key),
+            }
             let mine = u32::try_from(self.held_by_me(key)).unwrap_or(u32::MAX);
             others.insert(key.to_string(), (held + spares).saturating_sub(mine));
             synced.keys.push(KeySync {
@@ -1009,18 +1172,21 @@ impl Cluster {
     }
 
     /// The heartbeat, run every third of `replica_timeout` (every `DOWN_RETRY` at most
-    /// while not shared): records this replica as alive, reads the live ones, renews this
-    /// replica's leases, takes or keeps the refresher lease, and, when Redis has come back,
-    /// puts back what was admitted without it. A heartbeat that got all of this replica's
-    /// leases and pins into Redis says so (its `synced` mark); shared mode begins once every
-    /// live replica has said so since Redis came back. Returns the tasks whose leases another
-    /// replica released (their final answer was polled there), for the caller to end
-    /// locally.
+    /// while not shared, and at once when a script found Redis's state stale): records this
+    /// replica as alive, reads the live ones, checks the fleet's epoch, renews this
+    /// replica's leases, takes or keeps the refresher lease, and, when Redis has come back
+    /// or lost its state, puts back what this replica holds: its leases (those of requests
+    /// admitted alone among them), its pins (`pins`, read from its own store only then),
+    /// and the releases it sent lately. A heartbeat that got all of that into Redis says so
+    /// (its `synced` mark); shared mode begins once every live replica has said so since
+    /// Redis came back. Returns the tasks whose leases another replica released (their
+    /// final answer was polled there), for the caller to end locally.
     pub async fn heartbeat(
         &self,
+        keys: &[Arc<str>],
         refresh_interval: Duration,
         stale_after: Duration,
-        in_flight: &InFlight,
+        pins: impl FnOnce() -> Vec<(String, String)>,
     ) -> Vec<TaskId> {
         let was_up = self.up.load(Ordering::Acquire);
         let mut cmd = scripts::HEARTBEAT.call(1);
@@ -1035,21 +1201,33 @@ impl Cluster {
         let redis_ms: u64 = live.pop().and_then(|t| t.parse().ok()).unwrap_or(0);
         lock(&self.fleet).live = live.clone();
         self.remember(live.clone()).await;
-        let lost_data = self.check_epoch().await;
+        let Some(epoch) = self.check_epoch(keys).await else {
+            return Vec::new();
+        };
         if !was_up {
             self.mark_up();
         }
         self.drop_stale(stale_after).await;
+        if epoch.lost {
+            let mut backlog = lock(&self.backlog);
+            for (task, value) in pins() {
+                if backlog.len() >= MAX_BACKLOG {
+                    break;
+                }
+                backlog.push_back(PendingPin { task, value });
+            }
+        }
         let admitted_alone =
             self.backlog_len() > 0 || lock(&self.held).iter().any(|(_, h)| !h.in_redis);
-        let (ended, renewed) = self.renew(lost_data || !was_up).await;
+        let (ended, renewed) = self.renew(epoch.lost || !was_up).await;
+        let resent = !epoch.lost || self.resend_releases().await;
         let flushed = self.flush_backlog().await;
-        let counted = was_up || self.count_in_flight(in_flight).await;
-        if !was_up {
-            // A fresh start that admitted nothing alone has no outage to wait out: the
-            // others' counts are in Redis already.
+        if !was_up || epoch.lost {
+            // A fresh start that admitted nothing alone, into a fleet whose state Redis
+            // still has, has no outage to wait out: the others' counts are in Redis already.
             let after_outage = self.ever_up.swap(true, Ordering::AcqRel);
-            let settle = if after_outage || admitted_alone {
+            let others_lost_theirs = epoch.created && live.len() > 1;
+            let settle = if after_outage || admitted_alone || epoch.lost || others_lost_theirs {
                 Settle::Waiting {
                     since_ms: redis_ms,
                     deadline: Instant::now() + self.config.replica_timeout,
@@ -1061,7 +1239,7 @@ impl Cluster {
             };
             *lock(&self.settle) = settle;
         }
-        if renewed && flushed && counted && self.is_up() {
+        if renewed && resent && flushed && self.is_up() {
             self.mark_synced(redis_ms, &live).await;
         }
         self.take_refresher(refresh_interval).await;
@@ -1118,32 +1296,6 @@ impl Cluster {
         *settle = Settle::Shared;
     }
 
-    /// Submits admitted alone and still on their way upstream when Redis returns are not in
-    /// the lease sets: each is counted by a placeholder lease that expires when the request
-    /// must have ended, so no replica admits against a count that misses them. Their
-    /// tasks' own leases follow at their pins; until the placeholders expire the fleet
-    /// counts both, which errs towards fewer tasks.
-    async fn count_in_flight(&self, in_flight: &InFlight) -> bool {
-        if in_flight.pending.iter().all(|(_, n)| *n == 0) {
-            return true;
-        }
-        let mut pipe = redis::pipe();
-        let ttl = in_flight.request_timeout.as_millis() as u64 + 1000;
-        for (key, pending) in &in_flight.pending {
-            for _ in 0..*pending {
-                let member = self.next_member("r");
-                pipe.add_command(scripts::ACQUIRE.call(2))
-                    .arg(self.layout.leases(key))
-                    .arg(self.layout.spares(key))
-                    .arg(member)
-                    .arg(u32::MAX)
-                    .arg(ttl)
-                    .ignore();
-            }
-        }
-        self.call_pipe::<()>(Op::Renew, pipe).await.is_ok()
-    }
-
     /// How often [`Cluster::heartbeat`] runs.
     pub fn renew_period(&self) -> Duration {
         self.config.replica_timeout / 3
@@ -1165,38 +1317,69 @@ impl Cluster {
         }
     }
 
-    /// Whether Redis lost its data since this replica last looked: the epoch it knew is
-    /// gone. The first replica to find none sets one.
-    async fn check_epoch(&self) -> bool {
+    /// Moves this replica to the fleet's epoch, moving the fleet to a new one first when
+    /// Redis has none (it lost its data) or a script found Redis's state older than this
+    /// replica saw in the epoch it knows (a copy from before), and starts the generation of
+    /// every key of `keys` not yet started in that epoch, the stale ones included, so that
+    /// every replica still on the old epoch finds its next script refused. `None` if Redis
+    /// did not answer.
+    async fn check_epoch(&self, keys: &[Arc<str>]) -> Option<EpochCheck> {
+        let stale = matches!(*lock(&self.settle), Settle::Lost);
+        let known = lock(&self.generation).epoch.clone();
         let mut cmd = redis::cmd("GET");
         cmd.arg(self.layout.epoch());
-        let Ok(current) = self.call::<Option<String>>(Op::Heartbeat, cmd).await else {
-            return false;
-        };
-        let known = lock(&self.epoch).clone();
-        let current = match current {
-            Some(current) => current,
-            None => {
+        let current = self.call::<Option<String>>(Op::Heartbeat, cmd).await.ok()?;
+        let (adopted, created) = match current {
+            Some(current) if !(stale && known.as_deref() == Some(current.as_str())) => {
+                (current, false)
+            }
+            _ => {
                 let fresh = format!("{:016x}", rand::random::<u64>());
-                let mut cmd = redis::cmd("SET");
-                cmd.arg(self.layout.epoch()).arg(&fresh).arg("NX");
-                let _ = self.call::<Option<String>>(Op::Heartbeat, cmd).await;
-                let mut cmd = redis::cmd("GET");
-                cmd.arg(self.layout.epoch());
-                match self.call::<Option<String>>(Op::Heartbeat, cmd).await {
-                    Ok(Some(current)) => current,
-                    _ => return false,
-                }
+                let mut cmd = scripts::EPOCH.call(1);
+                cmd.arg(self.layout.epoch())
+                    .arg(known.as_deref().unwrap_or(""))
+                    .arg(&fresh);
+                let adopted: String = self.call(Op::Heartbeat, cmd).await.ok()?;
+                let created = adopted == fresh;
+                (adopted, created)
             }
         };
-        *lock(&self.epoch) = Some(current.clone());
-        match known {
-            Some(known) if known != current => {
-                tracing::warn!("redis lost its data; putting this replica's leases back");
-                true
+        let moved = known.as_deref() != Some(adopted.as_str());
+        let mut started: Vec<Arc<str>> = {
+            let generation = lock(&self.generation);
+            keys.iter()
+                .chain(lock(&self.held).iter().map(|(_, held)| &held.key))
+                .filter(|key| moved || !generation.floors.contains_key(&***key))
+                .cloned()
+                .collect()
+        };
+        started.sort_unstable();
+        started.dedup();
+        let mut counters: Vec<u64> = Vec::new();
+        if !started.is_empty() {
+            let mut pipe = redis::pipe();
+            for key in &started {
+                pipe.add_command(scripts::STAMP.call(1))
+                    .arg(self.layout.generation(key))
+                    .arg(&adopted);
             }
-            _ => false,
+            counters = self.call_pipe(Op::Heartbeat, pipe).await.ok()?;
         }
+        {
+            let mut generation = lock(&self.generation);
+            if moved {
+                generation.floors.clear();
+                generation.epoch = Some(Arc::from(adopted.as_str()));
+            }
+            for (key, counter) in started.into_iter().zip(counters) {
+                generation.floors.insert(key, counter);
+            }
+        }
+        let lost = known.is_some() && moved;
+        if lost {
+            tracing::warn!("redis lost the fleet's state; putting this replica's leases, pins and releases back");
+        }
+        Some(EpochCheck { lost, created })
     }
 
     /// Gives back the fleet's threads of tasks open longer than `stale_after`, as the local
@@ -1248,16 +1431,31 @@ impl Cluster {
                     .collect::<Vec<_>>()
             });
             for (key, members) in chunks {
-                let mut cmd = scripts::RENEW.call(3);
+                let (epoch, floor) = self
+                    .generation_of(&key)
+                    .unwrap_or_else(|| (Arc::from(""), 0));
+                let mut cmd = scripts::RENEW.call(4);
                 cmd.arg(self.layout.leases(&key))
                     .arg(self.layout.released(&key))
                     .arg(self.layout.spares(&key))
+                    .arg(self.layout.generation(&key))
                     .arg(self.lease_ttl_ms())
                     .arg(if restore { "1" } else { "0" })
+                    .arg(&*epoch)
+                    .arg(floor)
                     .arg(&members);
-                let Ok(missing) = self.call::<Vec<String>>(Op::Renew, cmd).await else {
+                let Ok((counter, missing)) = self.call::<(i64, Vec<String>)>(Op::Renew, cmd).await
+                else {
                     return (ended, false);
                 };
+                match u64::try_from(counter) {
+                    Ok(counter) => self.saw(&key, counter),
+                    Err(_) => {
+                        // Missing from a Redis that lost its state is not ended.
+                        self.found_stale(&key);
+                        return (ended, false);
+                    }
+                }
                 let mut held = lock(&self.held);
                 for member in &members {
                     held.mark_in_redis(member);
@@ -1450,7 +1648,11 @@ impl Drop for SharedLease {
         let Some(member) = self.member.take() else {
             return;
         };
-        lock(&self.cluster.held).remove(&member);
+        let held = lock(&self.cluster.held).remove(&member);
+        if held.is_some_and(|held| !held.in_redis) {
+            // Admitted alone and never written: nothing in Redis to remove.
+            return;
+        }
         let cluster = self.cluster.clone();
         let gone = [(self.key.clone(), member)];
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
@@ -1682,10 +1884,13 @@ mod tests {
         let c = Arc::new(cluster("r0"));
         assert!(!c.is_shared());
         assert!(c.degraded_reason().is_some());
-        assert!(matches!(
-            c.acquire("a", 5).await,
-            Err(ClusterError::Degraded)
-        ));
+        // Its submits take leases of its own, for the heartbeat to write when it can.
+        let Ok(Admit::Alone(lease)) = c.acquire("a", 5).await else {
+            panic!("a lease of this replica's own");
+        };
+        assert_eq!(c.held_by_me("a"), 1);
+        drop(lease);
+        assert_eq!(c.held_by_me("a"), 0, "given back when dropped");
     }
 
     #[test]

@@ -17,7 +17,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::app::App;
-use crate::cluster::{unix_ms, Cluster, InFlight, KeySync, SharedHealth, DOWN_RETRY};
+use crate::cluster::{unix_ms, Cluster, KeySync, SharedHealth, DOWN_RETRY};
 use crate::health::{HealthEvent, StateKind, TRANSIENT_REASON};
 use crate::pool::{KeyEntry, KeyPool};
 use crate::refresh;
@@ -70,28 +70,32 @@ async fn heartbeats(app: &App, cluster: &Arc<Cluster>) {
         } else {
             cluster.renew_period().min(DOWN_RETRY)
         };
-        tokio::time::sleep(period).await;
+        // A script that found Redis's state stale wakes the heartbeat, which puts this
+        // replica's state back: until then it serves on its share.
+        tokio::select! {
+            () = tokio::time::sleep(period) => {}
+            () = cluster.lost() => {}
+        }
     }
 }
 
-/// One heartbeat, told what this replica has on its way upstream.
+/// One heartbeat over the configured keys; the pins are read from this replica's own
+/// store only if Redis lost the fleet's copy.
 async fn heartbeat(app: &App, cluster: &Cluster) -> Vec<crate::captcha::TaskId> {
     let snapshot = app.snapshot();
-    let pool = &snapshot.pool;
-    let in_flight = InFlight {
-        pending: pool
-            .keys()
-            .iter()
-            .map(|key| (key.name.clone(), pool.load(key).pending))
-            .collect(),
-        request_timeout: snapshot.config.timeouts.request,
-    };
+    let keys: Vec<Arc<str>> = snapshot
+        .pool
+        .keys()
+        .iter()
+        .map(|key| Arc::from(&*key.name))
+        .collect();
     let config = &snapshot.config;
     cluster
         .heartbeat(
+            &keys,
             config.refresh_interval,
             config.capacity.stale_after,
-            &in_flight,
+            || app.shared_pins(),
         )
         .await
 }

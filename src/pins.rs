@@ -43,6 +43,9 @@ pub trait PinStore: Send + Sync + 'static {
     fn pinned(&self, task: &TaskId, now: Instant) -> Option<Pin>;
     /// Drops expired pins; returns how many were dropped.
     fn sweep(&self, now: Instant) -> usize;
+    /// Every pin not expired at `now`, oldest first: what a replica puts back into the
+    /// fleet's copy when Redis lost it. Walks the whole store; never on the request path.
+    fn live_pins(&self, now: Instant) -> Vec<(TaskId, Pin)>;
     /// Makes every pin recorded so far durable, where the store is durable at all. Called
     /// at shutdown.
     ///

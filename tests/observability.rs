@@ -144,8 +144,13 @@ async fn the_metric_set_after_real_traffic() {
     // Labels only: a sample's value is a number that may hold any digits (a duration sum of
     // 0.0037114730000000003 once failed a whole-line check).
     for line in text.lines().filter(|l| !l.starts_with('#')) {
-        let labels = line.rsplit_once(' ').map_or(line, |(series, _value)| series);
-        assert!(!labels.contains("73000000"), "no task id in a label: {line}");
+        let labels = line
+            .rsplit_once(' ')
+            .map_or(line, |(series, _value)| series);
+        assert!(
+            !labels.contains("73000000"),
+            "no task id in a label: {line}"
+        );
     }
     h.stop().await;
 }

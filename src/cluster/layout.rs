@@ -32,6 +32,13 @@ impl Layout {
         self.key_state(key, "released")
     }
 
+    /// Hash: the key's generation, `e` (the fleet's epoch it was started in) and `n` (a
+    /// counter every lease script advances), checked by every script that takes or renews
+    /// a lease.
+    pub fn generation(&self, key: &str) -> String {
+        self.key_state(key, "gen")
+    }
+
     /// Hash: the key's shared health (`state`, `reason`, `until`, `by`, `v`).
     pub fn health(&self, key: &str) -> String {
         self.key_state(key, "health")
@@ -118,6 +125,7 @@ mod tests {
             layout.spares("a"),
             layout.released("a"),
             layout.health("a"),
+            layout.generation("a"),
             layout.readings("a"),
             layout.pin("123"),
             layout.replicas(),

@@ -507,6 +507,10 @@ impl PinStore for JournalPins {
         dropped
     }
 
+    fn live_pins(&self, now: Instant) -> Vec<(TaskId, Pin)> {
+        self.inner.live_pins(now)
+    }
+
     fn len(&self) -> usize {
         self.inner.len()
     }

@@ -150,6 +150,19 @@ impl PinStore for MemoryPins {
         before.saturating_sub(self.len())
     }
 
+    fn live_pins(&self, now: Instant) -> Vec<(TaskId, Pin)> {
+        self.live(now)
+            .into_iter()
+            .map(|pin| {
+                let owner = Pin {
+                    key: pin.key,
+                    token: pin.token,
+                };
+                (pin.task, owner)
+            })
+            .collect()
+    }
+
     fn len(&self) -> usize {
         self.len.load(Ordering::Relaxed)
     }

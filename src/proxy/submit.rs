@@ -330,10 +330,11 @@ enum FleetThread {
 
 /// Takes one of the fleet's threads of `key` after the local one, whenever Redis answers
 /// (before shared mode begins too, so that replicas waiting for the fleet's count see this
-/// one's). A key the fleet has full is marked so for a moment, so that the walk and the
+/// one's); while it cannot count, a lease of this replica's own that the heartbeat puts
+/// back. A key the fleet has full is marked so for a moment, so that the walk and the
 /// queue pass it over.
 async fn fleet_thread(ctx: &Ctx, key: &KeyEntry) -> FleetThread {
-    let Some(cluster) = ctx.app.cluster().filter(|c| c.is_up()) else {
+    let Some(cluster) = ctx.app.cluster() else {
         return FleetThread::Alone;
     };
     let limit = ctx.snapshot.pool.fleet_limit(key);
@@ -341,7 +342,7 @@ async fn fleet_thread(ctx: &Ctx, key: &KeyEntry) -> FleetThread {
     // grow every submit's future (moved and boxed on every request) with or without
     // `[cluster]`.
     match Box::pin(cluster.acquire(&key.name, limit)).await {
-        Ok(Admit::Granted(shared)) => FleetThread::Granted(shared),
+        Ok(Admit::Granted(shared) | Admit::Alone(shared)) => FleetThread::Granted(shared),
         Ok(Admit::Full) => {
             key.stats
                 .fleet
