@@ -1138,17 +1138,29 @@ impl Cluster {
         let values: Vec<Value> = self.call_pipe(Op::Sync, pipe).await?;
         let mut values = values.into_iter();
         let mut synced = Synced::default();
-        let mut others = HashMap::with_capacity(keys.len());
+        // Only a whole count says what the others hold: one read from a Redis that lost its
+        // state, or while the fleet puts it back, would understate it, and the shares are
+        // taken from what the others left free.
+        let whole = self.is_shared();
+        let mut others = lock(&self.others).clone();
         for key in keys {
             let health: HashMap<String, String> = from_value(values.next());
             let readings: HashMap<String, String> = from_value(values.next());
             let (held, spares, counter): (u32, u32, i64) = from_value(values.next());
-            match u64::try_from(counter) {
-                Ok(counter) => self.saw(key, counter),
-                Err(_) => self.found_stale(key),
+            let current = match u64::try_from(counter) {
+                Ok(counter) => {
+                    self.saw(key, counter);
+                    true
+                }
+                Err(_) => {
+                    self.found_stale(key);
+                    false
+                }
+            };
+            if whole && current {
+                let mine = u32::try_from(self.held_by_me(key)).unwrap_or(u32::MAX);
+                others.insert(key.to_string(), (held + spares).saturating_sub(mine));
             }
-            let mine = u32::try_from(self.held_by_me(key)).unwrap_or(u32::MAX);
-            others.insert(key.to_string(), (held + spares).saturating_sub(mine));
             synced.keys.push(KeySync {
                 health: parse_health(&health),
                 readings: parse_readings(&readings),
@@ -1201,7 +1213,7 @@ impl Cluster {
         let redis_ms: u64 = live.pop().and_then(|t| t.parse().ok()).unwrap_or(0);
         lock(&self.fleet).live = live.clone();
         self.remember(live.clone()).await;
-        let Some(epoch) = self.check_epoch(keys).await else {
+        let Some(epoch) = self.check_epoch(keys, !was_up).await else {
             return Vec::new();
         };
         if !was_up {
@@ -1323,8 +1335,9 @@ impl Cluster {
     /// every key of `keys` not yet started in that epoch, the stale ones included, so that
     /// every replica still on the old epoch finds its next script refused. `None` if Redis
     /// did not answer.
-    async fn check_epoch(&self, keys: &[Arc<str>]) -> Option<EpochCheck> {
-        let stale = matches!(*lock(&self.settle), Settle::Lost);
+    async fn check_epoch(&self, keys: &[Arc<str>], returning: bool) -> Option<EpochCheck> {
+        let stale = matches!(*lock(&self.settle), Settle::Lost)
+            || (returning && self.generations_went_back().await?);
         let known = lock(&self.generation).epoch.clone();
         let mut cmd = redis::cmd("GET");
         cmd.arg(self.layout.epoch());
@@ -1380,6 +1393,38 @@ impl Cluster {
             tracing::warn!("redis lost the fleet's state; putting this replica's leases, pins and releases back");
         }
         Some(EpochCheck { lost, created })
+    }
+
+    /// Whether any key's generation in Redis is older than this replica saw: read when
+    /// Redis answers again after an outage, which may have been a restart from an older
+    /// copy. `None` if Redis did not answer.
+    async fn generations_went_back(&self) -> Option<bool> {
+        let (epoch, started): (Arc<str>, Vec<(Arc<str>, u64)>) = {
+            let generation = lock(&self.generation);
+            let Some(epoch) = generation.epoch.clone() else {
+                return Some(false);
+            };
+            let floors = generation.floors.iter();
+            (
+                epoch,
+                floors.map(|(key, floor)| (key.clone(), *floor)).collect(),
+            )
+        };
+        if started.is_empty() {
+            return Some(false);
+        }
+        let mut pipe = redis::pipe();
+        for (key, _) in &started {
+            pipe.cmd("HMGET")
+                .arg(self.layout.generation(key))
+                .arg("e")
+                .arg("n");
+        }
+        let found: Vec<(Option<String>, Option<u64>)> =
+            self.call_pipe(Op::Heartbeat, pipe).await.ok()?;
+        Some(started.iter().zip(found).any(|((_, floor), (e, n))| {
+            e.as_deref() != Some(&*epoch) || n.is_none_or(|n| n < *floor)
+        }))
     }
 
     /// Gives back the fleet's threads of tasks open longer than `stale_after`, as the local

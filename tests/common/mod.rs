@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod cluster;
 pub mod connect_proxy;
 pub mod logs;
 pub mod raw;
