@@ -433,7 +433,7 @@ async fn a_task_is_pollable_and_reportable_only_with_the_token_that_created_it()
 }
 
 #[tokio::test]
-async fn an_unpinned_task_is_probed_only_on_the_tokens_keys() {
+async fn an_unpinned_task_is_never_probed_for_nor_handed_to_a_token() {
     let sim = sim_with(&[KEY_A, KEY_B]).await;
     let mut config = config_for(&sim, &[("a", KEY_A, 1.0), ("b", KEY_B, 1.0)]);
     config.access.tokens = vec![
@@ -441,26 +441,34 @@ async fn an_unpinned_task_is_probed_only_on_the_tokens_keys() {
         caller_token("any", TOKEN_TWO),
     ];
     let h = Harness::start(sim, config).await;
-    // A task keyrelay never saw, on key a.
+    // A task keyrelay never saw, on key a: no token created it, so whose it is cannot be
+    // known, and a probe would hand it to whichever token asked first.
     let outside = h.submit_past_keyrelay(KEY_A).await;
     h.sim.clear_received();
-    let answer = h
-        .get(&format!("/res.php?key={TOKEN_ONE}&action=get&id={outside}"))
-        .await;
-    assert_eq!(answer.text(), "ERROR_WRONG_CAPTCHA_ID");
-    let asked: Vec<Option<String>> = h.sim.received().iter().map(|r| r.key.clone()).collect();
-    assert_eq!(asked, [Some(KEY_B.to_owned())], "only b was asked");
-    // Not remembered as nobody's: the token that may use a finds it.
-    let answer = h
-        .get(&format!("/res.php?key={TOKEN_TWO}&action=get&id={outside}"))
-        .await;
-    assert_ne!(answer.text(), "ERROR_WRONG_CAPTCHA_ID");
-    assert_eq!(key_header(&answer), "a");
-    // Found through token two, it is token two's from now on.
-    let answer = h
-        .get(&format!("/res.php?key={TOKEN_ONE}&action=get&id={outside}"))
-        .await;
-    assert_eq!(answer.text(), "ERROR_WRONG_CAPTCHA_ID");
+    for token in [TOKEN_ONE, TOKEN_TWO, TOKEN_ONE] {
+        for action in ["get", "get2", "reportbad"] {
+            let answer = h
+                .get(&format!(
+                    "/res.php?key={token}&action={action}&id={outside}"
+                ))
+                .await;
+            assert_eq!(answer.text(), "ERROR_WRONG_CAPTCHA_ID", "{action}");
+        }
+        let answer = h
+            .get(&format!(
+                "/res.php?key={token}&action=get&ids={outside},{outside}&json=1"
+            ))
+            .await;
+        assert_eq!(
+            answer.json()["request"],
+            "ERROR_WRONG_CAPTCHA_ID|ERROR_WRONG_CAPTCHA_ID"
+        );
+    }
+    assert!(
+        h.sim.received().is_empty(),
+        "no key was asked on a token's behalf: {:?}",
+        h.sim.received().len()
+    );
     h.stop().await;
 }
 

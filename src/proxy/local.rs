@@ -87,6 +87,9 @@ pub(crate) enum NoVerdict {
     ProbeUnsure,
     /// An unpinned task, and the probe budget is spent.
     ProbeBudget,
+    /// An unpinned task asked for with a token while the fleet puts its pins back: whose
+    /// it is may be known in a moment.
+    OwnerUnknown,
 }
 
 /// The `threadsinfo` answer, fields in the order the service's clients expect to read them.
@@ -147,6 +150,7 @@ impl Local {
             Local::NoVerdict { why, .. } => match why {
                 NoVerdict::Unanswered | NoVerdict::ProbeUnsure => RequestOutcome::UpstreamFailed,
                 NoVerdict::ProbeBudget => RequestOutcome::ProbeBudget,
+                NoVerdict::OwnerUnknown => RequestOutcome::UnknownTask,
             },
             Local::Balance(_) | Local::Threads(_) => RequestOutcome::Success,
             Local::Ids { asked: true, .. } => RequestOutcome::Success,
@@ -229,6 +233,9 @@ impl Local {
                     }
                     NoVerdict::ProbeBudget => {
                         "keyrelay has no pin for this task and its probe budget is spent"
+                    }
+                    NoVerdict::OwnerUnknown => {
+                        "keyrelay cannot tell yet whose task this is while the fleet puts its pins back"
                     }
                 };
                 let then = if *get { "poll again" } else { "retry later" };

@@ -75,6 +75,17 @@ async fn poll_one(ctx: &Ctx, parsed: &ParsedRequest, action: TaskAction, raw: &s
         Owner::NoPin => None,
     };
     let Some(key) = key else {
+        match unpinned_for_a_token(ctx) {
+            Some(Unpinned::MaybeLater) => return no_verdict(action, NoVerdict::OwnerUnknown),
+            Some(Unpinned::Never) => {
+                return Local::UnknownTask {
+                    task,
+                    remembered: false,
+                }
+                .into()
+            }
+            None => {}
+        }
         return match probe::probe(ctx, parsed, &task, checked).await {
             Probed::Owner {
                 key,
@@ -161,6 +172,29 @@ async fn with_retries(
     }
 }
 
+/// What a caller with a token is told of a task with no pin. A probe would find the key
+/// but not the token that created the task, and hand the task to whichever token asked
+/// first; so with tokens no probe runs, and a task is answered only to the token its pin
+/// names.
+enum Unpinned {
+    /// The fleet is putting its pins back (Redis lost them, or is away): the creating
+    /// replica may yet say whose it is. No verdict: poll again.
+    MaybeLater,
+    /// Nobody can say whose it is any more: answered as an unknown task.
+    Never,
+}
+
+/// `None` without tokens: then there are no owners, and the probe finds the key.
+fn unpinned_for_a_token(ctx: &Ctx) -> Option<Unpinned> {
+    ctx.token.as_ref()?;
+    let pins_coming_back = ctx.app.cluster().is_some_and(|c| !c.is_shared());
+    Some(if pins_coming_back {
+        Unpinned::MaybeLater
+    } else {
+        Unpinned::Never
+    })
+}
+
 /// Whose a task is, as far as this caller may know.
 enum Owner {
     /// The key that created it, even if a reload has since taken it out of the pool.
@@ -240,7 +274,11 @@ async fn poll_many(ctx: &Ctx, parsed: &ParsedRequest, ids: &str) -> Handled {
             Some(task) => match owner(ctx, task).await {
                 Owner::Key(key) => Some(Slot::Key(key)),
                 Owner::NotYours => Some(Slot::Local(WRONG_ID)),
-                Owner::NoPin => None,
+                Owner::NoPin => match unpinned_for_a_token(ctx) {
+                    Some(Unpinned::MaybeLater) => Some(Slot::Local(NOT_READY)),
+                    Some(Unpinned::Never) => Some(Slot::Local(WRONG_ID)),
+                    None => None,
+                },
             },
         });
     }

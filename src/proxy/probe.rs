@@ -147,14 +147,13 @@ pub(super) async fn probe(
                 };
                 // Pinned, not opened: a task keyrelay did not see submitted holds no thread in
                 // its count (the refresh's threadsinfo counts it as the key's external load).
-                // Found through the caller's token: from now on the task is that token's.
-                let token = ctx.token.as_ref().map_or(TokenId::NONE, |t| t.id);
+                // Pinned to no token: a probe finds the key, never who created the task, so
+                // callers with tokens are never probed for (`poll::unpinned_for_a_token`).
                 ctx.app
                     .pins()
-                    .pin_for(task.clone(), key.id, token, Instant::now());
+                    .pin_for(task.clone(), key.id, TokenId::NONE, Instant::now());
                 if let Some(cluster) = ctx.app.cluster() {
-                    let token = ctx.token.as_ref().map_or("", |t| &*t.name);
-                    cluster.share_found_pin(task, &key.name, token);
+                    cluster.share_found_pin(task, &key.name, "");
                 }
                 misses.forget(task);
                 count(ctx, ProbeResult::Found);
