@@ -144,6 +144,7 @@ mod tests {
         assert_eq!(layout.spares("client-a"), "kr:key:{client-a}:spares");
         assert_eq!(layout.released("b"), "kr:key:{b}:released");
         assert_eq!(layout.readings("b"), "kr:key:{b}:readings");
+        assert_eq!(layout.generation("b"), "kr:key:{b}:gen");
         assert_eq!(layout.pin("123"), "kr:pin:123");
         assert_eq!(Layout::task_lease("123"), "t:123");
         assert_eq!(layout.set_of("b", "s:kr-1:x:7"), "kr:key:{b}:spares");

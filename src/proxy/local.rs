@@ -332,6 +332,7 @@ mod tests {
             ("NoVerdict", no_verdict(NoVerdict::Unanswered, true)),
             ("NoVerdict", no_verdict(NoVerdict::Unanswered, false)),
             ("NoVerdict", no_verdict(NoVerdict::ProbeUnsure, true)),
+            ("NoVerdict", no_verdict(NoVerdict::OwnerUnknown, true)),
             ("NoVerdict", no_verdict(NoVerdict::ProbeBudget, true)),
             ("NoVerdict", no_verdict(NoVerdict::ProbeBudget, false)),
             ("Balance", Local::Balance("1.5".into())),
