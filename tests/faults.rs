@@ -1079,7 +1079,7 @@ async fn a_submit_that_tried_no_key_says_so() {
         let key = app.snapshot().pool.keys()[0].clone();
         std::thread::spawn(move || {
             let out = HealthEvent::Cool {
-                reason: "MAX_USER_TURN",
+                reason: keyrelay::health::Reason::of_code("MAX_USER_TURN"),
                 duration: Duration::from_secs(3600),
             };
             for _ in 0..FLIPS_AT_MOST {

@@ -214,9 +214,11 @@ const LAYERS: &[&[&str]] = &[
         "provider",
         "log_limit",
     ],
-    // The protocol, the validated config, and key and provider health: pure or behind a
-    // narrow store.
-    &["captcha", "config", "health", "outage"],
+    // The protocol, the validated config, and provider health: pure or behind a narrow
+    // store.
+    &["captcha", "config", "outage"],
+    // Key health, behind a narrow store; its reasons name the protocol's codes.
+    &["health"],
     // The policy, pure; and the simulator, which speaks only the protocol.
     &["failover", "sim"],
     // Pure figures for autoscalers: the scaling formula and the balance forecast.

@@ -18,7 +18,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use keyrelay::config::{Config, KeyConfig, Upstream};
-use keyrelay::health::StateKind;
+use keyrelay::health::{Reason, StateKind};
 use keyrelay::sim::{Fault, FaultKind, FaultTarget, SimHandle, SimKey, Simulator};
 use keyrelay::App;
 use tokio::net::TcpListener;
@@ -275,7 +275,7 @@ impl Harness {
             .find(|k| k.name == name)
             .expect("key exists");
         let view = self.app.health().view(key.id, tokio::time::Instant::now());
-        (view.state, view.reason)
+        (view.state, view.reason.map(Reason::label))
     }
 
     /// Submits a task straight to the simulator with `key`, past keyrelay (so no pin exists),
