@@ -1,11 +1,18 @@
 //! Shared test harness: a simulator and a keyrelay proxy on ephemeral ports, and a small
 //! HTTP client that returns status, headers and exact body bytes.
+//!
+//! Helpers only some crates use have modules of their own: `redis_server` and `replicas`
+//! for the cluster tests, `fault_load` and `fault_script` for the fault tests.
 
 #![allow(dead_code)]
 
 pub mod connect_proxy;
+pub mod fault_load;
+pub mod fault_script;
 pub mod logs;
 pub mod raw;
+pub mod redis_server;
+pub mod replicas;
 
 use std::net::SocketAddr;
 use std::time::Duration;
