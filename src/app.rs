@@ -15,9 +15,7 @@ use tower::retry::budget::{Budget, TpsBudget};
 use crate::capacity::{Capacity, MemoryLoad, ReadMark};
 use crate::cluster::{Cluster, ClusterError};
 use crate::config::Config;
-use crate::health::{
-    HealthEvent, HealthStore, MemoryHealth, StateKind, Transition, TRANSIENT_REASON,
-};
+use crate::health::{HealthEvent, HealthStore, MemoryHealth, Reason, StateKind, Transition};
 use crate::metrics::{Metrics, Release};
 use crate::outage::{OutageChange, OutagePolicy, Outages};
 use crate::pins::{JournalPins, MemoryPins, PinStore, ProbeState};
@@ -45,7 +43,7 @@ pub enum Event {
         key: String,
         from: StateKind,
         to: StateKind,
-        reason: Option<&'static str>,
+        reason: Option<Reason>,
     },
     /// A task left `key` for another key because of `reason`.
     Failover { key: String, reason: &'static str },
@@ -639,7 +637,7 @@ impl App {
             }
             for other in pool.keys().iter().filter(|k| k.provider == key.provider) {
                 let view = pool.health(other, now);
-                if view.state == StateKind::Cooling && view.reason == Some(TRANSIENT_REASON) {
+                if view.state == StateKind::Cooling && view.reason == Some(Reason::Transient) {
                     self.record_health(other, HealthEvent::Restore);
                 }
             }
@@ -724,7 +722,7 @@ impl App {
                 .map(|until| std::time::SystemTime::now() + until.saturating_duration_since(now));
             let name = key.name.clone();
             tokio::spawn(async move {
-                let reason = transition.reason.unwrap_or("");
+                let reason = transition.reason.map_or("", Reason::label);
                 cluster
                     .publish_health(&name, transition.to.label(), reason, until)
                     .await;
@@ -738,7 +736,7 @@ impl App {
     pub fn adopt_health(&self, key: &KeyEntry, event: HealthEvent) -> Option<Transition> {
         let transition = self.0.health.record(key.id, event, Instant::now())?;
         let (from, to) = (transition.from.label(), transition.to.label());
-        let reason = transition.reason.unwrap_or("none");
+        let reason = transition.reason.map_or("none", Reason::label);
         // One line per change, with both states and the reason: out of rotation is a warning.
         if transition.to == StateKind::Active {
             tracing::info!(key = %key.name, from, to, reason, "key state changed");

@@ -48,8 +48,8 @@ pub use body_kind::BodyKind;
 pub use conflict::Conflict;
 pub use profile::{Currency, Profile, ZeroBalance};
 pub use reply::{
-    classify, known_code, parse_balance, parse_reply, parse_threads, split_ids_reply, Outcome,
-    Reply, ThreadsInfo,
+    classify, parse_balance, parse_reply, parse_threads, split_ids_reply, Outcome, Reply,
+    ServiceCode, ThreadsInfo,
 };
 pub use request::{ParsedRequest, Rewritten};
 pub use request_error::RequestError;

@@ -20,8 +20,9 @@ use tokio::sync::broadcast::error::TryRecvError;
 use tokio::time::Instant;
 
 use crate::app::{App, Event};
+use crate::captcha::ServiceCode;
 use crate::config::{Config, KeyConfig, Upstream};
-use crate::health::StateKind;
+use crate::health::{Reason, StateKind};
 use crate::provider::Provider;
 use crate::sim::{SimHandle, SimKey, SimKeyState, Simulator};
 
@@ -273,7 +274,7 @@ async fn outage(
         .keys()
         .iter()
         .filter(|k| k.provider == Provider::CaptchaAi)
-        .filter(|k| snapshot.pool.health(k, now).reason == Some(crate::health::TRANSIENT_REASON))
+        .filter(|k| snapshot.pool.health(k, now).reason == Some(Reason::Transient))
         .map(|k| k.name.as_str())
         .collect();
     println!(
@@ -498,11 +499,12 @@ fn drain_events(
                 to,
                 reason,
             }) => {
+                const ZERO_BALANCE: Option<Reason> = Some(Reason::Service(ServiceCode::ZERO_BALANCE));
                 let what = match (from, to, reason) {
-                    (StateKind::Active, StateKind::Cooling, Some("ERROR_ZERO_BALANCE")) => {
+                    (StateKind::Active, StateKind::Cooling, ZERO_BALANCE) => {
                         "is out of rotation while keyrelay reads its threadsinfo"
                     }
-                    (_, StateKind::Benched, Some("ERROR_ZERO_BALANCE")) => {
+                    (_, StateKind::Benched, ZERO_BALANCE) => {
                         "benched: threadsinfo shows free threads, so the account is empty, not busy"
                     }
                     (_, StateKind::Benched, _) => "benched until a refresh shows it usable",
@@ -515,7 +517,7 @@ fn drain_events(
                 if key == KEYS[3].0 && to == StateKind::Benched {
                     *saw_drained = true;
                 }
-                let reason = reason.unwrap_or("-");
+                let reason = reason.map_or("-", Reason::label);
                 lines.push(format!("          key '{key}' {what} ({reason})"));
             }
             Ok(Event::Provider { provider, up }) => lines.push(if up {
@@ -557,7 +559,7 @@ fn pool_table(app: &App, sims: &Sims, served: &HashMap<String, usize>) -> String
             "  {:<8}  {:<7}  {:<24}  {:>7}  {:>6}  {:>14}",
             key.name,
             state,
-            view.reason.unwrap_or("-"),
+            view.reason.map_or("-", Reason::label),
             key.weight,
             served.get(&key.name).copied().unwrap_or(0),
             balance

@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use rand::Rng;
 
-use crate::captcha::{Outcome, ThreadsInfo};
+use crate::captcha::{Outcome, ServiceCode, ThreadsInfo};
 use crate::config::Failover;
-use crate::health::{HealthEvent, StateKind};
+use crate::health::{HealthEvent, Reason, StateKind};
 
 /// How long a key that answered `ERROR_ZERO_BALANCE` stays out while its `threadsinfo` is
 /// read to tell "all threads busy" from "no plan". The check replaces this state when it
@@ -63,7 +63,7 @@ pub enum Check {
     ZeroBalance,
     /// After a key-unusable verdict (`ERROR_WRONG_USER_KEY`, `ERROR_KEY_DOES_NOT_EXIST`,
     /// `ERROR_IP_NOT_ALLOWED`, …): `getbalance` confirms it before the key is benched.
-    Unusable { reason: &'static str },
+    Unusable { reason: Reason },
 }
 
 /// How a [`Check::Unusable`] ended, for `keyrelay_key_checks_total`.
@@ -130,16 +130,19 @@ impl Ejection {
     }
 }
 
-/// Decides what a submit (`in.php`, `solve.php`) outcome means. `code` is the upstream's
-/// error code, where there was one, reduced to a static reason; `reach` says whether a
-/// failure got as far as a connection.
+/// Decides what a submit (`in.php`, `solve.php`) outcome means. `reason` is why the answer
+/// failed (the upstream's error code, or the HTTP failure), where it was an answer; `reach`
+/// says whether a failure got as far as a connection.
 pub fn on_submit(
     outcome: Outcome,
-    code: &'static str,
+    reason: Option<Reason>,
     reach: Reach,
     policy: &Failover,
     ejection: Ejection,
 ) -> Decision {
+    // Only a failed answer is classified unusable, unfunded or full, and every failed answer
+    // has a reason; `OtherCode` is for a table that should ever say so of another.
+    let code = reason.unwrap_or(Reason::OtherCode);
     let (health, next) = match outcome {
         Outcome::Success => (Some(HealthEvent::Success), Next::Answer),
         // The caller's request is at fault: the same request fails on any key.
@@ -196,12 +199,12 @@ fn after_transient(reach: Reach) -> Next {
 /// key, everything else is answered.
 pub fn on_poll(
     outcome: Outcome,
-    code: &'static str,
+    reason: Option<Reason>,
     reach: Reach,
     policy: &Failover,
     ejection: Ejection,
 ) -> Decision {
-    let decision = on_submit(outcome, code, reach, policy, ejection);
+    let decision = on_submit(outcome, reason, reach, policy, ejection);
     let next = match decision.next {
         // Another upstream's key would not know the task: its own host is the only one to ask.
         Next::Backoff | Next::OtherUpstream => Next::Backoff,
@@ -267,12 +270,6 @@ pub fn meaning_rank(outcome: Outcome) -> u8 {
     }
 }
 
-/// A static reason for an upstream code: the code itself when the outcome table knows it,
-/// else `other`, so reasons and metric labels stay a closed set.
-pub fn reason_code(code: &str) -> &'static str {
-    crate::captcha::known_code(code).unwrap_or("other")
-}
-
 /// How long all upstream traffic pauses after an answer with `outcome`. An IP ban is about
 /// keyrelay's egress IP, not a key: every request would only deepen it.
 pub fn pause_after(outcome: Outcome, policy: &Failover) -> Option<Duration> {
@@ -283,7 +280,7 @@ pub fn pause_after(outcome: Outcome, policy: &Failover) -> Option<Duration> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ReadError {
     /// The service rejected the key itself (`ERROR_KEY_DOES_NOT_EXIST` and kin).
-    KeyRejected(&'static str),
+    KeyRejected(Reason),
     /// No usable answer: network, server error, or an answer without the figure.
     Unavailable,
 }
@@ -299,7 +296,7 @@ pub fn on_refresh(
     policy: &Failover,
 ) -> Option<HealthEvent> {
     match balance {
-        Err(ReadError::KeyRejected(code)) => Some(HealthEvent::Bench { reason: code }),
+        Err(ReadError::KeyRejected(code)) => Some(HealthEvent::Bench { reason: *code }),
         Err(ReadError::Unavailable) => None,
         Ok(balance) => {
             let usable = *balance > policy.min_balance && threads.is_none_or(|t| t.threads > 0);
@@ -314,7 +311,7 @@ pub fn on_refresh(
 pub fn on_unusable_check(balance: &Result<f64, ReadError>) -> (Option<HealthEvent>, CheckResult) {
     match balance {
         Err(ReadError::KeyRejected(code)) => (
-            Some(HealthEvent::Bench { reason: code }),
+            Some(HealthEvent::Bench { reason: *code }),
             CheckResult::Confirmed,
         ),
         Ok(_) => (None, CheckResult::Refuted),
@@ -336,14 +333,14 @@ pub fn settle_zero_balance(
     threads: &Result<ThreadsInfo, ReadError>,
     policy: &Failover,
 ) -> Option<HealthEvent> {
-    const REASON: &str = "ERROR_ZERO_BALANCE";
+    const REASON: Reason = Reason::Service(ServiceCode::ZERO_BALANCE);
     match threads {
         Ok(info) if all_threads_working(info) => Some(HealthEvent::Cool {
             reason: REASON,
             duration: policy.busy_cooldown,
         }),
         Ok(_) => Some(HealthEvent::Bench { reason: REASON }),
-        Err(ReadError::KeyRejected(code)) => Some(HealthEvent::Bench { reason: code }),
+        Err(ReadError::KeyRejected(code)) => Some(HealthEvent::Bench { reason: *code }),
         Err(ReadError::Unavailable) => None,
     }
 }
@@ -354,13 +351,13 @@ pub fn settle_zero_balance(
 /// provisional cooldown runs out by itself. A rejected key is benched with the service's
 /// code; no answer settles nothing.
 pub fn settle_no_funds(balance: &Result<f64, ReadError>, policy: &Failover) -> Option<HealthEvent> {
-    const REASON: &str = "ERROR_ZERO_BALANCE";
+    const REASON: Reason = Reason::Service(ServiceCode::ZERO_BALANCE);
     match balance {
         Ok(balance) if *balance <= policy.min_balance => {
             Some(HealthEvent::Bench { reason: REASON })
         }
         Ok(_) | Err(ReadError::Unavailable) => None,
-        Err(ReadError::KeyRejected(code)) => Some(HealthEvent::Bench { reason: code }),
+        Err(ReadError::KeyRejected(code)) => Some(HealthEvent::Bench { reason: *code }),
     }
 }
 
@@ -369,6 +366,10 @@ mod tests {
     use super::*;
     use rand::rngs::StdRng;
     use rand::SeedableRng;
+
+    fn reason(code: &str) -> Reason {
+        Reason::of_code(code)
+    }
 
     fn policy() -> Failover {
         Failover::default()
@@ -384,7 +385,7 @@ mod tests {
         let p = policy();
         let d = on_submit(
             Outcome::KeyUnusable,
-            "ERROR_KEY_DOES_NOT_EXIST",
+            Some(reason("ERROR_KEY_DOES_NOT_EXIST")),
             Reach::Connected,
             &p,
             EJECT,
@@ -393,14 +394,14 @@ mod tests {
         assert_eq!(
             d.check,
             Some(Check::Unusable {
-                reason: "ERROR_KEY_DOES_NOT_EXIST"
+                reason: reason("ERROR_KEY_DOES_NOT_EXIST")
             })
         );
         assert_eq!(d.next, Next::Failover);
 
         let d = on_submit(
             Outcome::KeyFull,
-            "MAX_USER_TURN",
+            Some(reason("MAX_USER_TURN")),
             Reach::Connected,
             &p,
             EJECT,
@@ -408,7 +409,7 @@ mod tests {
         assert_eq!(
             d.health,
             Some(HealthEvent::Cool {
-                reason: "MAX_USER_TURN",
+                reason: reason("MAX_USER_TURN"),
                 duration: p.busy_cooldown
             })
         );
@@ -416,7 +417,7 @@ mod tests {
 
         let d = on_submit(
             Outcome::ZeroBalance,
-            "ERROR_ZERO_BALANCE",
+            Some(reason("ERROR_ZERO_BALANCE")),
             Reach::Connected,
             &p,
             EJECT,
@@ -424,18 +425,30 @@ mod tests {
         assert_eq!(d.check, Some(Check::ZeroBalance));
         assert_eq!(d.next, Next::Failover);
 
-        let d = on_submit(Outcome::CallerError, "other", Reach::Connected, &p, EJECT);
+        let d = on_submit(
+            Outcome::CallerError,
+            Some(Reason::OtherCode),
+            Reach::Connected,
+            &p,
+            EJECT,
+        );
         assert_eq!(
             (d.next, d.health),
             (Next::Answer, Some(HealthEvent::Success))
         );
 
-        let d = on_submit(Outcome::IpBanned, "IP_BANNED", Reach::Connected, &p, EJECT);
+        let d = on_submit(
+            Outcome::IpBanned,
+            Some(reason("IP_BANNED")),
+            Reach::Connected,
+            &p,
+            EJECT,
+        );
         assert_eq!((d.next, d.health), (Next::Answer, None));
 
         let d = on_submit(
             Outcome::Transient,
-            "ERROR_SERVER_ERROR",
+            Some(reason("ERROR_SERVER_ERROR")),
             Reach::Connected,
             &p,
             EJECT,
@@ -454,17 +467,31 @@ mod tests {
             Outcome::CallerError,
         ] {
             assert_eq!(
-                on_poll(outcome, "other", Reach::Connected, &p, EJECT).next,
+                on_poll(
+                    outcome,
+                    Some(Reason::OtherCode),
+                    Reach::Connected,
+                    &p,
+                    EJECT
+                )
+                .next,
                 Next::Answer
             );
         }
         assert_eq!(
-            on_poll(Outcome::Transient, "other", Reach::Connected, &p, EJECT).next,
+            on_poll(
+                Outcome::Transient,
+                Some(Reason::OtherCode),
+                Reach::Connected,
+                &p,
+                EJECT
+            )
+            .next,
             Next::Backoff
         );
         let zero = on_poll(
             Outcome::ZeroBalance,
-            "ERROR_ZERO_BALANCE",
+            Some(reason("ERROR_ZERO_BALANCE")),
             Reach::Connected,
             &p,
             EJECT,
@@ -473,7 +500,7 @@ mod tests {
         assert_eq!(zero.health, None);
         let dead = on_poll(
             Outcome::KeyUnusable,
-            "ERROR_WRONG_USER_KEY",
+            Some(reason("ERROR_WRONG_USER_KEY")),
             Reach::Connected,
             &p,
             EJECT,
@@ -482,7 +509,7 @@ mod tests {
         assert_eq!(
             dead.check,
             Some(Check::Unusable {
-                reason: "ERROR_WRONG_USER_KEY"
+                reason: reason("ERROR_WRONG_USER_KEY")
             })
         );
     }
@@ -490,13 +517,13 @@ mod tests {
     #[test]
     fn a_refused_connection_moves_a_submit_to_another_upstream_at_once() {
         let p = policy();
-        let refused = on_submit(Outcome::Transient, "connect", Reach::Refused, &p, EJECT);
+        let refused = on_submit(Outcome::Transient, None, Reach::Refused, &p, EJECT);
         assert_eq!(
             refused.next,
             Next::OtherUpstream,
             "no backoff, no key behind it"
         );
-        let reached = on_submit(Outcome::Transient, "connect", Reach::Connected, &p, EJECT);
+        let reached = on_submit(Outcome::Transient, None, Reach::Connected, &p, EJECT);
         assert_eq!(reached.next, Next::Backoff);
         // What it does to the key is what any transient failure does: only where the task
         // goes next differs.
@@ -506,14 +533,14 @@ mod tests {
             allowed: false,
             jitter: 1.0,
         };
-        let refused = on_submit(Outcome::Transient, "connect", Reach::Refused, &p, lone);
+        let refused = on_submit(Outcome::Transient, None, Reach::Refused, &p, lone);
         assert_eq!(refused.health, Some(transient(&p, lone)));
     }
 
     #[test]
     fn a_refused_poll_is_retried_on_its_own_key() {
         let p = policy();
-        let d = on_poll(Outcome::Transient, "connect", Reach::Refused, &p, EJECT);
+        let d = on_poll(Outcome::Transient, None, Reach::Refused, &p, EJECT);
         assert_eq!(
             d.next,
             Next::Backoff,
@@ -521,7 +548,7 @@ mod tests {
         );
         assert_eq!(
             d.health,
-            on_poll(Outcome::Transient, "connect", Reach::Connected, &p, EJECT).health
+            on_poll(Outcome::Transient, None, Reach::Connected, &p, EJECT).health
         );
     }
 
@@ -538,8 +565,14 @@ mod tests {
         ] {
             for decide in [on_submit, on_poll] {
                 assert_eq!(
-                    decide(outcome, "other", Reach::Refused, &p, EJECT),
-                    decide(outcome, "other", Reach::Connected, &p, EJECT),
+                    decide(outcome, Some(Reason::OtherCode), Reach::Refused, &p, EJECT),
+                    decide(
+                        outcome,
+                        Some(Reason::OtherCode),
+                        Reach::Connected,
+                        &p,
+                        EJECT
+                    ),
                     "{outcome:?}"
                 );
             }
@@ -559,10 +592,10 @@ mod tests {
             Outcome::Transient,
         ] {
             for (code, reach) in [
-                ("ERROR_WRONG_USER_KEY", Reach::Connected),
-                ("ERROR_KEY_DOES_NOT_EXIST", Reach::Connected),
-                ("other", Reach::Connected),
-                ("connect", Reach::Refused),
+                (Some(reason("ERROR_WRONG_USER_KEY")), Reach::Connected),
+                (Some(reason("ERROR_KEY_DOES_NOT_EXIST")), Reach::Connected),
+                (Some(Reason::OtherCode), Reach::Connected),
+                (None, Reach::Refused),
             ] {
                 for decision in [
                     on_submit(outcome, code, reach, &p, EJECT),
@@ -570,7 +603,7 @@ mod tests {
                 ] {
                     assert!(
                         !matches!(decision.health, Some(HealthEvent::Bench { .. })),
-                        "{outcome:?} {code} benched a key"
+                        "{outcome:?} {code:?} benched a key"
                     );
                 }
             }
@@ -602,8 +635,11 @@ mod tests {
 
     #[test]
     fn reasons_are_a_closed_set() {
-        assert_eq!(reason_code("ERROR_ZERO_BALANCE"), "ERROR_ZERO_BALANCE");
-        assert_eq!(reason_code("ERROR_SOMETHING_NEW"), "other");
+        assert_eq!(
+            Reason::of_code("ERROR_ZERO_BALANCE").label(),
+            "ERROR_ZERO_BALANCE"
+        );
+        assert_eq!(Reason::of_code("ERROR_SOMETHING_NEW").label(), "other");
     }
 
     #[test]
@@ -664,12 +700,12 @@ mod tests {
             min_balance: 0.5,
             ..policy()
         };
-        let rejected = Err(ReadError::KeyRejected("ERROR_KEY_DOES_NOT_EXIST"));
+        let rejected = Err(ReadError::KeyRejected(reason("ERROR_KEY_DOES_NOT_EXIST")));
         for state in StateKind::ALL {
             assert_eq!(
                 on_refresh(*state, &rejected, None, &p),
                 Some(HealthEvent::Bench {
-                    reason: "ERROR_KEY_DOES_NOT_EXIST"
+                    reason: reason("ERROR_KEY_DOES_NOT_EXIST")
                 })
             );
             // A failed read is no evidence either way.
@@ -698,7 +734,7 @@ mod tests {
 
     #[test]
     fn only_a_rejected_own_read_confirms_a_key_unusable_verdict() {
-        let code = "ERROR_WRONG_USER_KEY";
+        let code = reason("ERROR_WRONG_USER_KEY");
         assert_eq!(
             on_unusable_check(&Err(ReadError::KeyRejected(code))),
             (
@@ -717,20 +753,23 @@ mod tests {
     fn zero_balance_is_settled_by_whether_every_thread_works() {
         let p = policy();
         let cool = Some(HealthEvent::Cool {
-            reason: "ERROR_ZERO_BALANCE",
+            reason: reason("ERROR_ZERO_BALANCE"),
             duration: p.busy_cooldown,
         });
         let bench = Some(HealthEvent::Bench {
-            reason: "ERROR_ZERO_BALANCE",
+            reason: reason("ERROR_ZERO_BALANCE"),
         });
         assert_eq!(settle_zero_balance(&Ok(threads(5, 5)), &p), cool);
         assert_eq!(settle_zero_balance(&Ok(threads(5, 7)), &p), cool);
         assert_eq!(settle_zero_balance(&Ok(threads(5, 4)), &p), bench);
         assert_eq!(settle_zero_balance(&Ok(threads(0, 0)), &p), bench);
         assert_eq!(
-            settle_zero_balance(&Err(ReadError::KeyRejected("ERROR_KEY_DOES_NOT_EXIST")), &p),
+            settle_zero_balance(
+                &Err(ReadError::KeyRejected(reason("ERROR_KEY_DOES_NOT_EXIST"))),
+                &p
+            ),
             Some(HealthEvent::Bench {
-                reason: "ERROR_KEY_DOES_NOT_EXIST"
+                reason: reason("ERROR_KEY_DOES_NOT_EXIST")
             })
         );
         assert_eq!(settle_zero_balance(&Err(ReadError::Unavailable), &p), None);
@@ -740,7 +779,7 @@ mod tests {
     fn no_funds_is_settled_by_the_balance_against_min_balance() {
         let p = policy();
         let bench = Some(HealthEvent::Bench {
-            reason: "ERROR_ZERO_BALANCE",
+            reason: reason("ERROR_ZERO_BALANCE"),
         });
         assert_eq!(settle_no_funds(&Ok(0.0), &p), bench);
         assert_eq!(settle_no_funds(&Ok(p.min_balance), &p), bench);
@@ -748,9 +787,12 @@ mod tests {
         assert_eq!(settle_no_funds(&Ok(p.min_balance + 0.01), &p), None);
         assert_eq!(settle_no_funds(&Ok(12.5), &p), None);
         assert_eq!(
-            settle_no_funds(&Err(ReadError::KeyRejected("ERROR_WRONG_USER_KEY")), &p),
+            settle_no_funds(
+                &Err(ReadError::KeyRejected(reason("ERROR_WRONG_USER_KEY"))),
+                &p
+            ),
             Some(HealthEvent::Bench {
-                reason: "ERROR_WRONG_USER_KEY"
+                reason: reason("ERROR_WRONG_USER_KEY")
             })
         );
         assert_eq!(settle_no_funds(&Err(ReadError::Unavailable), &p), None);

@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 use crate::app::App;
 use crate::cluster::{unix_ms, Cluster, KeySync, SharedHealth, DOWN_RETRY};
-use crate::health::{HealthEvent, StateKind, TRANSIENT_REASON};
+use crate::health::{HealthEvent, Reason, StateKind};
 use crate::pool::{KeyEntry, KeyPool};
 use crate::refresh;
 
@@ -232,7 +232,7 @@ fn adopt_readings(key: &KeyEntry, state: &KeySync) {
 /// the answer itself.
 fn adopt_health(app: &App, key: &KeyEntry, shared: &SharedHealth) {
     let now = Instant::now();
-    let reason = static_reason(&shared.reason);
+    let reason = shared_reason(&shared.reason);
     let local = app.health().view(key.id, now).state;
     let event = match shared.state.as_str() {
         "benched" => HealthEvent::Bench { reason },
@@ -259,13 +259,10 @@ fn adopt_health(app: &App, key: &KeyEntry, shared: &SharedHealth) {
     }
 }
 
-/// Health reasons are a closed set of static codes; one another replica wrote is mapped
-/// back onto it.
-fn static_reason(reason: &str) -> &'static str {
-    if reason == TRANSIENT_REASON {
-        return TRANSIENT_REASON;
-    }
-    crate::captcha::known_code(reason).unwrap_or("fleet")
+/// The reason another replica wrote, read back; one this version does not write (a newer
+/// replica's) still moves the key, as `fleet`.
+fn shared_reason(label: &str) -> Reason {
+    Reason::parse(label).unwrap_or(Reason::Fleet)
 }
 
 #[cfg(test)]
@@ -328,5 +325,15 @@ mod tests {
             a_minute_of_syncs(&key, 50.0, 1_000 + u64::from(minute) * 60_000).await;
         }
         assert_eq!(key.stats.forecast(Instant::now()), Forecast::Flat);
+    }
+
+    #[test]
+    fn a_shared_reason_reads_back_as_written_and_an_unknown_one_as_fleet() {
+        for label in ["ERROR_KEY_DOES_NOT_EXIST", "transient", "http_429", "fleet"] {
+            assert_eq!(shared_reason(label).label(), label);
+        }
+        // A newer replica's reason, or none at all, still moves the key.
+        assert_eq!(shared_reason("some_newer_reason"), Reason::Fleet);
+        assert_eq!(shared_reason(""), Reason::Fleet);
     }
 }

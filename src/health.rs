@@ -13,6 +13,10 @@ use tokio::time::Instant;
 use crate::fast_map::FastMap;
 use crate::key_id::KeyId;
 
+mod reason;
+
+pub use reason::Reason;
+
 /// Where a key stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum StateKind {
@@ -50,7 +54,7 @@ impl fmt::Display for StateKind {
 pub struct HealthView {
     pub state: StateKind,
     /// The code or cause that took the key out; `None` while active.
-    pub reason: Option<&'static str>,
+    pub reason: Option<Reason>,
     /// When the key entered this state.
     pub since: Instant,
     /// End of a cooldown.
@@ -77,12 +81,9 @@ pub enum HealthEvent {
         jitter: f64,
     },
     /// Take the key out for a while.
-    Cool {
-        reason: &'static str,
-        duration: Duration,
-    },
+    Cool { reason: Reason, duration: Duration },
     /// Take the key out until a refresh restores it.
-    Bench { reason: &'static str },
+    Bench { reason: Reason },
     /// Put the key back in rotation.
     Restore,
 }
@@ -92,7 +93,7 @@ pub enum HealthEvent {
 pub struct Transition {
     pub from: StateKind,
     pub to: StateKind,
-    pub reason: Option<&'static str>,
+    pub reason: Option<Reason>,
 }
 
 /// The narrow interface to key health.
@@ -102,9 +103,6 @@ pub trait HealthStore: Send + Sync + 'static {
     /// Applies an event; returns the transition if the state changed.
     fn record(&self, key: KeyId, event: HealthEvent, now: Instant) -> Option<Transition>;
 }
-
-/// Reason recorded when transient failures cool a key down.
-pub const TRANSIENT_REASON: &str = "transient";
 
 // === impl MemoryHealth ===
 
@@ -123,7 +121,7 @@ pub struct MemoryHealth {
 #[derive(Clone, Copy, Debug)]
 struct Entry {
     state: StateKind,
-    reason: Option<&'static str>,
+    reason: Option<Reason>,
     since: Instant,
     until: Option<Instant>,
     transient_run: u32,
@@ -234,7 +232,7 @@ impl HealthStore for MemoryHealth {
                 let jittered = grown.mul_f64(jitter.clamp(0.0, 2.0)).min(max_cooldown);
                 entry.transient_run = 0;
                 entry.ejections = entry.ejections.saturating_add(1);
-                set(&mut entry, StateKind::Cooling, Some(TRANSIENT_REASON), now);
+                set(&mut entry, StateKind::Cooling, Some(Reason::Transient), now);
                 entry.until = Some(now + jittered);
             }
             HealthEvent::Cool { reason, duration } => {
@@ -271,7 +269,7 @@ fn event_changes_reason(event: &HealthEvent) -> bool {
     matches!(event, HealthEvent::Cool { .. } | HealthEvent::Bench { .. })
 }
 
-fn set(entry: &mut Entry, state: StateKind, reason: Option<&'static str>, now: Instant) {
+fn set(entry: &mut Entry, state: StateKind, reason: Option<Reason>, now: Instant) {
     if entry.state != state {
         entry.since = now;
     }
@@ -285,6 +283,10 @@ mod tests {
     use super::*;
 
     const K: KeyId = KeyId(0);
+
+    fn code(code: &str) -> Reason {
+        Reason::of_code(code)
+    }
     const TRANSIENT: HealthEvent = HealthEvent::Transient {
         threshold: 3,
         cooldown: Duration::from_secs(30),
@@ -306,7 +308,7 @@ mod tests {
             .record(
                 K,
                 HealthEvent::Bench {
-                    reason: "ERROR_KEY_DOES_NOT_EXIST",
+                    reason: code("ERROR_KEY_DOES_NOT_EXIST"),
                 },
                 now,
             )
@@ -316,7 +318,7 @@ mod tests {
             (
                 StateKind::Active,
                 StateKind::Benched,
-                Some("ERROR_KEY_DOES_NOT_EXIST")
+                Some(code("ERROR_KEY_DOES_NOT_EXIST"))
             )
         );
         tokio::time::advance(Duration::from_secs(3600)).await;
@@ -325,7 +327,7 @@ mod tests {
         assert_eq!(view.since, now);
         // A cooldown cannot shorten a bench.
         let cool = HealthEvent::Cool {
-            reason: "ERROR_NO_SLOT_AVAILABLE",
+            reason: code("ERROR_NO_SLOT_AVAILABLE"),
             duration: Duration::from_secs(1),
         };
         assert_eq!(health.record(K, cool, Instant::now()), None);
@@ -359,7 +361,7 @@ mod tests {
         health.record(
             K,
             HealthEvent::Bench {
-                reason: "ERROR_WRONG_USER_KEY",
+                reason: code("ERROR_WRONG_USER_KEY"),
             },
             now,
         );
@@ -370,14 +372,14 @@ mod tests {
     async fn cooldown_ends_by_itself() {
         let health = MemoryHealth::new();
         let cool = HealthEvent::Cool {
-            reason: "MAX_USER_TURN",
+            reason: code("MAX_USER_TURN"),
             duration: Duration::from_secs(10),
         };
         health.record(K, cool, Instant::now()).unwrap();
         tokio::time::advance(Duration::from_millis(9_999)).await;
         let view = health.view(K, Instant::now());
         assert_eq!(view.state, StateKind::Cooling);
-        assert_eq!(view.reason, Some("MAX_USER_TURN"));
+        assert_eq!(view.reason, Some(code("MAX_USER_TURN")));
         tokio::time::advance(Duration::from_millis(1)).await;
         let view = health.view(K, Instant::now());
         assert_eq!(view.state, StateKind::Active);
@@ -399,7 +401,7 @@ mod tests {
             .expect("third in a row cools");
         assert_eq!(
             (t.to, t.reason),
-            (StateKind::Cooling, Some(TRANSIENT_REASON))
+            (StateKind::Cooling, Some(Reason::Transient))
         );
         assert_eq!(
             health.view(K, now).until,

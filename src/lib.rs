@@ -31,7 +31,9 @@
 //!   and its reload, and the reasons a handshake fails.
 //! - [`proxy`]: one request end to end; [`server`]: accept loop, connections, the
 //!   forward-proxy mode (`CONNECT`, absolute-form requests to other hosts) and shutdown.
-//! - [`refresh`]: background balance and thread reads, and re-probing benched keys;
+//! - [`background`]: every long-running background task, started in one place and
+//!   listed there; [`refresh`]: background balance and thread reads, and re-probing
+//!   benched keys;
 //!   [`reload`]: live reload of `proxy.toml` on SIGHUP or when the file changes, and the
 //!   diff-and-apply of a new config.
 //! - [`metrics`]: Prometheus metrics from an owned registry; [`status`]: `/status`,
@@ -51,6 +53,7 @@ pub const BUILD_COMMIT: &str = env!("KEYRELAY_COMMIT");
 pub mod admin;
 pub mod api_key;
 pub mod app;
+pub mod background;
 pub mod capacity;
 pub mod captcha;
 pub mod cluster;

@@ -1,20 +1,18 @@
-//! The `keyrelay` command: parses the command line, sets up logging, and hands over to the
-//! library. Everything testable lives in the library.
+//! The `keyrelay` command: parses the command line, sets up logging and the runtime, and
+//! hands over to one subcommand (`cli/`, a file each). Everything testable lives in the
+//! library.
+
+mod cli;
 
 use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::num::NonZeroUsize;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::Context as _;
 use clap::{Parser, Subcommand, ValueEnum};
-use keyrelay::config::ConfigError;
-use keyrelay::server::TlsListener;
-use keyrelay::sim::{SimKey, Simulator, DEFAULT_KEYS};
-use keyrelay::tls::{ListenerCert, LocalCa};
-use keyrelay::{App, Config};
-use tokio::net::TcpListener;
+use cli::ConfigPath;
+use keyrelay::sim::SimKey;
 use tracing_subscriber::EnvFilter;
 
 /// The version `--version` prints: the crate's, and the commit it was built from.
@@ -165,320 +163,24 @@ fn build_runtime(threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
     }
 }
 
-/// The file a bare `keyrelay` (or `keyrelay check`) reads: the README's first run starts
-/// from the directory that holds the shipped `proxy.toml`.
-const DEFAULT_CONFIG: &str = "proxy.toml";
-
-/// Where the config comes from: `--config`, or the default file, which may well be missing
-/// for someone who just installed keyrelay.
-enum ConfigPath {
-    Given(PathBuf),
-    Default,
-}
-
-impl ConfigPath {
-    fn path(&self) -> &Path {
-        match self {
-            ConfigPath::Given(path) => path,
-            ConfigPath::Default => Path::new(DEFAULT_CONFIG),
-        }
-    }
-}
-
 async fn dispatch(cli: Cli, threads: usize) -> anyhow::Result<()> {
     let config = match cli.config {
         Some(path) => ConfigPath::Given(path),
         None => ConfigPath::Default,
     };
     match cli.command {
-        None => serve(&config, threads).await,
-        Some(Command::Check { online }) => {
-            let loaded = load_config(&config)?;
-            // Read as keyrelay reads it at start, so that a bad bundle fails here first.
-            keyrelay::upstream::roots::configured(loaded.upstream_ca.as_deref())?;
-            println!("{} is valid", config.path().display());
-            print!("{}", loaded.summary());
-            if online {
-                check_online(&loaded).await?;
-            }
-            Ok(())
-        }
+        None => cli::serve(&config, threads).await,
+        Some(Command::Check { online }) => cli::check(&config, online).await,
         Some(Command::Simulate {
             listen,
             keys,
             polls_to_ready,
             providers,
-        }) => simulate(listen, keys, polls_to_ready, providers).await,
+        }) => cli::simulate(listen, keys, polls_to_ready, providers).await,
         Some(Command::Demo) => keyrelay::demo::run().await.map_err(|e| anyhow::anyhow!(e)),
-        Some(Command::Ca { pem }) => ca(&config, pem),
-        Some(Command::Ctl { url, action }) => ctl(&config, url.as_deref(), action).await,
+        Some(Command::Ca { pem }) => cli::ca(&config, pem),
+        Some(Command::Ctl { url, action }) => cli::ctl(&config, url.as_deref(), action).await,
     }
-}
-
-/// `keyrelay check --online`: the upstream's table of the keys, and an error (so a
-/// non-zero exit) when fewer than two are usable.
-async fn check_online(config: &Config) -> anyhow::Result<()> {
-    use keyrelay::online_check::{self, MIN_USABLE};
-    let report = online_check::run(config).await?;
-    println!();
-    print!("{}", report.render());
-    anyhow::ensure!(
-        report.passes(),
-        "only {} usable key(s) of {}: keyrelay needs at least {MIN_USABLE} to fail over \
-         (the KeyrelayFewerThanTwoKeysActive alert's threshold)",
-        report.usable(),
-        report.rows.len()
-    );
-    Ok(())
-}
-
-/// `keyrelay ca`: the CA certificate's path and, for each client family, how to trust
-/// it; with `--pem`, the certificate alone. Creating the CA here lets a user trust it
-/// before keyrelay first starts.
-fn ca(source: &ConfigPath, pem: bool) -> anyhow::Result<()> {
-    let config = load_config(source)?;
-    let ca = LocalCa::load_or_create(&config.ca, config.data_dir.as_deref())?;
-    if pem {
-        print!("{}", ca.cert_pem());
-        return Ok(());
-    }
-    let cert = ca.cert_path().map_or_else(
-        || "(in memory)".to_owned(),
-        |path| path.display().to_string(),
-    );
-    let state = if ca.was_created() {
-        "generated just now"
-    } else {
-        "existing"
-    };
-    println!("keyrelay's local CA certificate ({state}):\n  {cert}\n");
-    println!("Trust it in the clients that talk to keyrelay over TLS:");
-    for (who, how) in [
-        ("Python requests", format!("export REQUESTS_CA_BUNDLE={cert}")),
-        ("httpx, Go, OpenSSL, curl", format!("export SSL_CERT_FILE={cert}")),
-        ("Node.js", format!("export NODE_EXTRA_CA_CERTS={cert}")),
-        (
-            "the system store (Debian, Ubuntu)",
-            format!(
-                "sudo cp {cert} /usr/local/share/ca-certificates/keyrelay-ca.crt \\\n      && sudo update-ca-certificates"
-            ),
-        ),
-    ] {
-        println!("  {who}:\n    {how}");
-    }
-    println!(
-        "\nREQUESTS_CA_BUNDLE and SSL_CERT_FILE replace the default roots: for a script that \
-         also reaches\nother HTTPS sites, point them at a bundle holding both, for example\n    \
-         cat \"$(python3 -m certifi)\" {cert} > keyrelay-bundle.pem\n\
-         `keyrelay ca --pem` writes the certificate alone to stdout."
-    );
-    if let Some(key) = ca.key_path() {
-        println!(
-            "\nKeep the CA's private key secret: {}\nAnyone who has it can impersonate any \
-             HTTPS site to every client that trusts this CA.",
-            key.display()
-        );
-    }
-    Ok(())
-}
-
-async fn ctl(source: &ConfigPath, url: Option<&str>, action: CtlAction) -> anyhow::Result<()> {
-    use keyrelay::ctl::{Action, Target};
-    let env = |name: &str| std::env::var(name).ok();
-    let target = match (url, source) {
-        (Some(url), ConfigPath::Given(path)) => Target::from_url(url, Some(path), &env)?,
-        (Some(url), ConfigPath::Default) => Target::from_url(url, None, &env)?,
-        (None, source) => Target::from_config(source.path(), &env)?,
-    };
-    let action = match action {
-        CtlAction::Keys => Action::Keys,
-        CtlAction::Disable { name } => Action::Disable(name),
-        CtlAction::Enable { name } => Action::Enable(name),
-        CtlAction::Drain { name } => Action::Drain(name),
-        CtlAction::Refresh { name } => Action::Refresh(name),
-    };
-    print!("{}", keyrelay::ctl::run(&target, &action).await?);
-    Ok(())
-}
-
-async fn serve(source: &ConfigPath, threads: usize) -> anyhow::Result<()> {
-    let path = source.path();
-    let config = load_config(source)?;
-    let listen = config.listen;
-    let upstream = config.upstream.as_str().to_owned();
-    // Masked: the URL's user info never reaches the log.
-    let via = config
-        .upstream_proxy
-        .as_ref()
-        .map_or_else(|| "direct".to_owned(), ToString::to_string);
-    let keys = config.keys.len();
-    let tls = config.tls.clone();
-    let app = App::new(config)?;
-    // Made (or checked) at start, so that a broken CA file stops keyrelay here rather
-    // than failing the first intercepted CONNECT, and a new CA exists to be trusted.
-    let ca = app.ca()?;
-    let admin_listen = app.snapshot().config.admin.listen;
-    let listener = TcpListener::bind(listen)
-        .await
-        .with_context(|| format!("cannot listen on {listen}"))?;
-    // The bound address, not the configured one: with port 0 only this says where to connect.
-    let addr = listener.local_addr()?;
-    let tls = match tls {
-        Some(tls) => {
-            let cert = ListenerCert::new(&tls, ca)?;
-            let listener = TcpListener::bind(tls.listen)
-                .await
-                .with_context(|| format!("cannot listen on {} (tls.listen)", tls.listen))?;
-            Some((listener, cert))
-        }
-        None => None,
-    };
-    let mut listeners = keyrelay::server::Listeners::new(listener);
-    if let Some(admin) = admin_listen {
-        let admin = TcpListener::bind(admin)
-            .await
-            .with_context(|| format!("cannot listen on admin.listen {admin}"))?;
-        listeners.admin = Some(admin);
-    }
-    let admin_addr = match &listeners.admin {
-        Some(admin) => Some(admin.local_addr()?),
-        None => None,
-    };
-    // Signal handlers go in before the "listening" line, so every signal sent once anyone
-    // can know we run is handled rather than killing the process.
-    let watcher = keyrelay::reload::watch(app.clone(), path.to_owned());
-    let shutdown = keyrelay::server::shutdown_signal();
-    let shutdown = async {
-        shutdown.await;
-        tell_service_manager(Lifecycle::Stopping);
-    };
-    tracing::info!(%addr, %upstream, %via, keys, threads, "keyrelay listening");
-    if let Some(admin) = admin_addr {
-        // Its own line, after the one above, and not as `addr`: scripts read that one.
-        tracing::info!(%admin, "admin API listening");
-    }
-    let watcher = tokio::spawn(watcher);
-    let tls = match tls {
-        Some((listener, cert)) => {
-            let tls_addr = listener.local_addr()?;
-            tracing::info!(%tls_addr, certificate = ?cert, "keyrelay TLS listening");
-            let cert_watcher = tokio::spawn(cert.clone().watch());
-            let config = keyrelay::tls::listener_config(cert);
-            Some((TlsListener { listener, config }, cert_watcher))
-        }
-        None => None,
-    };
-    let (tls, cert_watcher) = tls.unzip();
-    listeners.tls = tls;
-    // Every socket is bound and every signal handled: from here a connection is queued
-    // and served, which is what systemd's Type=notify waits for.
-    tell_service_manager(Lifecycle::Ready);
-    keyrelay::server::run_with(listeners, app, shutdown).await?;
-    watcher.abort();
-    if let Some(cert_watcher) = cert_watcher {
-        cert_watcher.abort();
-    }
-    Ok(())
-}
-
-/// Tells systemd (under `Type=notify`) that keyrelay is ready or is draining. Without
-/// `NOTIFY_SOCKET` (a shell, a container, `Type=simple`) this does nothing, and a failed
-/// send is only logged: the service manager's bookkeeping must never stop the proxy.
-fn tell_service_manager(state: Lifecycle) {
-    #[cfg(unix)]
-    {
-        let state = match state {
-            Lifecycle::Ready => sd_notify::NotifyState::Ready,
-            Lifecycle::Stopping => sd_notify::NotifyState::Stopping,
-        };
-        if let Err(e) = sd_notify::notify(&[state]) {
-            tracing::warn!(error = %e, "cannot notify the service manager");
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = state;
-}
-
-/// What `tell_service_manager` reports.
-enum Lifecycle {
-    /// Listening, with every signal handled.
-    Ready,
-    /// Draining after SIGTERM or SIGINT.
-    Stopping,
-}
-
-/// Loads the config, with an error that names the file once. `ConfigError`'s messages
-/// already carry their cause, so it is flattened rather than chained, which would print the
-/// cause twice. A missing default file gets a hint instead of a bare "No such file": that is
-/// what a new user running `keyrelay` outside the repository meets first.
-fn load_config(source: &ConfigPath) -> anyhow::Result<Config> {
-    let path = source.path();
-    Config::load(path).map_err(|e| match (&e, source) {
-        (ConfigError::Io { source: io, .. }, ConfigPath::Default)
-            if io.kind() == std::io::ErrorKind::NotFound =>
-        {
-            let here = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
-            anyhow::anyhow!(
-                "no {DEFAULT_CONFIG} in {}: pass --config PATH, start keyrelay where its \
-                 {DEFAULT_CONFIG} is, or try `keyrelay demo`, which needs no config",
-                here.display()
-            )
-        }
-        (ConfigError::Io { .. }, _) => anyhow::anyhow!("{e}"),
-        _ => anyhow::anyhow!("{}: {e}", path.display()),
-    })
-}
-
-async fn simulate(
-    listen: SocketAddr,
-    keys: Vec<SimKey>,
-    polls_to_ready: u32,
-    providers: Vec<keyrelay::provider::Provider>,
-) -> anyhow::Result<()> {
-    use keyrelay::provider::Provider;
-    let keys = if keys.is_empty() {
-        DEFAULT_KEYS.iter().map(|k| SimKey::valid(k)).collect()
-    } else {
-        keys
-    };
-    let listener = TcpListener::bind(listen)
-        .await
-        .with_context(|| format!("cannot listen on {listen}"))?;
-    // The bound address, so that `--listen 127.0.0.1:0` says where the simulator is.
-    let addr = listener.local_addr()?;
-    let mut served = vec![Provider::CaptchaAi];
-    for provider in providers {
-        if !served.contains(&provider) {
-            served.push(provider);
-        }
-    }
-    let mut sims = Vec::new();
-    for provider in served {
-        let prefix = if provider == Provider::CaptchaAi {
-            String::new()
-        } else {
-            format!("/{}", provider.name())
-        };
-        let label = if provider == Provider::CaptchaAi {
-            "CaptchaAI".to_owned()
-        } else {
-            provider.name().to_owned()
-        };
-        println!("simulated {label} on http://{addr}{prefix} with keys:");
-        let mut sim = Simulator::new()
-            .polls_to_ready(polls_to_ready)
-            .provider(provider);
-        for key in &keys {
-            println!(
-                "  {}  balance {}  threads {}  {:?}",
-                key.key, key.balance, key.threads, key.state
-            );
-            sim = sim.key(key.clone());
-        }
-        sims.push((prefix, sim));
-    }
-    Simulator::serve_many(sims, listener, keyrelay::server::shutdown_signal()).await?;
-    Ok(())
 }
 
 fn parse_provider(name: &str) -> Result<keyrelay::provider::Provider, String> {

@@ -9,6 +9,7 @@ use futures_util::future::join_all;
 use crate::captcha::ThreadsInfo;
 use crate::config::{Config, KeyConfig};
 use crate::failover::ReadError;
+use crate::health::Reason;
 use crate::upstream::{Account, UpstreamClient};
 
 /// Fewer usable keys than this fails the check: the threshold of the
@@ -21,7 +22,7 @@ pub enum Verdict {
     /// A balance above `min_balance`, and threads if the service reports them.
     Usable,
     /// The service rejected the key with this code (`ERROR_KEY_DOES_NOT_EXIST` and kin).
-    Rejected(&'static str),
+    Rejected(Reason),
     /// Accepted, but the balance is at or below `failover.min_balance`.
     Empty,
     /// Accepted with a balance, but the plan has no threads.
@@ -34,7 +35,7 @@ impl Verdict {
     fn label(&self) -> &'static str {
         match self {
             Verdict::Usable => "usable",
-            Verdict::Rejected(code) => code,
+            Verdict::Rejected(code) => code.label(),
             Verdict::Empty => "empty",
             Verdict::NoThreads => "no threads",
             Verdict::NoAnswer => "no answer",
@@ -236,7 +237,10 @@ mod tests {
         let one = Report {
             rows: vec![
                 row("a", Verdict::Usable),
-                row("b", Verdict::Rejected("ERROR_WRONG_USER_KEY")),
+                row(
+                    "b",
+                    Verdict::Rejected(Reason::of_code("ERROR_WRONG_USER_KEY")),
+                ),
             ],
         };
         assert!(!one.passes());

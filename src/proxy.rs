@@ -42,7 +42,7 @@ use crate::admin;
 use crate::app::{App, Snapshot};
 use crate::captcha::{self, Endpoint, Outcome, ParsedRequest, Reply, ResCommand};
 use crate::failover;
-use crate::health::{StateKind, TRANSIENT_REASON};
+use crate::health::{Reason, StateKind};
 use crate::metrics::{Denied, RequestOutcome, TokenSubmit};
 use crate::pool::KeyEntry;
 use crate::status;
@@ -431,8 +431,9 @@ pub(crate) struct Answered {
     pub answer: UpstreamAnswer,
     pub reply: Reply,
     pub outcome: Outcome,
-    /// The upstream's error code, or a label for an HTTP failure; a closed set.
-    pub code: &'static str,
+    /// Why the answer failed: the upstream's error code, or the HTTP failure; `None` for a
+    /// well-formed 2xx answer.
+    pub reason: Option<Reason>,
 }
 
 impl Attempt {
@@ -467,8 +468,17 @@ impl Attempt {
     /// The upstream's error code, or a label for a transport or HTTP failure; a closed set.
     pub fn code(&self) -> &'static str {
         match self {
-            Attempt::Answered(answered) => answered.code,
+            Attempt::Answered(answered) => answered.code(),
             Attempt::Failed(error) => error.label(),
+        }
+    }
+
+    /// Why an answer failed, for the key's health; `None` when no answer came, or it did
+    /// not fail.
+    pub fn reason(&self) -> Option<Reason> {
+        match self {
+            Attempt::Answered(answered) => answered.reason,
+            Attempt::Failed(_) => None,
         }
     }
 
@@ -484,6 +494,11 @@ impl Attempt {
 }
 
 impl Answered {
+    /// The label of why the answer failed, `none` if it did not.
+    pub fn code(&self) -> &'static str {
+        self.reason.map_or("none", Reason::label)
+    }
+
     /// [`Attempt::deliverable`].
     pub fn deliverable(self) -> Option<UpstreamAnswer> {
         let transient = self.outcome == Outcome::Transient;
@@ -619,7 +634,7 @@ impl Ctx {
             .iter()
             .filter(|k| {
                 let view = pool.health(k, now);
-                view.state == StateKind::Cooling && view.reason == Some(TRANSIENT_REASON)
+                view.state == StateKind::Cooling && view.reason == Some(Reason::Transient)
             })
             .count();
         failover::Ejection::decide(self.policy(), ejected, pool.keys().len(), rng)
@@ -651,19 +666,19 @@ fn classify(profile: &captcha::Profile, result: Result<UpstreamAnswer, UpstreamE
     let reply = captcha::parse_reply(&answer.body);
     let status = answer.status.as_u16();
     let outcome = profile.classify(status, &reply);
-    let code = match &reply {
-        Reply::Error(code) => failover::reason_code(code),
-        _ if status == 429 => "http_429",
-        _ if status >= 500 => "http_5xx",
-        _ if !answer.status.is_success() => "http_error",
-        Reply::Garbage => "bad_answer",
-        _ => "none",
+    let reason = match &reply {
+        Reply::Error(code) => Some(Reason::of_code(code)),
+        _ if status == 429 => Some(Reason::Http429),
+        _ if status >= 500 => Some(Reason::Http5xx),
+        _ if !answer.status.is_success() => Some(Reason::HttpError),
+        Reply::Garbage => Some(Reason::BadAnswer),
+        _ => None,
     };
     Attempt::Answered(Answered {
         answer,
         reply,
         outcome,
-        code,
+        reason,
     })
 }
 

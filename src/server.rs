@@ -1,4 +1,4 @@
-//! The accept loop, the background tasks, and graceful shutdown.
+//! The accept loop and graceful shutdown; the background tasks are `background`'s.
 
 mod authority;
 mod connection;
@@ -20,26 +20,16 @@ use hyper::service::{service_fn, Service};
 use hyper::{Method, Request, Response};
 
 use tokio::net::TcpListener;
-use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::app::App;
+use crate::background::{self, Watchers};
+use crate::fleet;
 use crate::proxy::{self, Caller};
-use crate::{fleet, refresh};
 use connection::{Connections, Door, Listener, ServerBody, Slot};
 use destination::Policy;
 use header_timer::HeaderTimer;
 pub use tls_accept::TlsListener;
-
-/// How often recorded pins are forced to disk: the power-loss window.
-const PIN_SYNC_INTERVAL: Duration = Duration::from_secs(1);
-
-/// How often expired pins are dropped.
-const PIN_SWEEP_INTERVAL: Duration = Duration::from_secs(60);
-
-/// How often tasks past `capacity.stale_after` give their threads back: a small fraction of
-/// the default five minutes, and a cheap look at the front of a queue.
-const STALE_SWEEP_INTERVAL: Duration = Duration::from_secs(5);
 
 /// After an accept error (for example, out of file descriptors), wait before retrying so the
 /// loop does not spin.
@@ -71,6 +61,9 @@ pub struct Listeners {
     /// and `/readyz`. The proxy's listeners answer 404 for those when the config sets
     /// `admin.listen` (which is what this is bound from), not because this is given.
     pub admin: Option<TcpListener>,
+    /// The files the server reloads while it runs (`proxy.toml`, the `[tls]` certificate),
+    /// watched among the background tasks; none unless set.
+    pub watch: Watchers,
 }
 
 impl Listeners {
@@ -80,6 +73,7 @@ impl Listeners {
             proxy,
             tls: None,
             admin: None,
+            watch: Watchers::default(),
         }
     }
 }
@@ -97,17 +91,9 @@ pub async fn run_with(
     let limits = app.snapshot().config.limits.clone();
     let header_timer = HeaderTimer::new();
     let seen = fleet::join(&app).await;
-    let mut background = JoinSet::new();
-    background.spawn(refresh::run(app.clone()));
-    background.spawn(fleet::run(app.clone(), seen));
-    background.spawn(sweep_pins(app.clone()));
-    background.spawn(sync_pins(app.clone()));
-    background.spawn(release_stale(app.clone()));
-    background.spawn(
-        header_timer
-            .clone()
-            .run(header_timer::resolution(limits.header_timeout)),
-    );
+    let ticks = header_timer::resolution(limits.header_timeout);
+    let background =
+        background::start(&app, seen, header_timer.clone().run(ticks), listeners.watch);
 
     // Every address keyrelay listens on, as bound: the forward proxy never dials them.
     let own = std::iter::once(&listener)
@@ -172,8 +158,7 @@ pub async fn run_with(
             );
         }
     }
-    background.shutdown().await;
-    flush_pins(&app).await;
+    background.stop().await;
     Ok(())
 }
 
@@ -307,68 +292,6 @@ fn warn_if_open(app: &App, proxy: &TcpListener, tls: Option<&TlsListener>) {
         );
     } else {
         tracing::warn!("access.open = true has no effect: [[access.tokens]] are configured, and every API request needs one");
-    }
-}
-
-/// Drops expired pins (and the probe's expired misses) now and then. A durable store may compact its journal while
-/// sweeping, which is blocking file I/O, so it runs on the blocking pool.
-async fn sweep_pins(app: App) {
-    let mut tick = tokio::time::interval(PIN_SWEEP_INTERVAL);
-    loop {
-        tick.tick().await;
-        let store = app.clone();
-        let now = Instant::now();
-        // The probe's misses expire on every probe too; this frees them after a burst of
-        // bad ids when no probe follows.
-        app.probe().sweep(now);
-        if let Ok(dropped) = tokio::task::spawn_blocking(move || store.pins().sweep(now)).await {
-            if dropped > 0 {
-                tracing::debug!(dropped, "expired pins dropped");
-            }
-        }
-    }
-}
-
-/// Gives back the threads of tasks nobody polled to the end: after `capacity.stale_after`
-/// (read each round, so a reload applies) an open task no longer counts against its key.
-pub async fn release_stale(app: App) {
-    let mut tick = tokio::time::interval(STALE_SWEEP_INTERVAL);
-    loop {
-        tick.tick().await;
-        let stale_after = app.snapshot().config.capacity.stale_after;
-        let Some(cutoff) = Instant::now().checked_sub(stale_after) else {
-            continue;
-        };
-        let released = app.release_stale_threads(cutoff);
-        if released.is_empty() {
-            continue;
-        }
-        let snapshot = app.snapshot();
-        for key in snapshot.pool.keys() {
-            let count = released.iter().filter(|id| **id == key.id).count();
-            if count > 0 {
-                tracing::info!(key = %key.name, tasks = count, ?stale_after, "stale tasks no longer hold threads");
-            }
-        }
-    }
-}
-
-/// Makes recorded pins durable every `PIN_SYNC_INTERVAL` (fsync, off the request path):
-/// the most a power loss can take is the pins of the last interval.
-async fn sync_pins(app: App) {
-    let mut tick = tokio::time::interval(PIN_SYNC_INTERVAL);
-    loop {
-        tick.tick().await;
-        flush_pins(&app).await;
-    }
-}
-
-async fn flush_pins(app: &App) {
-    let store = app.clone();
-    match tokio::task::spawn_blocking(move || store.pins().flush()).await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => tracing::error!(error = %e, "pins could not be synced to disk"),
-        Err(e) => tracing::error!(error = %e, "the pin sync task failed"),
     }
 }
 

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 use crate::app::App;
 use crate::forecast::ForecastStatus;
-use crate::health::StateKind;
+use crate::health::{Reason, StateKind};
 
 /// The `/status` document.
 #[derive(Debug, Serialize)]
@@ -150,7 +150,7 @@ pub fn pool_status(app: &App) -> PoolStatus {
                 provider: key.provider.name(),
                 currency: key.profile().currency.code(),
                 state: view.state.label(),
-                reason: view.reason,
+                reason: view.reason.map(Reason::label),
                 since: rfc3339(wall_time(view.since, now, wall)),
                 until: view
                     .until

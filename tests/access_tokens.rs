@@ -251,7 +251,7 @@ async fn a_tokens_submits_go_only_to_its_keys_and_none_left_is_the_no_key_answer
     h.app.record_health(
         &b,
         keyrelay::health::HealthEvent::Bench {
-            reason: "ERROR_KEY_DOES_NOT_EXIST",
+            reason: keyrelay::health::Reason::of_code("ERROR_KEY_DOES_NOT_EXIST"),
         },
     );
     h.sim.clear_received();

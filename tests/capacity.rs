@@ -507,7 +507,7 @@ async fn a_task_nobody_polls_gives_its_thread_back_after_the_stale_timeout() {
         tokio::time::Instant::now(),
     );
     assert!(pool.is_full(key));
-    tokio::spawn(keyrelay::server::release_stale(app.clone()));
+    tokio::spawn(keyrelay::background::release_stale(app.clone()));
 
     tokio::time::advance(Duration::from_secs(299)).await;
     settle().await;

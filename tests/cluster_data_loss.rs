@@ -11,7 +11,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::cluster::*;
+use common::redis_server::Redis;
+use common::replicas::*;
 use common::*;
 
 /// `replica_timeout` in [`replica_config`]: leases and threads must be back within twice it.

@@ -214,9 +214,11 @@ const LAYERS: &[&[&str]] = &[
         "provider",
         "log_limit",
     ],
-    // The protocol, the validated config, and key and provider health: pure or behind a
-    // narrow store.
-    &["captcha", "config", "health", "outage"],
+    // The protocol, the validated config, and provider health: pure or behind a narrow
+    // store.
+    &["captcha", "config", "outage"],
+    // Key health, behind a narrow store; its reasons name the protocol's codes.
+    &["health"],
     // The policy, pure; and the simulator, which speaks only the protocol.
     &["failover", "sim"],
     // Pure figures for autoscalers: the scaling formula and the balance forecast.
@@ -239,11 +241,16 @@ const LAYERS: &[&[&str]] = &[
     // The admin API: served by `proxy` (and so `server`), acting through `app` and `refresh`.
     &["admin"],
     &["proxy", "reload"],
+    // Every long-running background task, started by `server`.
+    &["background"],
     &["server"],
     // Binaries' commands: the demo, `keyrelay ctl`, the admin API's client, and
     // `keyrelay check --online`, the upstream's word on every key.
     &["demo", "ctl", "online_check"],
 ];
+
+/// The binary's root (`main.rs`) and its modules (`cli.rs` with `cli/`, its subcommands).
+const BINARY: &[&str] = &["main", "cli"];
 
 /// `crate::` roots re-exported at the crate's root, and the modules they come from.
 const ROOT_EXPORTS: [(&str, &str); 3] =
@@ -277,7 +284,9 @@ fn top_level(src: &Path) -> Graph {
                 Some(first) => first.as_os_str().to_string_lossy().into_owned(),
                 None => name.clone(),
             };
-            if top == "lib" || top == "main" {
+            // The binary is another crate: its `crate::` paths name `main.rs`'s items, and
+            // it may use any of the library's modules.
+            if top == "lib" || BINARY.contains(&top.as_str()) {
                 continue;
             }
             let named = graph.entry(top.clone()).or_default();

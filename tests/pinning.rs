@@ -101,7 +101,7 @@ async fn a_benched_key_still_serves_its_pinned_tasks() {
     h.app.record_health(
         &name,
         keyrelay::health::HealthEvent::Bench {
-            reason: "ERROR_KEY_DOES_NOT_EXIST",
+            reason: keyrelay::health::Reason::of_code("ERROR_KEY_DOES_NOT_EXIST"),
         },
     );
     assert_eq!(

@@ -56,7 +56,7 @@ async fn a_reload_adds_removes_and_keeps_keys_with_their_state() {
     h.app.record_health(
         &key_a,
         HealthEvent::Cool {
-            reason: "MAX_USER_TURN",
+            reason: keyrelay::health::Reason::of_code("MAX_USER_TURN"),
             duration: std::time::Duration::from_secs(3600),
         },
     );

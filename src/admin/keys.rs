@@ -43,7 +43,7 @@ impl KeyRow {
             tier: key.tier,
             weight: key.weight,
             state: view.state.label().to_owned(),
-            reason: view.reason.map(str::to_owned),
+            reason: view.reason.map(|r| r.label().to_owned()),
             in_rotation: pool.in_rotation_by(key, &view),
             hold: pool.admin_hold(key).map(|hold| hold.label().to_owned()),
             balance: key.stats.balance(),

@@ -233,9 +233,29 @@ pub fn classify(http_status: u16, reply: &Reply) -> Outcome {
     }
 }
 
-/// The static spelling of a code the lists above know, for health reasons and metric
-/// labels: a closed set, so an upstream cannot grow label sets without bound.
-pub fn known_code(code: &str) -> Option<&'static str> {
+/// A code of the service's that the lists above know, by its static spelling: what health
+/// reasons and metric labels may name, a closed set so that an upstream cannot grow label
+/// sets without bound.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ServiceCode(&'static str);
+
+impl ServiceCode {
+    /// "No available threads" (see `ZERO_BALANCE`), which keyrelay's own reads settle.
+    pub const ZERO_BALANCE: ServiceCode = ServiceCode("ERROR_ZERO_BALANCE");
+
+    /// `code` if the lists above know it, else `None`.
+    pub fn known(code: &str) -> Option<ServiceCode> {
+        known_code(code).map(ServiceCode)
+    }
+
+    /// The code as the service spells it.
+    pub fn as_str(self) -> &'static str {
+        self.0
+    }
+}
+
+/// The static spelling of a code the lists above know.
+fn known_code(code: &str) -> Option<&'static str> {
     [
         KEY_UNUSABLE,
         ZERO_BALANCE,
@@ -722,6 +742,10 @@ mod tests {
                 Outcome::CallerError
             );
         }
+        assert_eq!(
+            ServiceCode::known("ERROR_ZERO_BALANCE"),
+            Some(ServiceCode::ZERO_BALANCE)
+        );
         for code in ["error_key_does_not_exist", "ERROR_NEW"] {
             assert_eq!(known_code(code), None);
             assert_eq!(

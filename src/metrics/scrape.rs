@@ -8,7 +8,7 @@ use tokio::time::Instant;
 use super::Metrics;
 use crate::cluster::{Cluster, Op as ClusterOp};
 use crate::forecast::Forecast;
-use crate::health::StateKind;
+use crate::health::{Reason, StateKind};
 use crate::pins::PinStore;
 use crate::pool::{AdminHold, KeyPool};
 use crate::scaling::Scaling;
@@ -68,7 +68,7 @@ impl Metrics {
                     .set(i64::from(view.state == state));
             }
             self.key_state_reason
-                .with_label_values(&[name, view.reason.unwrap_or("none")])
+                .with_label_values(&[name, view.reason.map_or("none", Reason::label)])
                 .set(1);
             let hold = pool.admin_hold(key);
             for &each in AdminHold::ALL {

@@ -297,7 +297,7 @@ mod tests {
     use crate::capacity::{Capacity, Lease, MemoryLoad};
     use crate::captcha::TaskId;
     use crate::config::{KeyConfig, Upstream};
-    use crate::health::{HealthEvent, MemoryHealth};
+    use crate::health::{HealthEvent, MemoryHealth, Reason};
     use crate::key_id::KeyId;
     use crate::pool::Selection;
     use rand::rngs::StdRng;
@@ -393,7 +393,7 @@ mod tests {
         pool.record(
             &pool.keys()[1],
             HealthEvent::Bench {
-                reason: "ERROR_KEY_DOES_NOT_EXIST",
+                reason: Reason::of_code("ERROR_KEY_DOES_NOT_EXIST"),
             },
             Instant::now(),
         );
@@ -408,7 +408,7 @@ mod tests {
         pool.record(
             &pool.keys()[3],
             HealthEvent::Cool {
-                reason: "MAX_USER_TURN",
+                reason: Reason::of_code("MAX_USER_TURN"),
                 duration: Duration::from_secs(10),
             },
             Instant::now(),
@@ -432,7 +432,7 @@ mod tests {
         pool.record(
             other,
             HealthEvent::Bench {
-                reason: "ERROR_IP_NOT_ALLOWED",
+                reason: Reason::of_code("ERROR_IP_NOT_ALLOWED"),
             },
             Instant::now(),
         );
@@ -672,7 +672,9 @@ mod tests {
         assert_eq!(order, vec![0, 1, 2, 0, 1, 2, 0], "weights do not matter");
         pool.record(
             &pool.keys()[1],
-            HealthEvent::Bench { reason: "test" },
+            HealthEvent::Bench {
+                reason: Reason::OtherCode,
+            },
             Instant::now(),
         );
         let order: Vec<u16> = (0..4).map(|_| pick()).collect();
@@ -707,7 +709,9 @@ mod tests {
         assert_eq!(load_up(&pool, 50, &mut rng), vec![50, 0, 0, 0]);
         pool.record(
             &pool.keys()[0],
-            HealthEvent::Bench { reason: "test" },
+            HealthEvent::Bench {
+                reason: Reason::OtherCode,
+            },
             Instant::now(),
         );
         assert_eq!(load_up(&pool, 5, &mut rng), vec![0, 0, 0, 5]);
@@ -729,7 +733,7 @@ mod tests {
         pool.record(
             &pool.keys()[1],
             HealthEvent::Cool {
-                reason: "MAX_USER_TURN",
+                reason: Reason::of_code("MAX_USER_TURN"),
                 duration: Duration::from_secs(10),
             },
             Instant::now(),

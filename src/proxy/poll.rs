@@ -158,9 +158,9 @@ async fn with_retries(
     loop {
         tries += 1;
         let attempt = ctx.attempt(key, parsed, checked).await;
-        let (outcome, code, reach) = (attempt.outcome(), attempt.code(), attempt.reach());
+        let (outcome, reason, reach) = (attempt.outcome(), attempt.reason(), attempt.reach());
         let decision = ctx.decide(key, outcome, &mut rng, |ejection| {
-            failover::on_poll(outcome, code, reach, policy, ejection)
+            failover::on_poll(outcome, reason, reach, policy, ejection)
         });
         if decision.next != Next::Backoff
             || tries >= policy.max_attempts

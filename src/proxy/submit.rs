@@ -116,13 +116,14 @@ pub(super) async fn submit(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
         attempts += 1;
         let attempt = ctx.attempt(key, parsed, checked).await;
         let (outcome, code, reach) = (attempt.outcome(), attempt.code(), attempt.reach());
+        let reason = attempt.reason();
         ctx.app.metrics().count_submit(key, outcome);
 
         // A transport failure classifies as transient: the decision below counts it against
         // the key (and its provider), like a 5xx, and backs off, unless the connection was
         // refused, which moves the task off that host:port at once.
         let decision = ctx.decide(key, outcome, &mut rng, |ejection| {
-            failover::on_submit(outcome, code, reach, policy, ejection)
+            failover::on_submit(outcome, reason, reach, policy, ejection)
         });
         if let Attempt::Failed(error) = &attempt {
             static FAILED: Throttle = Throttle::new(INTERVAL);
@@ -398,7 +399,7 @@ async fn answer(
         tracing::warn!(key = %key.name, "accepted submit carried no task id; nothing pinned");
     }
     if attempt.outcome == Outcome::IpBanned {
-        tracing::warn!(key = %key.name, code = attempt.code, "the upstream bans keyrelay's IP; key health untouched");
+        tracing::warn!(key = %key.name, code = attempt.code(), "the upstream bans keyrelay's IP; key health untouched");
     }
     let outcome = RequestOutcome::relayed(attempt.outcome);
     log_submit(ctx, key, task_id.as_ref(), outcome, attempts, started);

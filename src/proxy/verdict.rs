@@ -16,6 +16,7 @@ use tokio::time::Instant;
 use crate::app::App;
 use crate::captcha::ZeroBalance;
 use crate::failover::{self, Check, CheckResult};
+use crate::health::Reason;
 use crate::pool::{AdminHold, KeyEntry};
 
 /// At most one key-unusable check per key in this long: callers drawing the verdict again
@@ -62,7 +63,7 @@ pub(super) fn spawn(app: &App, key: &Arc<KeyEntry>, check: Check) {
 /// A caller's request drew "this key is unusable" (`reason`); keyrelay's own `getbalance`
 /// with the key decides ([`failover::on_unusable_check`]). No answer changes nothing: the
 /// next verdict or the periodic refresh will ask again.
-async fn confirm_unusable(app: App, key: Arc<KeyEntry>, reason: &'static str) {
+async fn confirm_unusable(app: App, key: Arc<KeyEntry>, reason: Reason) {
     let timeout = app.snapshot().config.timeouts.refresh;
     let balance = app.client().read_balance(key.account(), timeout).await;
     let (event, result) = failover::on_unusable_check(&balance);
@@ -72,12 +73,12 @@ async fn confirm_unusable(app: App, key: Arc<KeyEntry>, reason: &'static str) {
             key.stats.set_balance(balance.ok());
             tracing::warn!(
                 key = %key.name,
-                reason,
+                reason = reason.label(),
                 "the service refused a caller's request as if the key were unusable, but the key answers keyrelay's own getbalance; it stays in rotation"
             );
         }
         CheckResult::Inconclusive | CheckResult::Skipped => {
-            tracing::debug!(key = %key.name, reason, "key check got no answer; nothing changed");
+            tracing::debug!(key = %key.name, reason = reason.label(), "key check got no answer; nothing changed");
         }
     }
     if let Some(event) = event {

@@ -12,7 +12,8 @@ use super::{Outgoing, UpstreamAnswer, UpstreamClient};
 use crate::api_key::ApiKey;
 use crate::captcha::{self, Outcome, Profile, Reply, ThreadsInfo};
 use crate::config::Upstream;
-use crate::failover::{self, ReadError};
+use crate::failover::ReadError;
+use crate::health::Reason;
 
 /// The key an account read is made with, where it goes, and the name it is logged under.
 #[derive(Clone, Copy)]
@@ -96,7 +97,7 @@ impl UpstreamClient {
             &reply,
         ) {
             (Outcome::KeyUnusable, Reply::Error(code)) => {
-                Err(ReadError::KeyRejected(failover::reason_code(code)))
+                Err(ReadError::KeyRejected(Reason::of_code(code)))
             }
             (Outcome::Success, _) => Ok(answer),
             _ => Err(ReadError::Unavailable),

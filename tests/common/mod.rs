@@ -1,12 +1,18 @@
 //! Shared test harness: a simulator and a keyrelay proxy on ephemeral ports, and a small
 //! HTTP client that returns status, headers and exact body bytes.
+//!
+//! Helpers only some crates use have modules of their own: `redis_server` and `replicas`
+//! for the cluster tests, `fault_load` and `fault_script` for the fault tests.
 
 #![allow(dead_code)]
 
-pub mod cluster;
 pub mod connect_proxy;
+pub mod fault_load;
+pub mod fault_script;
 pub mod logs;
 pub mod raw;
+pub mod redis_server;
+pub mod replicas;
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -19,7 +25,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use keyrelay::config::{Config, KeyConfig, Upstream};
-use keyrelay::health::StateKind;
+use keyrelay::health::{Reason, StateKind};
 use keyrelay::sim::{Fault, FaultKind, FaultTarget, SimHandle, SimKey, Simulator};
 use keyrelay::App;
 use tokio::net::TcpListener;
@@ -276,7 +282,7 @@ impl Harness {
             .find(|k| k.name == name)
             .expect("key exists");
         let view = self.app.health().view(key.id, tokio::time::Instant::now());
-        (view.state, view.reason)
+        (view.state, view.reason.map(Reason::label))
     }
 
     /// Submits a task straight to the simulator with `key`, past keyrelay (so no pin exists),

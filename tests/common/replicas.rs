@@ -1,191 +1,25 @@
-//! The cluster tests' own world: a `redis-server` of each test's, on a unix socket in a
-//! temp dir (no TCP port at all), a simulator whose keys have a few threads, replicas of
-//! one fleet in process, and the loops and checks every cluster test runs (no key ever
-//! overfilled, no lease left behind).
-//!
-//! Without `redis-server` the tests say so and pass, so that `cargo test` works on a fresh
-//! machine; `.ci/run` installs it and runs the suite with `CI=true`, which (as
-//! `KEYRELAY_REQUIRE_REDIS=1` does) turns its absence into a failure.
+//! keyrelay replicas sharing one pool on a test's [`Redis`]: their configs, a fleet of
+//! three on one simulator, submits and polls through any of them, and the checks the
+//! cluster tests share (no key overfilled, no lease or spare left behind).
 
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
 use keyrelay::config::{Cluster, Config, RedisUrl};
 use keyrelay::sim::{SimHandle, SimKey, Simulator};
+
 use rand::Rng;
 
+use super::redis_server::Redis;
 use super::*;
 
 pub const THREADS: u32 = 5;
 pub const KEYS: [(&str, &str); 3] = [("a", KEY_A), ("b", KEY_B), ("c", KEY_C)];
-
-/// A `redis-server` of the test's own, on a unix socket in a temp dir.
-pub struct Redis {
-    child: Option<Child>,
-    pub dir: tempfile::TempDir,
-}
-
-impl Redis {
-    /// `None` (with a note) when `redis-server` is not installed and not required.
-    pub fn start() -> Option<Redis> {
-        if Command::new("redis-server")
-            .arg("--version")
-            .output()
-            .is_err()
-        {
-            let required = std::env::var_os("KEYRELAY_REQUIRE_REDIS").is_some()
-                || std::env::var("CI").is_ok_and(|ci| ci == "true");
-            assert!(
-                !required,
-                "redis-server is required here (CI) but not installed"
-            );
-            eprintln!("redis-server is not installed: skipping (apt-get install redis-server)");
-            return None;
-        }
-        let mut redis = Redis {
-            child: None,
-            dir: tempfile::tempdir().expect("temp dir"),
-        };
-        redis.launch();
-        Some(redis)
-    }
-
-    pub fn socket(&self) -> PathBuf {
-        self.dir.path().join("redis.sock")
-    }
-
-    pub fn url(&self) -> String {
-        format!("redis+unix://{}", self.socket().display())
-    }
-
-    /// Starts (or restarts) the server with an append-only file, so a restart keeps data.
-    pub fn launch(&mut self) {
-        let _ = std::fs::remove_file(self.socket());
-        let child = Command::new("redis-server")
-            .args(["--port", "0", "--unixsocket"])
-            .arg(self.socket())
-            .args([
-                "--appendonly",
-                "yes",
-                "--appendfsync",
-                "always",
-                "--save",
-                "",
-            ])
-            .arg("--dir")
-            .arg(self.dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server starts");
-        self.child = Some(child);
-        let client = redis::Client::open(self.url()).expect("redis url");
-        for _ in 0..500 {
-            if let Ok(mut conn) = client.get_connection() {
-                if redis::cmd("PING").query::<String>(&mut conn).is_ok() {
-                    return;
-                }
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        panic!("redis-server did not come up");
-    }
-
-    /// Kills the server and starts it again with no data, as a failover to an empty replica
-    /// or a restart without persistence would.
-    pub fn restart_empty(&mut self) {
-        self.kill();
-        let _ = std::fs::remove_dir_all(self.dir.path().join("appendonlydir"));
-        self.launch();
-    }
-
-    /// A copy of the server's data as it is now, to come back to with [`Redis::restore`].
-    pub fn snapshot(&self) -> tempfile::TempDir {
-        redis::cmd("BGREWRITEAOF")
-            .query::<()>(&mut self.conn())
-            .expect("BGREWRITEAOF");
-        for _ in 0..500 {
-            let info: String = redis::cmd("INFO")
-                .arg("persistence")
-                .query(&mut self.conn())
-                .expect("INFO");
-            if info.contains("aof_rewrite_in_progress:0")
-                && !info.contains("aof_rewrite_scheduled:1")
-            {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let copy = tempfile::tempdir().expect("temp dir");
-        copy_dir(&self.dir.path().join("appendonlydir"), copy.path());
-        copy
-    }
-
-    /// Kills the server and starts it again from `snapshot`: a failover to a replica that
-    /// lagged, or a restore from an older backup.
-    pub fn restore(&mut self, snapshot: &tempfile::TempDir) {
-        self.kill();
-        let dir = self.dir.path().join("appendonlydir");
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("appendonlydir");
-        copy_dir(snapshot.path(), &dir);
-        self.launch();
-    }
-
-    pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    pub fn conn(&self) -> redis::Connection {
-        redis::Client::open(self.url())
-            .expect("redis url")
-            .get_connection()
-            .expect("redis connection")
-    }
-
-    /// Every lease member of a key's set (expired ones included).
-    pub fn leases(&self, key: &str) -> Vec<String> {
-        self.members(&format!("keyrelay:key:{{{key}}}:leases"))
-    }
-
-    /// Every spare of a key (expired ones included).
-    pub fn spares(&self, key: &str) -> Vec<String> {
-        self.members(&format!("keyrelay:key:{{{key}}}:spares"))
-    }
-
-    pub fn members(&self, set: &str) -> Vec<String> {
-        redis::cmd("ZRANGE")
-            .arg(set)
-            .arg(0)
-            .arg(-1)
-            .query(&mut self.conn())
-            .expect("ZRANGE")
-    }
-}
-
-fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
-    for entry in std::fs::read_dir(from).expect("read dir") {
-        let entry = entry.expect("dir entry");
-        std::fs::copy(entry.path(), to.join(entry.file_name())).expect("copy");
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
 pub async fn sim() -> SimHandle {
-    sim_with_threads(THREADS).await
+    sim_with(THREADS).await
 }
 
-pub async fn sim_with_threads(threads: u32) -> SimHandle {
+pub async fn sim_with(threads: u32) -> SimHandle {
     let mut sim = Simulator::new().polls_to_ready(2);
     for (_, key) in KEYS {
         let mut k = SimKey::valid(key);
@@ -241,7 +75,7 @@ pub async fn fleet(sim: &SimHandle, redis: &Redis) -> Vec<Harness> {
 /// each and a Redis of its own; `None` where redis-server is missing (see `Redis::start`).
 pub async fn lone_replica(threads: u32) -> Option<(Redis, Harness)> {
     let redis = Redis::start()?;
-    let sim = sim_with_threads(threads).await;
+    let sim = sim_with(threads).await;
     let config = replica_config_with(&sim, &redis, "kr-1", threads);
     let replica = Harness::start_without_refresh_wait(sim, config).await;
     wait_shared(&replica).await;
@@ -326,11 +160,7 @@ pub fn cluster_errors(replica: &Harness) -> String {
         .collect::<Vec<_>>()
         .join(", ")
 }
-
-pub fn key_value(name: &str) -> &'static str {
-    KEYS.iter().find(|(n, _)| *n == name).expect("a pool key").1
-}
-
+/// Waits until only tasks' leases are left, one per task the simulator is working on.
 pub async fn eventually_async_leases(redis: &Redis, tasks: usize) {
     for _ in 0..500 {
         let leases: Vec<String> = KEYS
@@ -442,5 +272,48 @@ pub fn assert_never_overfilled_at(sim: &SimHandle, replicas: &[Harness], threads
                 "the upstream never said no free thread ({series})"
             );
         }
+    }
+}
+/// Leases, spares and round trips of a replica, by the metric names operators read.
+pub fn round_trips(replica: &Harness, op: &str) -> f64 {
+    let text = replica.app.render_metrics();
+    metric(
+        &text,
+        &format!("keyrelay_cluster_round_trips_total{{op=\"{op}\"}}"),
+    )
+    .unwrap_or(0.0)
+}
+
+pub fn all_spares(redis: &Redis) -> Vec<String> {
+    KEYS.iter()
+        .flat_map(|(name, _)| redis.spares(name))
+        .collect()
+}
+
+/// Waits until the fleet holds no spare in Redis or locally: unused ones go back by
+/// themselves within `SPARE_IDLE` and a sync.
+pub async fn eventually_no_spares(redis: &Redis, replicas: &[Harness]) {
+    for _ in 0..1000 {
+        let local: usize = replicas
+            .iter()
+            .filter_map(|r| r.app.cluster().cloned())
+            .map(|c| KEYS.iter().map(|(n, _)| c.spares_ready(n)).sum::<usize>())
+            .sum();
+        if all_spares(redis).is_empty() && local == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("spares left behind: {:?}", all_spares(redis));
+}
+/// Polls `condition` every 20 ms for at most `bound`.
+pub async fn within(bound: Duration, what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + bound;
+    while !condition() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not within {bound:?}: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
