@@ -288,6 +288,10 @@ enum Settle {
         deadline: Instant,
         /// The live replicas not yet synced, at the last look.
         waiting_for: Vec<String>,
+        /// Redis lost the fleet's state (rather than being away): no replica admitted on
+        /// its share meanwhile, and none does while the fleet puts its state back, since
+        /// the others' last count this replica read may be a sync interval old.
+        after_loss: bool,
     },
     Shared,
     /// A script found the key's generation stale (Redis lost its data, or came back from an
@@ -518,8 +522,26 @@ impl Cluster {
     /// The most threads of a key of `limit` this replica may take while Redis is away: its
     /// share, and no more than the other replicas left free at the last sync.
     pub fn degraded_limit(&self, key: &str, limit: u32) -> u32 {
+        if self.puts_back_a_loss() {
+            return 0;
+        }
         let others = lock(&self.others).get(key).copied().unwrap_or(0);
         self.share(limit).min(limit.saturating_sub(others))
+    }
+
+    /// Whether the fleet is putting back the state Redis lost while it answered: then no
+    /// replica takes a new thread until Redis counts the whole fleet again (about one
+    /// heartbeat, at most `replica_timeout`). A share would be taken from what the others
+    /// held at this replica's last sync, and a submit they sent since would overfill.
+    fn puts_back_a_loss(&self) -> bool {
+        matches!(
+            *lock(&self.settle),
+            Settle::Lost
+                | Settle::Waiting {
+                    after_loss: true,
+                    ..
+                }
+        )
     }
 
     /// The service's own count now covers the other replicas' threads of `key` (a
@@ -566,9 +588,11 @@ impl Cluster {
             .arg(self.lease_ttl_ms())
             .arg(&*epoch)
             .arg(floor);
-        let (granted, _held, counter): (i32, u32, u64) = self.call(Op::Acquire, cmd).await?;
+        let (granted, taken, counter): (i32, u32, u64) = self.call(Op::Acquire, cmd).await?;
         if granted >= 0 {
             self.saw(&key, counter);
+            // This lease is in `held` already, and in `taken` only if it was granted.
+            self.count_others(&key, taken + u32::from(granted == 0), 0);
         }
         if granted == 1 {
             return Ok(Admit::Granted(lease));
@@ -626,6 +650,23 @@ impl Cluster {
         if let Some(floor) = generation.floors.get_mut(key) {
             *floor = (*floor).max(counter);
         }
+    }
+
+    /// Redis counted `taken` leases and spares of `key` just now, `not_held_yet` of them
+    /// this replica's though not yet in its own count: what the others hold is the rest.
+    /// Kept as fresh as this replica's last script, so that if Redis goes away the share it
+    /// then takes is taken from what the others held a moment ago, not a sync ago.
+    fn count_others(&self, key: &str, taken: u32, not_held_yet: usize) {
+        if !self.is_shared() {
+            return;
+        }
+        let mine = self.held_by_me(key) + not_held_yet;
+        let others = taken.saturating_sub(u32::try_from(mine).unwrap_or(u32::MAX));
+        if let Some(known) = lock(&self.others).get_mut(key) {
+            *known = others;
+            return;
+        }
+        lock(&self.others).insert(key.to_owned(), others);
     }
 
     /// A script found `key`'s generation stale. For a key this replica started in the
@@ -710,11 +751,17 @@ impl Cluster {
                 .arg("EX")
                 .arg(self.pin_ttl.as_secs().max(1))
                 .ignore();
-            match self.call_pipe::<((i32, usize, u64),)>(Op::Pin, pipe).await {
-                Ok(((had, n, counter),)) if had >= 0 => {
+            match self
+                .call_pipe::<((i32, usize, u64, u32),)>(Op::Pin, pipe)
+                .await
+            {
+                Ok(((had, n, counter, taken),)) if had >= 0 => {
                     asked.answered = true;
                     granted = n.min(asked.members.len());
                     self.saw(key, counter);
+                    // The submit's lease is in `held` (as the task's in `taken`); the spares
+                    // granted are in `taken` and not yet in `held`.
+                    self.count_others(key, taken, granted);
                     true
                 }
                 Ok(_) => {
@@ -1244,6 +1291,7 @@ impl Cluster {
                     since_ms: redis_ms,
                     deadline: Instant::now() + self.config.replica_timeout,
                     waiting_for: Vec::new(),
+                    after_loss: epoch.lost,
                 }
             } else {
                 tracing::info!(replica = %self.config.replica, "redis is reachable; shared mode");
@@ -1264,19 +1312,31 @@ impl Cluster {
     /// shared mode begins. One that never does (a replica of an older version, or one that
     /// heartbeats but cannot renew) is waited for until `replica_timeout` has passed.
     async fn mark_synced(&self, redis_ms: u64, live: &[String]) {
+        // A mark names the epoch it was made in: one made after a loss by a replica that has
+        // not seen the loss yet (its heartbeat began before it) must not count as put back.
+        let Some(epoch) = lock(&self.generation).epoch.clone() else {
+            return;
+        };
+        if matches!(*lock(&self.settle), Settle::Lost) {
+            return;
+        }
         let mut pipe = redis::pipe();
         pipe.cmd("HSET")
             .arg(self.layout.synced())
             .arg(&self.config.replica)
-            .arg(redis_ms)
+            .arg(format!("{redis_ms} {epoch}"))
             .ignore()
             .cmd("HGETALL")
             .arg(self.layout.synced());
         let Ok((marks,)) = self
-            .call_pipe::<(HashMap<String, u64>,)>(Op::Heartbeat, pipe)
+            .call_pipe::<(HashMap<String, String>,)>(Op::Heartbeat, pipe)
             .await
         else {
             return;
+        };
+        let synced_at = |replica: &String| -> Option<u64> {
+            let (at, in_epoch) = marks.get(replica)?.split_once(' ')?;
+            (in_epoch == &*epoch).then(|| at.parse().ok()).flatten()
         };
         let gone: Vec<&String> = marks.keys().filter(|r| !live.contains(r)).collect();
         if !gone.is_empty() {
@@ -1289,13 +1349,14 @@ impl Cluster {
             since_ms,
             deadline,
             waiting_for,
+            ..
         } = &mut *settle
         else {
             return;
         };
         *waiting_for = live
             .iter()
-            .filter(|r| marks.get(*r).is_none_or(|&at| at < *since_ms))
+            .filter(|r| synced_at(r).is_none_or(|at| at < *since_ms))
             .cloned()
             .collect();
         if waiting_for.is_empty() {

@@ -55,11 +55,13 @@ pub async fn run(app: App, seen: Seen) {
 async fn heartbeats(app: &App, cluster: &Arc<Cluster>) {
     let mut checked: Option<Instant> = None;
     loop {
+        let was_shared = cluster.is_shared();
         let ended = heartbeat(app, cluster).await;
         for task in &ended {
             app.finished_elsewhere(task);
         }
-        if !ended.is_empty() {
+        // Submits queued while the fleet put its state back may go now.
+        if !ended.is_empty() || (cluster.is_shared() && !was_shared) {
             app.capacity().nudge();
         }
         if !cluster.is_shared() {

@@ -66,8 +66,9 @@ impl Layout {
         format!("{}:replicas", self.prefix)
     }
 
-    /// Hash: per replica, the Redis time (ms) of its last heartbeat that had all its leases
-    /// and pins in Redis; fields of replicas no longer alive are removed.
+    /// Hash: per replica, `<ms> <epoch>`: the Redis time of its last heartbeat that had all
+    /// its leases and pins in Redis, and the fleet's epoch then; fields of replicas no longer
+    /// alive are removed.
     pub fn synced(&self) -> String {
         format!("{}:synced", self.prefix)
     }
