@@ -75,7 +75,8 @@ impl FileHolds {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
             Err(source) => return Err(HoldsFileError::Read { file, source }),
         };
-        let mut kept = Vec::with_capacity(records.len());
+        let read = records.len();
+        let mut kept = Vec::with_capacity(read);
         for record in records {
             if configured(&record.name) {
                 kept.push(record);
@@ -87,10 +88,18 @@ impl FileHolds {
         if held > 0 {
             tracing::info!(held, file = %file.display(), "admin holds read back");
         }
-        Ok(FileHolds {
+        let holds = FileHolds {
             table: MemoryHolds::with_records(origin, kept),
             file,
-        })
+        };
+        if holds.table.read().len() < read {
+            // Written back without them: a key of that name added back later, before any
+            // other change, must not find the old hold in the file.
+            if let Err(e) = holds.save(&holds.table.read()) {
+                tracing::warn!(error = %e, "the holds of removed keys could not be dropped from disk");
+            }
+        }
+        Ok(holds)
     }
 
     /// Where the holds are kept.
@@ -205,6 +214,11 @@ mod tests {
         assert_eq!(again.get("a"), Some(AdminHold::Disabled));
         assert_eq!(again.get("gone"), None);
         assert_eq!(again.records().len(), 1);
+        // Gone from the file too: configured again, the key starts without its old hold.
+        drop(again);
+        let later = FileHolds::open(dir.path(), "", &any).unwrap();
+        assert_eq!(later.get("gone"), None);
+        assert_eq!(later.get("a"), Some(AdminHold::Disabled));
     }
 
     #[test]
