@@ -25,7 +25,7 @@ use tokio::time::Instant;
 
 use crate::app::App;
 use crate::log_limit::{Clip, Throttle, INTERVAL};
-use crate::pool::{AdminHold, KeyEntry};
+use crate::pool::{AdminHold, HoldError, KeyEntry};
 use crate::refresh;
 
 /// Refused admin calls are logged at most once a minute per reason.
@@ -177,8 +177,23 @@ fn set_hold(app: &App, who: &Who, name: &str, hold: Option<AdminHold>) -> Answer
         Some(AdminHold::Draining) => "drain",
         None => "enable",
     };
-    let Ok(previous) = app.set_admin_hold(name, hold) else {
-        return no_such_key(name);
+    let previous = match app.set_admin_hold(name, hold) {
+        Ok(previous) => previous,
+        Err(HoldError::NoSuchKey) => return no_such_key(name),
+        Err(e @ HoldError::Persist { .. }) => {
+            tracing::error!(
+                by = "admin",
+                peer = %who.peer,
+                action,
+                key = name,
+                error = %e,
+                "admin action failed: the hold could not be saved; nothing changed"
+            );
+            return error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("{e}; the {action} was not applied"),
+            );
+        }
     };
     tracing::info!(
         by = "admin",

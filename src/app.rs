@@ -1,5 +1,8 @@
 //! `App`: the cheap-to-clone handle to everything a request needs: the current pool
-//! snapshot, the pins, health, metrics, the upstream client and the event feed.
+//! snapshot, the pins, health, the operator's holds, metrics, the upstream client and the
+//! event feed.
+
+mod holds;
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -19,7 +22,9 @@ use crate::health::{HealthEvent, HealthStore, MemoryHealth, Reason, StateKind, T
 use crate::metrics::{Metrics, Release};
 use crate::outage::{OutageChange, OutagePolicy, Outages};
 use crate::pins::{JournalPins, MemoryPins, PinStore, ProbeState};
-use crate::pool::{AdminHold, AdminHolds, KeyEntry, KeyPool, Selection};
+use crate::pool::{
+    FileHolds, HoldStore, HoldsFileError, KeyEntry, KeyPool, MemoryHolds, Selection,
+};
 use crate::provider::Provider;
 use crate::registry::{KeyRegistry, RegistryFull};
 use crate::tls::{LocalCa, TlsError};
@@ -85,7 +90,8 @@ struct Inner {
     capacity: Arc<Capacity>,
     /// The operator's holds on keys, by name; outlive snapshots, so a hold lasts through
     /// reloads until it is lifted. Shared with every pool, which reads them on each pick.
-    holds: Arc<AdminHolds>,
+    /// In `data_dir` when there is one, so they outlive the process too.
+    holds: Arc<dyn HoldStore>,
     /// Which providers are down; outlives snapshots, as health does.
     outages: Arc<Outages>,
     /// Providers being probed after an outage, as a bit set: one probe each at a time.
@@ -126,11 +132,6 @@ struct Inner {
     cluster: Option<Arc<Cluster>>,
 }
 
-/// No key of the running config has the name an admin call gave.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("no configured key has that name")]
-pub struct NoSuchKey;
-
 /// Why an [`App`] could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum AppError {
@@ -144,6 +145,8 @@ pub enum AppError {
     Registry(#[from] RegistryFull),
     #[error("cannot set up the cluster: {0}")]
     Cluster(#[from] ClusterError),
+    #[error(transparent)]
+    Holds(#[from] HoldsFileError),
     #[error("cannot open the pin journal in {dir}: {source}")]
     Pins {
         dir: std::path::PathBuf,
@@ -183,7 +186,7 @@ impl App {
         metrics.admit_tokens(config.access.tokens.iter().map(|t| t.name.as_str()));
         let registry = Arc::new(KeyRegistry::new());
         let capacity = Arc::new(Capacity::new(Box::new(MemoryLoad::new())));
-        let holds = Arc::new(AdminHolds::default());
+        let holds = open_holds(&config)?;
         let outages = Arc::new(Outages::new());
         let cluster = match &config.cluster {
             Some(shared) => Some(Arc::new(Cluster::new(
@@ -521,41 +524,11 @@ impl App {
             .collect();
         self.0.snapshot.store(Arc::new(snapshot));
         // After the store, under the holds' lock: a hold set meanwhile saw either pool.
-        for name in self.0.holds.retain(|name| names.iter().any(|n| n == name)) {
+        for name in self.0.holds.retain(&|name| names.iter().any(|n| n == name)) {
             tracing::info!(key = %name, "the key left the config; its admin hold is dropped");
         }
         // New keys, capacities or tiers may give queued submits somewhere to go.
         self.0.capacity.nudge();
-    }
-
-    /// The operator's hold on the key named `name`, if any.
-    pub fn admin_hold(&self, name: &str) -> Option<AdminHold> {
-        self.0.holds.get(name)
-    }
-
-    /// Puts `hold` on the configured key named `name`, or lifts its hold (`None`); returns
-    /// the hold it replaced. Lasts through reloads until lifted, or until a reload removes
-    /// the key.
-    ///
-    /// # Errors
-    /// [`NoSuchKey`] when no key of the running config has that name.
-    pub fn set_admin_hold(
-        &self,
-        name: &str,
-        hold: Option<AdminHold>,
-    ) -> Result<Option<AdminHold>, NoSuchKey> {
-        let previous = self
-            .0
-            .holds
-            .set(name, hold, |name| {
-                self.snapshot().pool.keys().iter().any(|k| k.name == name)
-            })
-            .map_err(|()| NoSuchKey)?;
-        if hold.is_none() {
-            // A key back in rotation may take the submits waiting for a thread.
-            self.0.capacity.nudge();
-        }
-        Ok(previous)
     }
 
     /// The `/metrics` text.
@@ -791,6 +764,18 @@ fn open_pins(
     Ok(Arc::new(pins))
 }
 
+/// The holds store: a file in `data_dir` when there is a directory (a config loaded from a
+/// file), else memory only (configs built in code: tests, demo), as pins are. In a cluster
+/// the file is this replica's copy of the fleet's holds, made by the replica's name.
+fn open_holds(config: &Config) -> Result<Arc<dyn HoldStore>, AppError> {
+    let origin = config.cluster.as_ref().map_or("", |c| c.replica.as_str());
+    let Some(dir) = &config.data_dir else {
+        return Ok(Arc::new(MemoryHolds::new(origin)));
+    };
+    let configured = |name: &str| config.keys.iter().any(|k| k.name == name);
+    Ok(Arc::new(FileHolds::open(dir, origin, &configured)?))
+}
+
 fn token_table(config: &Config, pool: &KeyPool, counters: &TokenCounters) -> TokenTable {
     // The pool's keys are the config's, in config order (`KeyRegistry::admit`).
     let keys = pool.keys().iter().map(|k| k.id).zip(&config.keys);
@@ -802,7 +787,7 @@ fn build_pool(
     registry: &KeyRegistry,
     health: Arc<dyn HealthStore>,
     capacity: Arc<Capacity>,
-    holds: Arc<AdminHolds>,
+    holds: Arc<dyn HoldStore>,
     outages: Arc<Outages>,
     cluster: Option<Arc<Cluster>>,
 ) -> Result<KeyPool, RegistryFull> {

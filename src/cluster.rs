@@ -10,6 +10,7 @@
 //! `replica_timeout` of its last renewal.
 
 mod held;
+mod holds;
 mod layout;
 mod remembered;
 mod scripts;
@@ -26,6 +27,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use held::{Held, HeldLeases};
+pub use holds::SharedHold;
 pub use layout::Layout;
 
 use crate::captcha::TaskId;

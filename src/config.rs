@@ -182,8 +182,9 @@ pub struct Config {
     /// `[cluster]`: several replicas sharing one pool through Redis; `None`: this
     /// instance alone.
     pub cluster: Option<Cluster>,
-    /// Where durable state (the pin journal) lives. `load` defaults it to the config file's
-    /// directory; a config built in code has none, and keeps pins in memory only.
+    /// Where durable state (the pin journal, the operator's holds) lives. `load` defaults it
+    /// to the config file's directory; a config built in code has none, and keeps pins and
+    /// holds in memory only.
     pub data_dir: Option<PathBuf>,
 }
 

@@ -194,6 +194,7 @@ pub async fn sync_once(app: &App, cluster: &Cluster, seen: &mut Seen) {
     if freed {
         app.capacity().nudge();
     }
+    app.sync_holds(cluster).await;
 }
 
 /// The refresher's readings, for every other replica; and whether a key the fleet had full

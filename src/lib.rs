@@ -42,7 +42,8 @@
 //! - [`tokens`]: the caller token table built with each snapshot, and the threads each
 //!   token holds.
 //! - [`task_table`]: the compact per-task maps and queues behind pins and the ledger.
-//! - [`log_limit`]: bounds on the log lines a caller can cause (length and rate).
+//! - [`log_limit`]: bounds on the log lines a caller can cause (length and rate);
+//!   [`atomic_file`]: the crash-safe replace of the small state files in `data_dir`.
 //! - [`app`]: the shared handle tying these together, the bottom of the request path.
 //! - [`sim`]: the built-in CaptchaAI simulator used by tests, benchmarks and [`demo`].
 
@@ -53,6 +54,7 @@ pub const BUILD_COMMIT: &str = env!("KEYRELAY_COMMIT");
 pub mod admin;
 pub mod api_key;
 pub mod app;
+pub mod atomic_file;
 pub mod background;
 pub mod capacity;
 pub mod captcha;

@@ -5,7 +5,10 @@
 mod holds;
 mod select;
 
-pub use holds::{AdminHold, AdminHolds};
+pub use holds::{
+    parse_state, state_label, AdminHold, FileHolds, HoldChange, HoldError, HoldRecord, HoldStore,
+    HoldsFileError, MemoryHolds,
+};
 pub use select::Candidates;
 
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -290,7 +293,7 @@ pub struct KeyPool {
     health: Arc<dyn HealthStore>,
     capacity: Arc<Capacity>,
     /// The operator's holds, by name: shared with every other pool, as health is.
-    holds: Arc<AdminHolds>,
+    holds: Arc<dyn HoldStore>,
     selection: Selection,
     /// Round-robin position: the index to look from for the next pick.
     cursor: AtomicUsize,
@@ -314,7 +317,7 @@ impl KeyPool {
             keys,
             health,
             capacity,
-            holds: Arc::default(),
+            holds: Arc::new(MemoryHolds::default()),
             selection,
             cursor: AtomicUsize::new(0),
             cluster: None,
@@ -359,7 +362,7 @@ impl KeyPool {
 
     /// The same pool, reading the operator's holds from `holds` (the app's, which outlive
     /// every pool) instead of a store of its own.
-    pub fn with_admin_holds(mut self, holds: Arc<AdminHolds>) -> Self {
+    pub fn with_admin_holds(mut self, holds: Arc<dyn HoldStore>) -> Self {
         self.holds = holds;
         self
     }

@@ -213,6 +213,7 @@ const LAYERS: &[&[&str]] = &[
         "host",
         "provider",
         "log_limit",
+        "atomic_file",
     ],
     // The protocol, the validated config, and provider health: pure or behind a narrow
     // store.

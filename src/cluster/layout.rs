@@ -44,6 +44,12 @@ impl Layout {
         self.key_state(key, "health")
     }
 
+    /// Hash: the operator's hold on the key (`state`, `v`, `by`), a lift (`enabled`)
+    /// included; see `cluster::holds`.
+    pub fn hold(&self, key: &str) -> String {
+        self.key_state(key, "hold")
+    }
+
     /// Hash: the refresher's last reading of the key (`balance`, `threads`, `working`,
     /// `external`, `at`).
     pub fn readings(&self, key: &str) -> String {
@@ -127,6 +133,7 @@ mod tests {
             layout.released("a"),
             layout.health("a"),
             layout.generation("a"),
+            layout.hold("a"),
             layout.readings("a"),
             layout.pin("123"),
             layout.replicas(),
@@ -146,6 +153,7 @@ mod tests {
         assert_eq!(layout.released("b"), "kr:key:{b}:released");
         assert_eq!(layout.readings("b"), "kr:key:{b}:readings");
         assert_eq!(layout.generation("b"), "kr:key:{b}:gen");
+        assert_eq!(layout.hold("b"), "kr:key:{b}:hold");
         assert_eq!(layout.pin("123"), "kr:pin:123");
         assert_eq!(Layout::task_lease("123"), "t:123");
         assert_eq!(layout.set_of("b", "s:kr-1:x:7"), "kr:key:{b}:spares");

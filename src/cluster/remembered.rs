@@ -40,13 +40,9 @@ pub async fn save(path: &Path, live: &[String]) -> std::io::Result<()> {
     let mut text = live.join("\n");
     text.push('\n');
     let path = path.to_owned();
-    tokio::task::spawn_blocking(move || {
-        let tmp = path.with_extension("tmp");
-        std::fs::write(&tmp, text)?;
-        std::fs::rename(&tmp, &path)
-    })
-    .await
-    .map_err(std::io::Error::other)?
+    tokio::task::spawn_blocking(move || crate::atomic_file::replace(&path, text.as_bytes()))
+        .await
+        .map_err(std::io::Error::other)?
 }
 
 #[cfg(test)]

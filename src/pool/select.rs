@@ -443,9 +443,10 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn held_keys_take_no_new_task_until_the_hold_is_lifted() {
-        let holds = Arc::new(crate::pool::AdminHolds::default());
+        use crate::pool::HoldStore as _;
+        let holds = Arc::new(crate::pool::MemoryHolds::default());
         let pool = pool(&[1.0, 1.0, 1.0]).with_admin_holds(holds.clone());
-        let any = |_: &str| true;
+        let any = &|_: &str| true;
         holds
             .set("k0", Some(crate::pool::AdminHold::Disabled), any)
             .unwrap();
