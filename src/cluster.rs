@@ -10,9 +10,12 @@
 //! `replica_timeout` of its last renewal.
 
 mod conn;
+mod generation;
+mod heartbeat;
 mod held;
 mod holds;
 mod layout;
+mod membership;
 mod pins;
 mod remembered;
 mod scripts;
@@ -30,18 +33,18 @@ use tokio::time::Instant;
 
 use conn::{connection_info, from_value, redis_error};
 pub use conn::{ClusterError, Op};
+use generation::Generation;
+pub use heartbeat::DOWN_RETRY;
 use held::{Held, HeldLeases};
 pub use holds::SharedHold;
 pub use layout::Layout;
+use membership::{Fleet, Settle};
 pub use pins::SharedPin;
 use pins::{PendingPin, MAX_BACKLOG};
 pub use sync::{unix_ms, KeySync, Readings, SharedHealth, Synced};
 
 use crate::captcha::TaskId;
 use crate::config;
-
-/// How often a replica without Redis tries it again (at least; `fleet` runs the heartbeat).
-pub const DOWN_RETRY: Duration = Duration::from_secs(1);
 
 /// The most spares (threads taken ahead for the next submits) a replica keeps of one key:
 /// enough for the submits one replica has on their way at once, few enough that a replica
@@ -68,11 +71,6 @@ pub enum Admit {
     /// the heartbeat puts this replica's leases back, until the guard is dropped or kept.
     Alone(SharedLease),
 }
-
-/// The most leases one renewal script handles: a script blocks Redis while it runs, so a
-/// replica with many open tasks renews them in several short scripts that other replicas'
-/// calls can run between, not one long one.
-const RENEW_BATCH: usize = 256;
 
 /// A spare's lease member, and when it came into the stock.
 type Spare = (String, Instant);
@@ -165,60 +163,12 @@ impl Drop for Asked<'_> {
     }
 }
 
-/// Where this replica is on its way to shared mode.
-#[derive(Debug)]
-enum Settle {
-    /// Redis does not answer.
-    Down,
-    /// Redis answers again since the heartbeat of `since_ms` (Redis time); the share still
-    /// applies until every live replica has marked itself synced since then, or until
-    /// `deadline`.
-    Waiting {
-        since_ms: u64,
-        deadline: Instant,
-        /// The live replicas not yet synced, at the last look.
-        waiting_for: Vec<String>,
-        /// Redis lost the fleet's state (rather than being away): no replica admitted on
-        /// its share meanwhile, and none does while the fleet puts its state back, since
-        /// the others' last count this replica read may be a sync interval old.
-        after_loss: bool,
-    },
-    Shared,
-    /// A script found the key's generation stale (Redis lost its data, or came back from an
-    /// older copy): Redis's count is not trusted until the next heartbeat has moved the
-    /// fleet to a new epoch and this replica has put its state back.
-    Lost,
-}
-
-/// The fleet's epoch as this replica knows it, and per key the lowest generation counter
-/// Redis may answer with: the highest this replica was told.
-#[derive(Debug, Default)]
-struct Generation {
-    epoch: Option<Arc<str>>,
-    floors: HashMap<Arc<str>, u64, foldhash::fast::RandomState>,
-}
-
-/// What the heartbeat's look at the fleet's epoch found.
-struct EpochCheck {
-    /// Redis lost state this replica had written: its epoch is gone or was moved on.
-    lost: bool,
-    /// This replica began the epoch: Redis had none, or an older state than it saw.
-    created: bool,
-}
-
 /// A release sent lately, kept to be sent again if Redis loses it: the task's lease would
 /// otherwise be put back by the replica that created it, for a task that has ended.
 struct SentRelease {
     key: Arc<str>,
     member: String,
     at: Instant,
-}
-
-/// The fleet as last seen.
-#[derive(Clone, Debug, Default)]
-struct Fleet {
-    /// Live replicas, sorted; this one among them once it has heartbeated.
-    live: Vec<String>,
 }
 
 /// This replica's handle on the shared pool.
@@ -337,36 +287,6 @@ impl Cluster {
         &self.config.replica
     }
 
-    /// Whether the fleet's count in Redis is the one check on a key's threads: Redis
-    /// answers, and every live replica has put back what it admitted without it.
-    pub fn is_shared(&self) -> bool {
-        self.is_up() && matches!(*lock(&self.settle), Settle::Shared)
-    }
-
-    /// Whether Redis answers this replica. While it does, every lease and pin goes there,
-    /// even before shared mode begins (the share still applies until then), so that the
-    /// replicas that wait for the fleet's count see this one's.
-    pub fn is_up(&self) -> bool {
-        self.up.load(Ordering::Acquire)
-    }
-
-    /// Why this replica is in degraded mode, while it is.
-    pub fn degraded_reason(&self) -> Option<String> {
-        if self.is_shared() {
-            return None;
-        }
-        if let Some(down) = lock(&self.down_reason).clone() {
-            return Some(down);
-        }
-        Some(match &*lock(&self.settle) {
-            Settle::Waiting { waiting_for, .. } if !waiting_for.is_empty() => format!(
-                "redis returned; waiting for {} to put back what they admitted alone",
-                waiting_for.join(", ")
-            ),
-            _ => "redis returned; putting back what was admitted alone".to_owned(),
-        })
-    }
-
     /// Errors of `op` since start.
     pub fn errors(&self, op: Op) -> u64 {
         self.errors[op as usize].load(Ordering::Relaxed)
@@ -382,62 +302,6 @@ impl Cluster {
         lock(&self.spares)
             .get(key)
             .map_or(0, |stock| stock.ready.len())
-    }
-
-    /// The replicas seen alive at the last heartbeat.
-    pub fn live_replicas(&self) -> Vec<String> {
-        lock(&self.fleet).live.clone()
-    }
-
-    /// Whether this replica runs the balance and thread refresh. Without Redis every
-    /// replica refreshes for itself.
-    pub fn is_refresher(&self) -> bool {
-        !self.is_shared() || self.refresher.load(Ordering::Acquire)
-    }
-
-    /// This replica's share of a key's `threads` while Redis is away: the threads divided
-    /// by the replicas last seen alive, the remainder to the first by name, so that the
-    /// shares add up to the threads and the fleet still cannot overfill the key.
-    pub fn share(&self, threads: u32) -> u32 {
-        let fleet = lock(&self.fleet);
-        let count = fleet.live.len().max(1) as u32;
-        let rank = fleet
-            .live
-            .iter()
-            .position(|name| name == &self.config.replica)
-            .unwrap_or(fleet.live.len()) as u32;
-        threads / count + u32::from(rank < threads % count)
-    }
-
-    /// The most threads of a key of `limit` this replica may take while Redis is away: its
-    /// share, and no more than the other replicas left free at the last sync.
-    pub fn degraded_limit(&self, key: &str, limit: u32) -> u32 {
-        if self.puts_back_a_loss() {
-            return 0;
-        }
-        let others = lock(&self.others).get(key).copied().unwrap_or(0);
-        self.share(limit).min(limit.saturating_sub(others))
-    }
-
-    /// Whether the fleet is putting back the state Redis lost while it answered: then no
-    /// replica takes a new thread until Redis counts the whole fleet again (about one
-    /// heartbeat, at most `replica_timeout`). A share would be taken from what the others
-    /// held at this replica's last sync, and a submit they sent since would overfill.
-    fn puts_back_a_loss(&self) -> bool {
-        matches!(
-            *lock(&self.settle),
-            Settle::Lost
-                | Settle::Waiting {
-                    after_loss: true,
-                    ..
-                }
-        )
-    }
-
-    /// The service's own count now covers the other replicas' threads of `key` (a
-    /// reconciliation while degraded put them in the key's outside load).
-    pub fn forget_others(&self, key: &str) {
-        lock(&self.others).remove(key);
     }
 
     /// How many leases and spares of this replica's are live, by key name.
@@ -517,68 +381,6 @@ impl Cluster {
             key,
             member: Some(member),
         }
-    }
-
-    /// Whether Redis's count of the fleet is taken and trusted now: it answers, and no
-    /// script has found its state older than what this replica saw.
-    fn is_counting(&self) -> bool {
-        self.is_up() && !matches!(*lock(&self.settle), Settle::Lost)
-    }
-
-    /// The epoch and the counter floor to send with a script about `key`; `None` for a key
-    /// whose generation this replica has not started in the current epoch.
-    fn generation_of(&self, key: &str) -> Option<(Arc<str>, u64)> {
-        let generation = lock(&self.generation);
-        let floor = *generation.floors.get(key)?;
-        Some((generation.epoch.clone()?, floor))
-    }
-
-    /// Redis told a script `key`'s generation counter is at `counter`: no copy of Redis
-    /// with a lower one is trusted from now on.
-    fn saw(&self, key: &str, counter: u64) {
-        let mut generation = lock(&self.generation);
-        if let Some(floor) = generation.floors.get_mut(key) {
-            *floor = (*floor).max(counter);
-        }
-    }
-
-    /// Redis counted `taken` leases and spares of `key` just now, `not_held_yet` of them
-    /// this replica's though not yet in its own count: what the others hold is the rest.
-    /// Kept as fresh as this replica's last script, so that if Redis goes away the share it
-    /// then takes is taken from what the others held a moment ago, not a sync ago.
-    fn count_others(&self, key: &str, taken: u32, not_held_yet: usize) {
-        if !self.is_shared() {
-            return;
-        }
-        let mine = self.held_by_me(key) + not_held_yet;
-        let others = taken.saturating_sub(u32::try_from(mine).unwrap_or(u32::MAX));
-        if let Some(known) = lock(&self.others).get_mut(key) {
-            *known = others;
-            return;
-        }
-        lock(&self.others).insert(key.to_owned(), others);
-    }
-
-    /// A script found `key`'s generation stale. For a key this replica started in the
-    /// current epoch, Redis lost state: Redis's count is not trusted until the heartbeat,
-    /// woken now, has moved the fleet on and put this replica's state back. A key not yet
-    /// started (added by a reload) is started at the next heartbeat.
-    fn found_stale(&self, key: &str) {
-        if !lock(&self.generation).floors.contains_key(key) {
-            return;
-        }
-        let mut settle = lock(&self.settle);
-        if !matches!(*settle, Settle::Lost) {
-            tracing::warn!(key, "redis answered with an older state than this replica saw; serving on this replica's share until the fleet's state is put back");
-            *settle = Settle::Lost;
-        }
-        drop(settle);
-        self.lost.notify_one();
-    }
-
-    /// Resolves when a script has found Redis's state stale, for the heartbeat loop.
-    pub async fn lost(&self) {
-        self.lost.notified().await;
     }
 
     /// The newest spare of `key`, as a lease for a submit on its way upstream.
@@ -882,379 +684,6 @@ impl Cluster {
         self.call_pipe::<()>(Op::Release, pipe).await
     }
 
-    /// The heartbeat, run every third of `replica_timeout` (every `DOWN_RETRY` at most
-    /// while not shared, and at once when a script found Redis's state stale): records this
-    /// replica as alive, reads the live ones, checks the fleet's epoch, renews this
-    /// replica's leases, takes or keeps the refresher lease, and, when Redis has come back
-    /// or lost its state, puts back what this replica holds: its leases (those of requests
-    /// admitted alone among them), its pins (`pins`, read from its own store only then),
-    /// and the releases it sent lately. A heartbeat that got all of that into Redis says so
-    /// (its `synced` mark); shared mode begins once every live replica has said so since
-    /// Redis came back. Returns the tasks whose leases another replica released (their
-    /// final answer was polled there), for the caller to end locally.
-    pub async fn heartbeat(
-        &self,
-        keys: &[Arc<str>],
-        refresh_interval: Duration,
-        stale_after: Duration,
-        pins: impl FnOnce() -> Vec<(String, String)>,
-    ) -> Vec<TaskId> {
-        let was_up = self.up.load(Ordering::Acquire);
-        let mut cmd = scripts::HEARTBEAT.call(1);
-        cmd.arg(self.layout.replicas())
-            .arg(&self.config.replica)
-            .arg(self.config.replica_timeout.as_millis() as u64);
-        let live: Vec<String> = match self.call(Op::Heartbeat, cmd).await {
-            Ok(live) => live,
-            Err(_) => return Vec::new(),
-        };
-        let mut live = live;
-        let redis_ms: u64 = live.pop().and_then(|t| t.parse().ok()).unwrap_or(0);
-        lock(&self.fleet).live = live.clone();
-        self.remember(live.clone()).await;
-        let Some(epoch) = self.check_epoch(keys, !was_up).await else {
-            return Vec::new();
-        };
-        if !was_up {
-            self.mark_up();
-        }
-        self.drop_stale(stale_after).await;
-        if epoch.lost {
-            self.backlog_pins(pins());
-        }
-        let admitted_alone =
-            self.backlog_len() > 0 || lock(&self.held).iter().any(|(_, h)| !h.in_redis);
-        let (ended, renewed) = self.renew(epoch.lost || !was_up).await;
-        let resent = !epoch.lost || self.resend_releases().await;
-        let flushed = self.flush_backlog().await;
-        if !was_up || epoch.lost {
-            // A fresh start that admitted nothing alone, into a fleet whose state Redis
-            // still has, has no outage to wait out: the others' counts are in Redis already.
-            let after_outage = self.ever_up.swap(true, Ordering::AcqRel);
-            let others_lost_theirs = epoch.created && live.len() > 1;
-            let settle = if after_outage || admitted_alone || epoch.lost || others_lost_theirs {
-                Settle::Waiting {
-                    since_ms: redis_ms,
-                    deadline: Instant::now() + self.config.replica_timeout,
-                    waiting_for: Vec::new(),
-                    after_loss: epoch.lost,
-                }
-            } else {
-                tracing::info!(replica = %self.config.replica, "redis is reachable; shared mode");
-                Settle::Shared
-            };
-            *lock(&self.settle) = settle;
-        }
-        if renewed && resent && flushed && self.is_up() {
-            self.mark_synced(redis_ms, &live).await;
-        }
-        self.take_refresher(refresh_interval).await;
-        ended
-    }
-
-    /// Says that every lease and pin this replica had when the heartbeat of `redis_ms`
-    /// began is in Redis, and, while this replica waits to share, whether every live
-    /// replica has said the same since Redis came back: then the fleet's count is whole and
-    /// shared mode begins. One that never does (a replica of an older version, or one that
-    /// heartbeats but cannot renew) is waited for until `replica_timeout` has passed.
-    async fn mark_synced(&self, redis_ms: u64, live: &[String]) {
-        // A mark names the epoch it was made in: one made after a loss by a replica that has
-        // not seen the loss yet (its heartbeat began before it) must not count as put back.
-        let Some(epoch) = lock(&self.generation).epoch.clone() else {
-            return;
-        };
-        if matches!(*lock(&self.settle), Settle::Lost) {
-            return;
-        }
-        let mut pipe = redis::pipe();
-        pipe.cmd("HSET")
-            .arg(self.layout.synced())
-            .arg(&self.config.replica)
-            .arg(format!("{redis_ms} {epoch}"))
-            .ignore()
-            .cmd("HGETALL")
-            .arg(self.layout.synced());
-        let Ok((marks,)) = self
-            .call_pipe::<(HashMap<String, String>,)>(Op::Heartbeat, pipe)
-            .await
-        else {
-            return;
-        };
-        let synced_at = |replica: &String| -> Option<u64> {
-            let (at, in_epoch) = marks.get(replica)?.split_once(' ')?;
-            (in_epoch == &*epoch).then(|| at.parse().ok()).flatten()
-        };
-        let gone: Vec<&String> = marks.keys().filter(|r| !live.contains(r)).collect();
-        if !gone.is_empty() {
-            let mut cmd = redis::cmd("HDEL");
-            cmd.arg(self.layout.synced()).arg(gone);
-            let _ = self.call::<()>(Op::Heartbeat, cmd).await;
-        }
-        let mut settle = lock(&self.settle);
-        let Settle::Waiting {
-            since_ms,
-            deadline,
-            waiting_for,
-            ..
-        } = &mut *settle
-        else {
-            return;
-        };
-        *waiting_for = live
-            .iter()
-            .filter(|r| synced_at(r).is_none_or(|at| at < *since_ms))
-            .cloned()
-            .collect();
-        if waiting_for.is_empty() {
-            tracing::info!(replica = %self.config.replica, "redis is reachable and every live replica has put its leases back; shared mode");
-        } else if Instant::now() >= *deadline {
-            tracing::warn!(replica = %self.config.replica, waiting_for = ?waiting_for, "replicas alive but not yet synced after replica_timeout; shared mode without them");
-        } else {
-            return;
-        }
-        *settle = Settle::Shared;
-    }
-
-    /// How often [`Cluster::heartbeat`] runs.
-    pub fn renew_period(&self) -> Duration {
-        self.config.replica_timeout / 3
-    }
-
-    /// Keeps the live replicas in `data_dir` when they changed since last saved.
-    async fn remember(&self, live: Vec<String>) {
-        let Some(file) = &self.fleet_file else {
-            return;
-        };
-        if *lock(&self.remembered) == live {
-            return;
-        }
-        match remembered::save(file, &live).await {
-            Ok(()) => *lock(&self.remembered) = live,
-            Err(e) => {
-                tracing::warn!(error = %e, file = %file.display(), "could not remember the fleet");
-            }
-        }
-    }
-
-    /// Moves this replica to the fleet's epoch, moving the fleet to a new one first when
-    /// Redis has none (it lost its data) or a script found Redis's state older than this
-    /// replica saw in the epoch it knows (a copy from before), and starts the generation of
-    /// every key of `keys` not yet started in that epoch, the stale ones included, so that
-    /// every replica still on the old epoch finds its next script refused. `None` if Redis
-    /// did not answer.
-    async fn check_epoch(&self, keys: &[Arc<str>], returning: bool) -> Option<EpochCheck> {
-        let stale = matches!(*lock(&self.settle), Settle::Lost)
-            || (returning && self.generations_went_back().await?);
-        let known = lock(&self.generation).epoch.clone();
-        let mut cmd = redis::cmd("GET");
-        cmd.arg(self.layout.epoch());
-        let current = self.call::<Option<String>>(Op::Heartbeat, cmd).await.ok()?;
-        let (adopted, created) = match current {
-            Some(current) if !(stale && known.as_deref() == Some(current.as_str())) => {
-                (current, false)
-            }
-            _ => {
-                let fresh = format!("{:016x}", rand::random::<u64>());
-                let mut cmd = scripts::EPOCH.call(1);
-                cmd.arg(self.layout.epoch())
-                    .arg(known.as_deref().unwrap_or(""))
-                    .arg(&fresh);
-                let adopted: String = self.call(Op::Heartbeat, cmd).await.ok()?;
-                let created = adopted == fresh;
-                (adopted, created)
-            }
-        };
-        let moved = known.as_deref() != Some(adopted.as_str());
-        let mut started: Vec<Arc<str>> = {
-            let generation = lock(&self.generation);
-            keys.iter()
-                .chain(lock(&self.held).iter().map(|(_, held)| &held.key))
-                .filter(|key| moved || !generation.floors.contains_key(&***key))
-                .cloned()
-                .collect()
-        };
-        started.sort_unstable();
-        started.dedup();
-        let mut counters: Vec<u64> = Vec::new();
-        if !started.is_empty() {
-            let mut pipe = redis::pipe();
-            for key in &started {
-                pipe.add_command(scripts::STAMP.call(1))
-                    .arg(self.layout.generation(key))
-                    .arg(&adopted);
-            }
-            counters = self.call_pipe(Op::Heartbeat, pipe).await.ok()?;
-        }
-        {
-            let mut generation = lock(&self.generation);
-            if moved {
-                generation.floors.clear();
-                generation.epoch = Some(Arc::from(adopted.as_str()));
-            }
-            for (key, counter) in started.into_iter().zip(counters) {
-                generation.floors.insert(key, counter);
-            }
-        }
-        let lost = known.is_some() && moved;
-        if lost {
-            tracing::warn!("redis lost the fleet's state; putting this replica's leases, pins and releases back");
-        }
-        Some(EpochCheck { lost, created })
-    }
-
-    /// Whether any key's generation in Redis is older than this replica saw: read when
-    /// Redis answers again after an outage, which may have been a restart from an older
-    /// copy. `None` if Redis did not answer.
-    async fn generations_went_back(&self) -> Option<bool> {
-        let (epoch, started): (Arc<str>, Vec<(Arc<str>, u64)>) = {
-            let generation = lock(&self.generation);
-            let Some(epoch) = generation.epoch.clone() else {
-                return Some(false);
-            };
-            let floors = generation.floors.iter();
-            (
-                epoch,
-                floors.map(|(key, floor)| (key.clone(), *floor)).collect(),
-            )
-        };
-        if started.is_empty() {
-            return Some(false);
-        }
-        let mut pipe = redis::pipe();
-        for (key, _) in &started {
-            pipe.cmd("HMGET")
-                .arg(self.layout.generation(key))
-                .arg("e")
-                .arg("n");
-        }
-        let found: Vec<(Option<String>, Option<u64>)> =
-            self.call_pipe(Op::Heartbeat, pipe).await.ok()?;
-        Some(started.iter().zip(found).any(|((_, floor), (e, n))| {
-            e.as_deref() != Some(&*epoch) || n.is_none_or(|n| n < *floor)
-        }))
-    }
-
-    /// Gives back the fleet's threads of tasks open longer than `stale_after`, as the local
-    /// count gives back its own: abandoned tasks must not hold threads for ever.
-    async fn drop_stale(&self, stale_after: Duration) {
-        let Some(cutoff) = Instant::now().checked_sub(stale_after) else {
-            return;
-        };
-        let stale: Vec<(Arc<str>, String)> = {
-            let mut held = lock(&self.held);
-            let members: Vec<String> = held
-                .iter()
-                .filter(|(_, h)| h.task.is_some() && h.opened <= cutoff)
-                .map(|(member, _)| member.clone())
-                .collect();
-            members
-                .into_iter()
-                .filter_map(|member| held.remove(&member).map(|h| (h.key, member)))
-                .collect()
-        };
-        if stale.is_empty() {
-            return;
-        }
-        self.remove_members(&stale).await;
-    }
-
-    /// Renews every lease this replica holds; with `restore`, adds back any that Redis no
-    /// longer has. Returns the tasks whose leases are gone, and whether every lease was
-    /// renewed.
-    async fn renew(&self, restore: bool) -> (Vec<TaskId>, bool) {
-        let mut by_key: HashMap<Arc<str>, Vec<String>> = HashMap::new();
-        let mut upload: HashMap<Arc<str>, Vec<String>> = HashMap::new();
-        for (member, held) in lock(&self.held).iter() {
-            let list = if held.in_redis || restore {
-                &mut by_key
-            } else {
-                &mut upload
-            };
-            list.entry(held.key.clone())
-                .or_default()
-                .push(member.clone());
-        }
-        let mut ended = Vec::new();
-        for (list, restore) in [(by_key, restore), (upload, true)] {
-            let chunks = list.into_iter().flat_map(|(key, members)| {
-                members
-                    .chunks(RENEW_BATCH)
-                    .map(|chunk| (key.clone(), chunk.to_vec()))
-                    .collect::<Vec<_>>()
-            });
-            for (key, members) in chunks {
-                let (epoch, floor) = self
-                    .generation_of(&key)
-                    .unwrap_or_else(|| (Arc::from(""), 0));
-                let mut cmd = scripts::RENEW.call(4);
-                cmd.arg(self.layout.leases(&key))
-                    .arg(self.layout.released(&key))
-                    .arg(self.layout.spares(&key))
-                    .arg(self.layout.generation(&key))
-                    .arg(self.lease_ttl_ms())
-                    .arg(if restore { "1" } else { "0" })
-                    .arg(&*epoch)
-                    .arg(floor)
-                    .arg(&members);
-                let Ok((counter, missing)) = self.call::<(i64, Vec<String>)>(Op::Renew, cmd).await
-                else {
-                    return (ended, false);
-                };
-                match u64::try_from(counter) {
-                    Ok(counter) => self.saw(&key, counter),
-                    Err(_) => {
-                        // Missing from a Redis that lost its state is not ended.
-                        self.found_stale(&key);
-                        return (ended, false);
-                    }
-                }
-                let mut held = lock(&self.held);
-                for member in &members {
-                    held.mark_in_redis(member);
-                }
-                let mut spares_gone = Vec::new();
-                for member in missing {
-                    // A pending lease is its request's until the request ends; only tasks'
-                    // leases are released by other replicas. A spare that expired is no
-                    // thread any more.
-                    if Layout::is_spare(&member) {
-                        held.remove(&member);
-                        spares_gone.push(member);
-                    } else if member.starts_with("t:") {
-                        if let Some(Held {
-                            task: Some(task), ..
-                        }) = held.remove(&member)
-                        {
-                            ended.push(task);
-                        }
-                    }
-                }
-                drop(held);
-                if !spares_gone.is_empty() {
-                    if let Some(stock) = lock(&self.spares).get_mut(&key) {
-                        stock
-                            .ready
-                            .retain(|(member, _)| !spares_gone.contains(member));
-                    }
-                }
-            }
-        }
-        (ended, true)
-    }
-
-    async fn take_refresher(&self, refresh_interval: Duration) {
-        let ttl = (refresh_interval * 3).max(self.config.replica_timeout);
-        let mut cmd = scripts::REFRESHER.call(1);
-        cmd.arg(self.layout.refresher())
-            .arg(&self.config.replica)
-            .arg(ttl.as_millis() as u64);
-        let held = self
-            .call::<u32>(Op::Refresher, cmd)
-            .await
-            .is_ok_and(|r| r == 1);
-        self.refresher.store(held, Ordering::Release);
-    }
-
     fn lease_ttl_ms(&self) -> u64 {
         self.config.replica_timeout.as_millis() as u64
     }
@@ -1324,24 +753,6 @@ mod tests {
         assert_eq!(names, want);
     }
 
-    #[tokio::test]
-    async fn shares_add_up_to_the_threads_whatever_the_fleet() {
-        for fleet_size in 1..=5usize {
-            let names: Vec<String> = (0..fleet_size).map(|i| format!("r{i}")).collect();
-            for threads in 0..=11u32 {
-                let total: u32 = names
-                    .iter()
-                    .map(|me| {
-                        let c = cluster(me);
-                        lock(&c.fleet).live = names.clone();
-                        c.share(threads)
-                    })
-                    .sum();
-                assert_eq!(total, threads, "{fleet_size} replicas, {threads} threads");
-            }
-        }
-    }
-
     #[tokio::test(start_paused = true)]
     async fn spares_are_asked_for_in_batches_no_larger_than_the_demand() {
         let c = Arc::new(cluster("r0"));
@@ -1405,19 +816,5 @@ mod tests {
         );
         lock(&c.spares).get_mut("a").expect("a stock").ready.pop();
         assert_eq!(c.ask_spares("a").members.len(), MAX_SPARES - SPARES_LOW);
-    }
-
-    #[tokio::test]
-    async fn a_replica_that_never_reached_redis_is_degraded_and_says_why() {
-        let c = Arc::new(cluster("r0"));
-        assert!(!c.is_shared());
-        assert!(c.degraded_reason().is_some());
-        // Its submits take leases of its own, for the heartbeat to write when it can.
-        let Ok(Admit::Alone(lease)) = c.acquire("a", 5).await else {
-            panic!("a lease of this replica's own");
-        };
-        assert_eq!(c.held_by_me("a"), 1);
-        drop(lease);
-        assert_eq!(c.held_by_me("a"), 0, "given back when dropped");
     }
 }

@@ -9,8 +9,9 @@ use std::time::Duration;
 use redis::aio::ConnectionManager;
 use redis::Value;
 
+use super::membership::Settle;
 use super::scripts;
-use super::{lock, Cluster, Settle};
+use super::{lock, Cluster};
 
 /// A Redis operation, for error counts and logs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
