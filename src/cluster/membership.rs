@@ -1,7 +1,8 @@
 //! This replica's view of the fleet and of its own mode: shared (Redis's count is the one
 //! check on a key's threads), on its way back to it, or degraded, serving on its share of
-//! each key, taken from the replicas it last saw and what they left free. State only: the
-//! heartbeat (`heartbeat.rs`) and the sync move it, by what Redis answers.
+//! each key, taken from the replicas it last saw and what they left free. State only, no
+//! call: the calls' outcomes (`conn.rs`), the heartbeat, the sync and the generation
+//! checks move it, by what Redis answers.
 
 use std::sync::atomic::Ordering;
 
