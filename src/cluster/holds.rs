@@ -9,7 +9,8 @@ use std::sync::Arc;
 
 use redis::Value;
 
-use super::{from_value, Cluster, ClusterError, Op};
+use super::conn::{from_value, ClusterError, Op};
+use super::Cluster;
 
 /// A key's hold as the fleet last recorded it.
 #[derive(Clone, Debug, PartialEq, Eq)]
