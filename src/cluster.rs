@@ -60,7 +60,7 @@ pub use holds::SharedHold;
 pub use layout::Layout;
 use leases::SentRelease;
 pub use leases::{Admit, SharedLease};
-use membership::{Fleet, Settle};
+use membership::{Fleet, ServiceReadings, Settle};
 use pins::PendingPin;
 pub use pins::SharedPin;
 use spares::Stock;
@@ -94,6 +94,9 @@ pub struct Cluster {
     /// so the shares are taken from what they left free, until this replica's own
     /// `threadsinfo` reconciliation counts them instead.
     others: Mutex<HashMap<String, u32>>,
+    /// Keys whose service was read (or could not be) since Redis went away: the shares
+    /// wait for a reading.
+    readings: Mutex<ServiceReadings>,
     /// Final answers seen while Redis was away, to release when it returns.
     released: Mutex<VecDeque<(Arc<str>, String)>>,
     fleet: Mutex<Fleet>,
@@ -164,6 +167,7 @@ impl Cluster {
             backlog: Mutex::new(VecDeque::new()),
             released: Mutex::new(VecDeque::new()),
             others: Mutex::new(HashMap::new()),
+            readings: Mutex::new(ServiceReadings::default()),
             fleet: Mutex::new(Fleet { live: live.clone() }),
             remembered: Mutex::new(live),
             generation: Mutex::new(Generation::default()),

@@ -114,9 +114,12 @@ pub async fn refresh_key(app: &App, key: &KeyEntry, timeout: Duration) {
                 app.reconcile_threads(key, info.working_threads, mark);
                 if let Some(cluster) = cluster {
                     cluster.forget_others(&key.name);
+                    // Submits waiting for that reading may take the share now.
+                    app.capacity().nudge();
                 }
             }
-            (None, _) => {}
+            (None, Some(cluster)) => cluster.cannot_read(&key.name),
+            (None, None) => {}
         }
     } else if let Some(cluster) = app.cluster().filter(|c| c.is_shared()) {
         share_readings(cluster, key, None, None).await;

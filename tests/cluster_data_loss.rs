@@ -104,7 +104,6 @@ async fn redis_flushed_while_running_overfills_nothing_loses_nothing_and_leaks_n
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "issue 38: one busy answer in about one run of four after a restart with no data (the shares of the outage before it); open"]
 async fn redis_restarted_empty_overfills_nothing_loses_nothing_and_leaks_nothing() {
     load_through("after a restart with no data", |redis, _| {
         redis.restart_empty()

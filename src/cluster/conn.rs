@@ -9,7 +9,7 @@ use std::time::Duration;
 use redis::aio::ConnectionManager;
 use redis::Value;
 
-use super::membership::Settle;
+use super::membership::{ServiceReadings, Settle};
 use super::scripts;
 use super::{lock, Cluster};
 
@@ -77,14 +77,16 @@ impl Cluster {
         *lock(&self.down_reason) = None;
     }
 
-    fn mark_down(&self, op: Op, error: &ClusterError) {
+    pub(super) fn mark_down(&self, op: Op, error: &ClusterError) {
         self.errors[op as usize].fetch_add(1, Ordering::Relaxed);
         let was_up = self.up.swap(false, Ordering::AcqRel);
         *lock(&self.settle) = Settle::Down;
         *lock(&self.down_reason) = Some(error.to_string());
         self.refresher.store(false, Ordering::Release);
         if was_up {
-            tracing::warn!(op = op.label(), error = %error, "redis unavailable; serving on this replica's share of each key");
+            // What the service said of the others before this outage is stale now.
+            *lock(&self.readings) = ServiceReadings::default();
+            tracing::warn!(op = op.label(), error = %error, "redis unavailable; serving on this replica's share of each key once the service's thread count is read");
         }
     }
 

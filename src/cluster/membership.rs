@@ -4,6 +4,7 @@
 //! call: the calls' outcomes (`conn.rs`), the heartbeat, the sync and the generation
 //! checks move it, by what Redis answers.
 
+use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 
 use tokio::time::Instant;
@@ -33,6 +34,13 @@ pub(super) enum Settle {
     /// older copy): Redis's count is not trusted until the next heartbeat has moved the
     /// fleet to a new epoch and this replica has put its state back.
     Lost,
+}
+
+/// Which keys' services were read since Redis went away, for [`Cluster::degraded_limit`].
+#[derive(Debug, Default)]
+pub(super) struct ServiceReadings {
+    pub read: HashSet<String>,
+    pub unreadable: HashSet<String>,
 }
 
 /// The fleet as last seen.
@@ -99,13 +107,24 @@ impl Cluster {
     }
 
     /// The most threads of a key of `limit` this replica may take while Redis is away: its
-    /// share, and no more than the other replicas left free at the last sync.
+    /// share, once the service's own `threadsinfo` has been read since Redis went (the
+    /// refresh then counts every other replica's tasks as the key's outside load, and a
+    /// share of what is left cannot overfill); none before. A share taken from the others'
+    /// holdings as Redis last counted them could: a replica above its share and one below
+    /// it would both grow to theirs. For a key whose service does not answer `threadsinfo`,
+    /// the share, less what the others held at this replica's last count.
     pub fn degraded_limit(&self, key: &str, limit: u32) -> u32 {
         if self.puts_back_a_loss() {
             return 0;
         }
-        let others = lock(&self.others).get(key).copied().unwrap_or(0);
-        self.share(limit).min(limit.saturating_sub(others))
+        if lock(&self.readings).read.contains(key) {
+            return self.share(limit);
+        }
+        if lock(&self.readings).unreadable.contains(key) {
+            let others = lock(&self.others).get(key).copied().unwrap_or(0);
+            return self.share(limit).min(limit.saturating_sub(others));
+        }
+        0
     }
 
     /// Whether the fleet is putting back the state Redis lost while it answered: then no
@@ -141,9 +160,18 @@ impl Cluster {
     }
 
     /// The service's own count now covers the other replicas' threads of `key` (a
-    /// reconciliation while degraded put them in the key's outside load).
+    /// reconciliation while degraded put them in the key's outside load): its share may be
+    /// taken.
     pub fn forget_others(&self, key: &str) {
-        lock(&self.others).remove(key);
+        let mut readings = lock(&self.readings);
+        readings.unreadable.remove(key);
+        readings.read.insert(key.to_owned());
+    }
+
+    /// `key`'s service did not answer `threadsinfo` while Redis is away: its share is taken
+    /// from the others' last count, the best there is.
+    pub fn cannot_read(&self, key: &str) {
+        lock(&self.readings).unreadable.insert(key.to_owned());
     }
 }
 
@@ -171,6 +199,38 @@ mod tests {
                 assert_eq!(total, threads, "{fleet_size} replicas, {threads} threads");
             }
         }
+    }
+
+    #[tokio::test]
+    async fn a_share_waits_for_the_services_reading_since_redis_went() {
+        let c = cluster("r0");
+        lock(&c.fleet).live = vec!["r0".into(), "r1".into()];
+        // r1 held four of five threads at the last count: the old rule gave r0 one more
+        // (min(share 3, 5 - 4)) while r1 kept four and might take none back: safe only if
+        // r1 never grows. Without a reading nothing is taken.
+        lock(&c.others).insert("a".into(), 4);
+        assert_eq!(c.degraded_limit("a", 5), 0, "no reading yet");
+        // The service's count now holds every other replica's task as outside load.
+        c.forget_others("a");
+        assert_eq!(c.degraded_limit("a", 5), c.share(5));
+        assert_eq!(c.degraded_limit("b", 5), 0, "per key");
+        // A service that cannot say: the share, less the others' last count (none: the
+        // share, as before any count).
+        c.cannot_read("b");
+        assert_eq!(c.degraded_limit("b", 5), c.share(5));
+        lock(&c.others).insert("b".into(), 3);
+        assert_eq!(c.degraded_limit("b", 5), 2);
+        // Redis back and gone again: the reading is of before; wait for a new one.
+        c.up.store(true, Ordering::Release);
+        c.mark_down(
+            crate::cluster::Op::Acquire,
+            &crate::cluster::ClusterError::Degraded,
+        );
+        assert_eq!(c.degraded_limit("a", 5), 0);
+        // While the fleet puts back what Redis lost, nothing, reading or not.
+        c.forget_others("a");
+        *lock(&c.settle) = Settle::Lost;
+        assert_eq!(c.degraded_limit("a", 5), 0);
     }
 
     #[tokio::test]
