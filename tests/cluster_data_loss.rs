@@ -125,3 +125,78 @@ async fn redis_back_from_an_older_copy_overfills_nothing_loses_nothing_and_leaks
     })
     .await;
 }
+
+const ALICE: &str = "alice-token-alice-token-alice-01";
+const BOB: &str = "bob-token-bob-token-bob-token-02";
+
+/// A replica of a two-replica fleet whose callers carry tokens.
+async fn token_replica(sim: &keyrelay::sim::SimHandle, redis: &Redis, name: &str) -> Harness {
+    let mut config = replica_config(sim, redis, name);
+    config.access.tokens = vec![caller_token("alice", ALICE), caller_token("bob", BOB)];
+    Harness::start_without_refresh_wait(sim.clone(), config).await
+}
+
+async fn poll_as(via: &Harness, token: &str, id: u64) -> serde_json::Value {
+    via.get(&format!("/res.php?key={token}&action=get&id={id}&json=1"))
+        .await
+        .json()
+}
+
+/// Issue 38 §1: token A's task, made through one replica; Redis restarts empty; token B
+/// polls it through the other replica, which never cached the pin. B never gets A's
+/// result (no probe hands the task to whoever asks first), and A gets it from either
+/// replica once the creating replica has put its pins back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn after_redis_loses_the_pins_a_task_is_answered_only_to_the_token_that_made_it() {
+    let Some(mut redis) = Redis::start() else {
+        return;
+    };
+    let sim = sim().await;
+    let maker = token_replica(&sim, &redis, "kr-1").await;
+    let other = token_replica(&sim, &redis, "kr-2").await;
+    for replica in [&maker, &other] {
+        wait_shared(replica).await;
+    }
+    let submitted = maker
+        .get(&format!(
+            "/in.php?key={ALICE}&method=userrecaptcha&googlekey=site&pageurl=https://x.test&json=1"
+        ))
+        .await
+        .json();
+    assert_eq!(submitted["status"], 1, "{submitted}");
+    let id: u64 = submitted["request"]
+        .as_str()
+        .and_then(|id| id.parse().ok())
+        .or_else(|| submitted["request"].as_u64())
+        .expect("a numeric task id");
+    redis.restart_empty();
+    // Bob polls through the replica without the pin until Alice has her result there.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let result = loop {
+        let bobs = poll_as(&other, BOB, id).await;
+        assert_ne!(bobs["status"], 1, "bob was handed alice's task: {bobs}");
+        assert!(
+            bobs["request"] == "CAPCHA_NOT_READY" || bobs["request"] == "ERROR_WRONG_CAPTCHA_ID",
+            "bob: {bobs}"
+        );
+        let alices = poll_as(&other, ALICE, id).await;
+        if alices["status"] == 1 {
+            break alices["request"].clone();
+        }
+        assert_eq!(alices["request"], "CAPCHA_NOT_READY", "alice: {alices}");
+        assert!(
+            Instant::now() < deadline,
+            "alice never got her result through the other replica"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(result.is_string(), "a solution: {result}");
+    // From then on, on both replicas: alice's, and unknown to bob.
+    for via in [&maker, &other] {
+        assert_eq!(poll_as(via, ALICE, id).await["request"], result);
+        assert_eq!(
+            poll_as(via, BOB, id).await["request"],
+            "ERROR_WRONG_CAPTCHA_ID"
+        );
+    }
+}
