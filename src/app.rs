@@ -21,7 +21,7 @@ use crate::config::Config;
 use crate::health::{HealthEvent, HealthStore, MemoryHealth, Reason, StateKind, Transition};
 use crate::metrics::{Metrics, Release};
 use crate::outage::{OutageChange, OutagePolicy, Outages};
-use crate::pins::{JournalPins, MemoryPins, PinStore, ProbeState};
+use crate::pins::{JournalPins, MemoryPins, NoSharedPins, PinStore, ProbeState, SharedPins};
 use crate::pool::{
     FileHolds, HoldStore, HoldsFileError, KeyEntry, KeyPool, MemoryHolds, Selection,
 };
@@ -80,6 +80,9 @@ struct Inner {
     snapshot: ArcSwap<Snapshot>,
     /// Outlives snapshots: tasks must keep polling with their key.
     pins: Arc<dyn PinStore>,
+    /// The fleet's copy of pins, read for a task with no pin here; none for a single
+    /// instance.
+    shared_pins: Arc<dyn SharedPins>,
     /// Every key ever configured, by stable id; outlives snapshots for the same reason.
     /// Shared with the pin journal, which writes keys by name.
     registry: Arc<KeyRegistry>,
@@ -207,6 +210,10 @@ impl App {
         )?;
         let token_counters = Arc::new(TokenCounters::default());
         let pins = open_pins(&config, &registry, &token_counters)?;
+        let shared_pins: Arc<dyn SharedPins> = match &cluster {
+            Some(cluster) => Arc::new(cluster.clone()),
+            None => Arc::new(NoSharedPins),
+        };
         let retry_budget = TpsBudget::new(
             RETRY_BUDGET_WINDOW,
             config.failover.retry_budget_min,
@@ -221,6 +228,7 @@ impl App {
                 tokens,
             }),
             pins,
+            shared_pins,
             registry,
             health,
             capacity,
@@ -277,7 +285,7 @@ impl App {
     pub fn adopt_pin(
         &self,
         task: &crate::captcha::TaskId,
-        shared: &crate::cluster::SharedPin,
+        shared: &crate::pins::SharedPin,
     ) -> Option<crate::pins::Pin> {
         let key = self.0.registry.id_of(&shared.key)?;
         let token = if shared.token.is_empty() {
@@ -293,7 +301,7 @@ impl App {
 
     /// Every live pin as the fleet stores it: the task id, and `key name \t token name`
     /// (empty: none). For putting the fleet's copy back after Redis lost it.
-    pub fn shared_pins(&self) -> Vec<(String, String)> {
+    pub fn pins_to_share(&self) -> Vec<(String, String)> {
         let now = Instant::now();
         self.0
             .pins
@@ -315,6 +323,11 @@ impl App {
 
     pub fn pins(&self) -> &dyn PinStore {
         &*self.0.pins
+    }
+
+    /// The fleet's copy of pins (none for a single instance).
+    pub fn shared_pins(&self) -> &dyn SharedPins {
+        &*self.0.shared_pins
     }
 
     /// Every key this process has served, current or retired, by id.

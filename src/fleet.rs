@@ -97,7 +97,7 @@ async fn heartbeat(app: &App, cluster: &Cluster) -> Vec<crate::captcha::TaskId> 
             &keys,
             config.refresh_interval,
             config.capacity.stale_after,
-            || app.shared_pins(),
+            || app.pins_to_share(),
         )
         .await
 }

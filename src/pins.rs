@@ -6,11 +6,13 @@
 //! [`JournalPins`] wraps a `MemoryPins` with an append-only journal on disk, so pins survive
 //! a restart and a `kill -9`.
 
+mod shared;
 mod journal;
 mod memory;
 mod misses;
 mod probe_budget;
 
+pub use shared::{LookupFuture, NoSharedPins, SharedLookup, SharedPin, SharedPins};
 pub use journal::{JournalPins, Recovery};
 pub use memory::MemoryPins;
 pub use misses::ProbeMisses;

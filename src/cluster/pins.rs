@@ -8,23 +8,40 @@ use std::sync::Arc;
 use super::conn::{ClusterError, Op};
 use super::{lock, Cluster};
 use crate::captcha::TaskId;
+use crate::pins::{LookupFuture, SharedLookup, SharedPins};
 
 /// The most pins kept to write to Redis when it returns; beyond it the oldest are dropped
 /// (they stay in the local journal, and other replicas find them by probing).
 pub(super) const MAX_BACKLOG: usize = 100_000;
 
-/// A pin as another replica wrote it: the key's and the caller token's names.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SharedPin {
-    pub key: String,
-    /// Empty: no token.
-    pub token: String,
-}
+pub use crate::pins::SharedPin;
 
 /// A pin to write once Redis returns.
 pub(super) struct PendingPin {
     task: String,
     value: String,
+}
+
+/// The fleet's copy of pins is Redis's; an owner not there may be put back while the fleet
+/// is not sharing (Redis away, or putting back what it lost).
+impl SharedPins for Arc<Cluster> {
+    fn lookup<'a>(&'a self, task: &'a TaskId) -> LookupFuture<'a> {
+        Box::pin(async move {
+            match Cluster::lookup(self, task).await {
+                Ok(Some(pin)) => SharedLookup::Found(pin),
+                Ok(None) => SharedLookup::Missing,
+                Err(error) => SharedLookup::Unreadable(error.to_string()),
+            }
+        })
+    }
+
+    fn share_found(&self, task: &TaskId, key: &str, token: &str) {
+        self.share_found_pin(task, key, token);
+    }
+
+    fn owners_may_return(&self) -> bool {
+        !self.is_shared()
+    }
 }
 
 impl Cluster {

@@ -17,6 +17,7 @@ use crate::captcha::{self, BadTaskId, ParsedRequest, TaskAction, TaskCommand, Ta
 use crate::failover::{self, Next};
 use crate::log_limit::{Throttle, INTERVAL};
 use crate::metrics::{LocalCode, RequestOutcome};
+use crate::pins::SharedLookup;
 use crate::pool::KeyEntry;
 
 // The codes an `ids=` slot answers with when keyrelay answers it itself.
@@ -187,8 +188,7 @@ enum Unpinned {
 /// `None` without tokens: then there are no owners, and the probe finds the key.
 fn unpinned_for_a_token(ctx: &Ctx) -> Option<Unpinned> {
     ctx.token.as_ref()?;
-    let pins_coming_back = ctx.app.cluster().is_some_and(|c| !c.is_shared());
-    Some(if pins_coming_back {
+    Some(if ctx.app.shared_pins().owners_may_return() {
         Unpinned::MaybeLater
     } else {
         Unpinned::Never
@@ -222,15 +222,14 @@ async fn owner(ctx: &Ctx, task: &TaskId) -> Owner {
         .map_or(Owner::NoPin, Owner::Key)
 }
 
-/// The pin another replica of the fleet wrote, read from Redis before any probe and cached
-/// here. Without Redis (or with no pin there) the probe may still find the owner.
+/// The pin another replica wrote, read from the shared copy before any probe and cached
+/// here. Without one (or with the copy unreadable) the probe may still find the owner.
 async fn shared_pin(ctx: &Ctx, task: &TaskId) -> Option<crate::pins::Pin> {
-    let cluster = ctx.app.cluster()?;
-    match Box::pin(cluster.lookup(task)).await {
-        Ok(Some(shared)) => ctx.app.adopt_pin(task, &shared),
-        Ok(None) => None,
-        Err(error) => {
-            tracing::warn!(task_id = %task, error = %error, "cannot read the fleet's pin; probing");
+    match ctx.app.shared_pins().lookup(task).await {
+        SharedLookup::Found(shared) => ctx.app.adopt_pin(task, &shared),
+        SharedLookup::Missing => None,
+        SharedLookup::Unreadable(error) => {
+            tracing::warn!(task_id = %task, error = %error, "cannot read the shared pin; probing");
             None
         }
     }

@@ -152,9 +152,7 @@ pub(super) async fn probe(
                 ctx.app
                     .pins()
                     .pin_for(task.clone(), key.id, TokenId::NONE, Instant::now());
-                if let Some(cluster) = ctx.app.cluster() {
-                    cluster.share_found_pin(task, &key.name, "");
-                }
+                ctx.app.shared_pins().share_found(task, &key.name, "");
                 misses.forget(task);
                 count(ctx, ProbeResult::Found);
                 tracing::info!(key = %key.name, task_id = %task, "unknown task found on a key and pinned");
