@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 use tower::retry::budget::{Budget, TpsBudget};
 
-use crate::capacity::{Capacity, MemoryLoad, ReadMark};
+use crate::capacity::{Capacity, MemoryLoad, NoSharedThreads, ReadMark, SharedThreads};
 use crate::cluster::{Cluster, ClusterError};
 use crate::config::Config;
 use crate::health::{HealthEvent, HealthStore, MemoryHealth, Reason, StateKind, Transition};
@@ -83,6 +83,9 @@ struct Inner {
     /// The fleet's copy of pins, read for a task with no pin here; none for a single
     /// instance.
     shared_pins: Arc<dyn SharedPins>,
+    /// The fleet's count of threads, where submits take a seat after their thread here;
+    /// none for a single instance.
+    shared_threads: Arc<dyn SharedThreads>,
     /// Every key ever configured, by stable id; outlives snapshots for the same reason.
     /// Shared with the pin journal, which writes keys by name.
     registry: Arc<KeyRegistry>,
@@ -210,10 +213,13 @@ impl App {
         )?;
         let token_counters = Arc::new(TokenCounters::default());
         let pins = open_pins(&config, &registry, &token_counters)?;
-        let shared_pins: Arc<dyn SharedPins> = match &cluster {
-            Some(cluster) => Arc::new(cluster.clone()),
-            None => Arc::new(NoSharedPins),
-        };
+        // Single instance and cluster differ in these stores, chosen here, and nowhere on
+        // the request path.
+        let (shared_pins, shared_threads): (Arc<dyn SharedPins>, Arc<dyn SharedThreads>) =
+            match &cluster {
+                Some(cluster) => (Arc::new(cluster.clone()), Arc::new(cluster.clone())),
+                None => (Arc::new(NoSharedPins), Arc::new(NoSharedThreads)),
+            };
         let retry_budget = TpsBudget::new(
             RETRY_BUDGET_WINDOW,
             config.failover.retry_budget_min,
@@ -229,6 +235,7 @@ impl App {
             }),
             pins,
             shared_pins,
+            shared_threads,
             registry,
             health,
             capacity,
@@ -325,6 +332,11 @@ impl App {
         &*self.0.pins
     }
 
+    /// The fleet's count of threads (none for a single instance).
+    pub fn shared_threads(&self) -> &dyn SharedThreads {
+        &*self.0.shared_threads
+    }
+
     /// The fleet's copy of pins (none for a single instance).
     pub fn shared_pins(&self) -> &dyn SharedPins {
         &*self.0.shared_pins
@@ -350,12 +362,12 @@ impl App {
         if key.is_some() {
             self.count_releases(Release::Final, 1);
         }
-        if let Some(cluster) = &self.0.cluster {
-            // Another replica's task holds a thread of the fleet's, named by the task id:
-            // whoever sees the final answer gives it back.
+        if self.0.shared_threads.counts() {
+            // Another replica's task holds a seat in the fleet's count, named by the task
+            // id: whoever sees the final answer gives it back.
             let owner = key.or_else(|| self.0.pins.owner(task, Instant::now()));
             if let Some(entry) = owner.and_then(|id| self.0.registry.get(id)) {
-                cluster.release_task(&entry.name, task);
+                self.0.shared_threads.finished(&entry.name, task);
             }
         }
     }

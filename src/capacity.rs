@@ -19,9 +19,11 @@
 
 mod memory;
 mod queue;
+mod shared;
 
 pub use memory::MemoryLoad;
 pub use queue::{Refusal, Take, Waited};
+pub use shared::{NoSharedThreads, SharedSeat, SharedTake, SharedThreads, Step};
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;

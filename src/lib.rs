@@ -52,6 +52,7 @@
 pub const BUILD_COMMIT: &str = env!("KEYRELAY_COMMIT");
 
 pub mod admin;
+pub mod admission;
 pub mod api_key;
 pub mod app;
 pub mod atomic_file;

@@ -237,6 +237,8 @@ const LAYERS: &[&[&str]] = &[
     // The bottom of the request path: the shared handle.
     &["app"],
     &["status", "refresh"],
+    // May a submit take a thread of a key: the ticket that becomes an open task.
+    &["admission"],
     // A cluster replica's heartbeat and sync, which may run a refresh.
     &["fleet"],
     // The admin API: served by `proxy` (and so `server`), acting through `app` and `refresh`.

@@ -15,6 +15,7 @@ use super::pins::MAX_BACKLOG;
 use super::spares::Asked;
 use super::{lock, scripts, Cluster};
 use crate::captcha::TaskId;
+use crate::capacity::{SharedSeat, SharedTake, SharedThreads, Step};
 
 /// What the shared lease set said to a submit.
 pub enum Admit {
@@ -357,5 +358,41 @@ impl Drop for SharedLease {
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move { cluster.remove_members(&gone).await });
         }
+    }
+}
+
+/// The fleet's count of threads is Redis's lease sets.
+impl SharedThreads for Arc<Cluster> {
+    fn counts(&self) -> bool {
+        true
+    }
+
+    fn take<'a>(&'a self, key: &'a str, limit: u32) -> Step<'a, SharedTake> {
+        Box::pin(async move {
+            match self.acquire(key, limit).await {
+                Ok(Admit::Granted(lease) | Admit::Alone(lease)) => {
+                    SharedTake::Seated(Box::new(lease))
+                }
+                Ok(Admit::Full) => SharedTake::Full,
+                Err(error) => SharedTake::Unavailable(error.to_string()),
+            }
+        })
+    }
+
+    fn finished(&self, key: &str, task: &TaskId) {
+        self.release_task(key, task);
+    }
+}
+
+impl SharedSeat for SharedLease {
+    fn keep<'a>(
+        self: Box<Self>,
+        task: &'a TaskId,
+        key: &'a str,
+        token: &'a str,
+        limit: u32,
+    ) -> Step<'a, ()> {
+        let cluster = self.cluster.clone();
+        Box::pin(async move { cluster.pin(Some(*self), task, key, token, limit).await })
     }
 }

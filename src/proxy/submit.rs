@@ -15,12 +15,12 @@ use crate::app::{App, Event};
 use crate::capacity::{Lease, Refusal, Take, Waited};
 use crate::captcha::TaskId;
 use crate::captcha::{Endpoint, Outcome, ParsedRequest, Reply};
-use crate::cluster::{Admit, SharedLease};
+use crate::admission::{self, Ticket};
 use crate::failover::{self, Next};
 use crate::log_limit::{Throttle, INTERVAL};
 use crate::metrics::{RequestOutcome, WaitResult};
-use crate::pool::{Candidates, FleetView, KeyEntry};
-use crate::tokens::{TokenHold, TokenId};
+use crate::pool::{Candidates, KeyEntry};
+use crate::tokens::TokenHold;
 
 /// `failover::meaning_rank` of a "busy, retry later" answer.
 const BUSY: u8 = 3;
@@ -82,16 +82,13 @@ pub(super) async fn submit(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
                 return pool_full(ctx, refusal, worst, attempts, started);
             }
         };
-        let shared = match fleet_thread(ctx, key).await {
-            FleetThread::Alone => None,
-            FleetThread::Granted(shared) => Some(shared),
-            // Held elsewhere in the fleet, or Redis just went away and this replica's share
-            // applies now: the local thread goes back and the walk looks again.
-            FleetThread::Full | FleetThread::Unavailable => {
-                drop(lease);
-                walk.candidates.put_back(key);
-                continue;
-            }
+        // Boxed: a fleet round trip's future is large, and held inline it would grow every
+        // submit's future (moved and boxed on every request) with or without a fleet.
+        let Some(ticket) = Box::pin(admission::seat(&ctx.app, pool, key, lease)).await else {
+            // Held elsewhere in the fleet, or the fleet cannot count and this replica's
+            // share applies now: the local thread went back; the walk looks again.
+            walk.candidates.put_back(key);
+            continue;
         };
         if attempts == 0 {
             ctx.app.deposit_retry();
@@ -147,21 +144,16 @@ pub(super) async fn submit(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
         }
         match (decision.next, attempt) {
             (Next::Answer, Attempt::Answered(answered)) => {
-                let leases = Leases {
-                    local: lease,
-                    token: token_hold,
-                    shared,
-                };
-                return answer(ctx, key, leases, answered, attempts, started).await;
+                return answer(ctx, key, ticket, token_hold, answered, attempts, started).await;
             }
             // No answer came to give: a failed exchange fails over whatever the policy says.
             (Next::Answer | Next::Failover, attempt) => {
-                drop((lease, shared));
+                drop(ticket);
                 previous = Some((key, code));
                 keep_worst(&mut worst, attempt, key);
             }
             (Next::OtherUpstream, attempt) => {
-                drop((lease, shared));
+                drop(ticket);
                 walk.candidates.shun_origin_of(key);
                 // A lone key is not tried again either: its host:port is the one refusing.
                 walk.retry_same = None;
@@ -170,7 +162,7 @@ pub(super) async fn submit(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
             }
             (Next::Backoff, attempt) => {
                 // The thread is not held while backing off: another task may use it.
-                drop((lease, shared));
+                drop(ticket);
                 previous = Some((key, code));
                 walk.retry_same = Some(key);
                 keep_worst(&mut worst, attempt, key);
@@ -312,64 +304,15 @@ fn pool_full(
     .into()
 }
 
-/// What an attempt holds while it is upstream: its key's thread here, its caller token's
-/// thread, and in a cluster the fleet's thread.
-struct Leases<'a> {
-    local: Lease<'a>,
-    token: Option<TokenHold>,
-    shared: Option<SharedLease>,
-}
-
-/// The fleet's side of a key's thread.
-enum FleetThread {
-    /// No cluster, or Redis is away and the local share was the whole check.
-    Alone,
-    Granted(SharedLease),
-    Full,
-    Unavailable,
-}
-
-/// Takes one of the fleet's threads of `key` after the local one, whenever Redis answers
-/// (before shared mode begins too, so that replicas waiting for the fleet's count see this
-/// one's); while it cannot count, a lease of this replica's own that the heartbeat puts
-/// back. A key the fleet has full is marked so for a moment, so that the walk and the
-/// queue pass it over.
-async fn fleet_thread(ctx: &Ctx, key: &KeyEntry) -> FleetThread {
-    let Some(cluster) = ctx.app.cluster() else {
-        return FleetThread::Alone;
-    };
-    let limit = ctx.snapshot.pool.fleet_limit(key);
-    // Boxed, as the pin below: a Redis call's future is large, and held inline it would
-    // grow every submit's future (moved and boxed on every request) with or without
-    // `[cluster]`.
-    match Box::pin(cluster.acquire(&key.name, limit)).await {
-        Ok(Admit::Granted(shared) | Admit::Alone(shared)) => FleetThread::Granted(shared),
-        Ok(Admit::Full) => {
-            key.stats
-                .fleet
-                .set_full(Some(Instant::now() + FleetView::FULL_HOLD));
-            FleetThread::Full
-        }
-        Err(error) => {
-            tracing::warn!(key = %key.name, error = %error, "fleet lease unavailable; this replica's share applies");
-            FleetThread::Unavailable
-        }
-    }
-}
-
 async fn answer(
     ctx: &Ctx,
-    key: &KeyEntry,
-    leases: Leases<'_>,
+    key: &Arc<KeyEntry>,
+    ticket: Ticket<'_>,
+    token_hold: Option<TokenHold>,
     attempt: Answered,
     attempts: u32,
     started: Instant,
 ) -> Handled {
-    let Leases {
-        local: lease,
-        token: token_hold,
-        shared,
-    } = leases;
     let task_id = match (&attempt.reply, attempt.outcome, ctx.endpoint) {
         // solve.php answers the solution itself: there is no task to pin, and its thread
         // is given back with the answer.
@@ -377,20 +320,9 @@ async fn answer(
         _ => None,
     };
     if let Some(id) = &task_id {
-        let now = Instant::now();
-        let token = ctx.token.as_ref().map_or(TokenId::NONE, |t| t.id);
-        ctx.app.pins().pin_for(id.clone(), key.id, token, now);
-        lease.keep_for(id.clone(), now);
-        if let Some(hold) = token_hold {
-            ctx.app.capacity().keep_token(id.clone(), hold, now);
-        }
-        if let Some(cluster) = ctx.app.cluster() {
-            // Before the caller has the id: a poll on any replica must find its key. After
-            // the local open, so that the fleet never holds a task this replica does not.
-            let token = ctx.token.as_ref().map_or("", |t| &*t.name);
-            let limit = ctx.snapshot.pool.fleet_limit(key);
-            Box::pin(cluster.pin(shared, id, &key.name, token, limit)).await;
-        }
+        let token = ctx.token.as_deref().zip(token_hold);
+        // Boxed, as the seat: a fleet round trip's future is large.
+        Box::pin(ticket.open(&ctx.app, &ctx.snapshot.pool, key, id, token)).await;
         ctx.app.emit(|| Event::Pinned {
             key: key.name.clone(),
             task_id: id.to_string(),
