@@ -202,6 +202,13 @@ impl App {
             )?)),
             None => None,
         };
+        // Single instance and cluster differ in these stores, chosen here, and nowhere on
+        // the request path or in the pool.
+        let (shared_pins, shared_threads): (Arc<dyn SharedPins>, Arc<dyn SharedThreads>) =
+            match &cluster {
+                Some(cluster) => (Arc::new(cluster.clone()), Arc::new(cluster.clone())),
+                None => (Arc::new(NoSharedPins), Arc::new(NoSharedThreads)),
+            };
         let pool = build_pool(
             &config,
             &registry,
@@ -209,17 +216,10 @@ impl App {
             capacity.clone(),
             holds.clone(),
             outages.clone(),
-            cluster.clone(),
+            shared_threads.clone(),
         )?;
         let token_counters = Arc::new(TokenCounters::default());
         let pins = open_pins(&config, &registry, &token_counters)?;
-        // Single instance and cluster differ in these stores, chosen here, and nowhere on
-        // the request path.
-        let (shared_pins, shared_threads): (Arc<dyn SharedPins>, Arc<dyn SharedThreads>) =
-            match &cluster {
-                Some(cluster) => (Arc::new(cluster.clone()), Arc::new(cluster.clone())),
-                None => (Arc::new(NoSharedPins), Arc::new(NoSharedThreads)),
-            };
         let retry_budget = TpsBudget::new(
             RETRY_BUDGET_WINDOW,
             config.failover.retry_budget_min,
@@ -514,7 +514,7 @@ impl App {
             self.0.capacity.clone(),
             self.0.holds.clone(),
             self.0.outages.clone(),
-            self.0.cluster.clone(),
+            self.0.shared_threads.clone(),
         )
     }
 
@@ -814,13 +814,13 @@ fn build_pool(
     capacity: Arc<Capacity>,
     holds: Arc<dyn HoldStore>,
     outages: Arc<Outages>,
-    cluster: Option<Arc<Cluster>>,
+    shared_threads: Arc<dyn SharedThreads>,
 ) -> Result<KeyPool, RegistryFull> {
     let keys = registry.admit(&config.keys)?;
     Ok(
         KeyPool::new(keys, health, capacity, Selection::from_config(config))
             .with_admin_holds(holds)
             .with_outages(outages)
-            .with_cluster(cluster),
+            .with_shared_threads(shared_threads),
     )
 }

@@ -18,9 +18,8 @@ use std::time::{Duration, SystemTime};
 use hyper::header::HeaderValue;
 use tokio::time::Instant;
 
-use crate::capacity::{Capacity, Lease, Load};
+use crate::capacity::{Capacity, Lease, Load, NoSharedThreads, SharedThreads};
 use crate::captcha::Profile;
-use crate::cluster::Cluster;
 use crate::config::{Config, KeyConfig, Strategy, Upstream};
 use crate::forecast::{BalanceHistory, Forecast};
 use crate::health::{HealthStore, HealthView, StateKind};
@@ -297,8 +296,8 @@ pub struct KeyPool {
     selection: Selection,
     /// Round-robin position: the index to look from for the next pick.
     cursor: AtomicUsize,
-    /// The fleet this replica shares the pool with, if `[cluster]` is configured.
-    cluster: Option<Arc<Cluster>>,
+    /// The fleet's count of threads: none for a single instance.
+    shared: Arc<dyn SharedThreads>,
     /// Some key's provider is known not to serve some `method`.
     restricts_methods: bool,
     /// Which providers are down: shared with every other pool, as health is.
@@ -320,7 +319,7 @@ impl KeyPool {
             holds: Arc::new(MemoryHolds::default()),
             selection,
             cursor: AtomicUsize::new(0),
-            cluster: None,
+            shared: Arc::new(NoSharedThreads),
             outages: Arc::default(),
         }
     }
@@ -350,14 +349,10 @@ impl KeyPool {
     }
 
     /// The same pool, counting threads with the fleet: a key's threads are the fleet's,
-    /// and while Redis is away this replica takes only its share of them.
-    pub fn with_cluster(mut self, cluster: Option<Arc<Cluster>>) -> Self {
-        self.cluster = cluster;
+    /// and while the fleet cannot count this replica takes only its share of them.
+    pub fn with_shared_threads(mut self, shared: Arc<dyn SharedThreads>) -> Self {
+        self.shared = shared;
         self
-    }
-
-    pub fn cluster(&self) -> Option<&Arc<Cluster>> {
-        self.cluster.as_ref()
     }
 
     /// The same pool, reading the operator's holds from `holds` (the app's, which outlive
@@ -469,19 +464,17 @@ impl KeyPool {
     /// when that is higher, so that least-loaded spreads the fleet's load, not one replica's.
     pub fn in_use(&self, key: &KeyEntry) -> u32 {
         let local = self.load(key).in_use();
-        match &self.cluster {
-            Some(cluster) if cluster.is_shared() => {
-                let fleet = &key.stats.fleet;
-                let held = fleet.held.load(Ordering::Relaxed);
-                local.max(held.saturating_add(fleet.external.load(Ordering::Relaxed)))
-            }
-            _ => local,
+        if !self.shared.is_whole() {
+            return local;
         }
+        let fleet = &key.stats.fleet;
+        let held = fleet.held.load(Ordering::Relaxed);
+        local.max(held.saturating_add(fleet.external.load(Ordering::Relaxed)))
     }
 
     /// Every thread of the key is in use (never, for a key without a known capacity).
     pub fn is_full(&self, key: &KeyEntry) -> bool {
-        if self.cluster.is_some() && key.stats.fleet.is_full(Instant::now()) {
+        if self.shared.counts() && key.stats.fleet.is_full(Instant::now()) {
             return true;
         }
         self.local_limit(key)
@@ -491,7 +484,7 @@ impl KeyPool {
     /// Takes one of the key's threads for a request, unless all are in use. In a cluster
     /// this is the local step: the fleet's lease is taken next, through Redis.
     pub fn hold(&self, key: &KeyEntry) -> Option<Lease<'_>> {
-        if self.cluster.is_some() && key.stats.fleet.is_full(Instant::now()) {
+        if self.shared.counts() && key.stats.fleet.is_full(Instant::now()) {
             return None;
         }
         self.capacity.try_hold(key.id, self.local_limit(key))
@@ -503,11 +496,8 @@ impl KeyPool {
     /// what the others held beyond theirs when it went.
     fn local_limit(&self, key: &KeyEntry) -> Option<u32> {
         let capacity = key.thread_capacity()?;
-        match &self.cluster {
-            None => Some(capacity),
-            Some(cluster) if cluster.is_shared() => None,
-            Some(cluster) => Some(cluster.degraded_limit(&key.name, self.fleet_limit(key))),
-        }
+        self.shared
+            .own_limit(&key.name, capacity, self.fleet_limit(key))
     }
 
     /// The limit the fleet's lease set is checked against: the key's threads less what the
@@ -548,7 +538,7 @@ impl KeyPool {
         let fleet_full = self
             .keys
             .iter()
-            .filter(|_| self.cluster.is_some())
+            .filter(|_| self.shared.counts())
             .filter_map(|key| key.stats.fleet.full_until())
             .filter(|&until| until > now);
         cooling.chain(fleet_full).min()

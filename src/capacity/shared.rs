@@ -44,6 +44,13 @@ pub trait SharedThreads: Send + Sync + 'static {
     /// `task` of `key` had its final answer here: its seat goes back, whichever replica
     /// created it.
     fn finished(&self, key: &str, task: &TaskId);
+    /// Whether the fleet's count is whole and is the check now: then this instance counts
+    /// none of a key's threads as its own limit, and weighs keys by the fleet's use.
+    fn is_whole(&self) -> bool;
+    /// The threads of `key` (of `capacity`, `limit` of them the fleet's to count) this
+    /// instance may hold by its own count: all when alone, none of its own while the
+    /// fleet's count is whole (`None`), a share while it is not.
+    fn own_limit(&self, key: &str, capacity: u32, limit: u32) -> Option<u32>;
 }
 
 /// A single instance: no fleet to count.
@@ -62,4 +69,12 @@ impl SharedThreads for NoSharedThreads {
     }
 
     fn finished(&self, _key: &str, _task: &TaskId) {}
+
+    fn is_whole(&self) -> bool {
+        false
+    }
+
+    fn own_limit(&self, _key: &str, capacity: u32, _limit: u32) -> Option<u32> {
+        Some(capacity)
+    }
 }

@@ -382,6 +382,14 @@ impl SharedThreads for Arc<Cluster> {
     fn finished(&self, key: &str, task: &TaskId) {
         self.release_task(key, task);
     }
+
+    fn is_whole(&self) -> bool {
+        self.is_shared()
+    }
+
+    fn own_limit(&self, key: &str, _capacity: u32, limit: u32) -> Option<u32> {
+        (!self.is_shared()).then(|| self.degraded_limit(key, limit))
+    }
 }
 
 impl SharedSeat for SharedLease {
