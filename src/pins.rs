@@ -6,17 +6,17 @@
 //! [`JournalPins`] wraps a `MemoryPins` with an append-only journal on disk, so pins survive
 //! a restart and a `kill -9`.
 
-mod shared;
 mod journal;
 mod memory;
 mod misses;
 mod probe_budget;
+mod shared;
 
-pub use shared::{LookupFuture, NoSharedPins, SharedLookup, SharedPin, SharedPins};
 pub use journal::{JournalPins, Recovery};
 pub use memory::MemoryPins;
 pub use misses::ProbeMisses;
 pub use probe_budget::ProbeBudget;
+pub use shared::{LookupFuture, NoSharedPins, SharedLookup, SharedPin, SharedPins};
 
 use std::time::Duration;
 

@@ -14,8 +14,8 @@ use super::layout::Layout;
 use super::pins::MAX_BACKLOG;
 use super::spares::Asked;
 use super::{lock, scripts, Cluster};
-use crate::captcha::TaskId;
 use crate::capacity::{SharedSeat, SharedTake, SharedThreads, Step};
+use crate::captcha::TaskId;
 
 /// What the shared lease set said to a submit.
 pub enum Admit {

@@ -11,11 +11,11 @@ use rand::SeedableRng;
 use tokio::time::Instant;
 
 use super::{Answered, Attempt, Checked, Ctx, Handled, Local};
+use crate::admission::{self, Ticket};
 use crate::app::{App, Event};
 use crate::capacity::{Lease, Refusal, Take, Waited};
 use crate::captcha::TaskId;
 use crate::captcha::{Endpoint, Outcome, ParsedRequest, Reply};
-use crate::admission::{self, Ticket};
 use crate::failover::{self, Next};
 use crate::log_limit::{Throttle, INTERVAL};
 use crate::metrics::{RequestOutcome, WaitResult};
