@@ -71,11 +71,9 @@ impl Cluster {
             .arg(self.lease_ttl_ms())
             .arg(&*epoch)
             .arg(floor);
-        let (granted, taken, counter): (i32, u32, u64) = self.call(Op::Acquire, cmd).await?;
+        let (granted, _taken, counter): (i32, u32, u64) = self.call(Op::Acquire, cmd).await?;
         if granted >= 0 {
             self.saw(&key, counter);
-            // This lease is in `held` already, and in `taken` only if it was granted.
-            self.count_others(&key, taken + u32::from(granted == 0), 0);
         }
         if granted == 1 {
             return Ok(Admit::Granted(lease));
@@ -172,17 +170,11 @@ impl Cluster {
                 .arg("EX")
                 .arg(self.pin_ttl.as_secs().max(1))
                 .ignore();
-            match self
-                .call_pipe::<((i32, usize, u64, u32),)>(Op::Pin, pipe)
-                .await
-            {
-                Ok(((had, n, counter, taken),)) if had >= 0 => {
+            match self.call_pipe::<((i32, usize, u64),)>(Op::Pin, pipe).await {
+                Ok(((had, n, counter),)) if had >= 0 => {
                     asked.answered = true;
                     granted = n.min(asked.members.len());
                     self.saw(key, counter);
-                    // The submit's lease is in `held` (as the task's in `taken`); the spares
-                    // granted are in `taken` and not yet in `held`.
-                    self.count_others(key, taken, granted);
                     true
                 }
                 Ok(_) => {

@@ -142,23 +142,6 @@ impl Cluster {
         )
     }
 
-    /// Redis counted `taken` leases and spares of `key` just now, `not_held_yet` of them
-    /// this replica's though not yet in its own count: what the others hold is the rest.
-    /// Kept as fresh as this replica's last script, so that if Redis goes away the share it
-    /// then takes is taken from what the others held a moment ago, not a sync ago.
-    pub(super) fn count_others(&self, key: &str, taken: u32, not_held_yet: usize) {
-        if !self.is_shared() {
-            return;
-        }
-        let mine = self.held_by_me(key) + not_held_yet;
-        let others = taken.saturating_sub(u32::try_from(mine).unwrap_or(u32::MAX));
-        if let Some(known) = lock(&self.others).get_mut(key) {
-            *known = others;
-            return;
-        }
-        lock(&self.others).insert(key.to_owned(), others);
-    }
-
     /// The service's own count now covers the other replicas' threads of `key` (a
     /// reconciliation while degraded put them in the key's outside load): its share may be
     /// taken.

@@ -88,14 +88,12 @@ return {1, held + 1, redis.call('HINCRBY', KEYS[3], 'n', 1)}
 /// asked for are added as leave at least `margin` threads free after them, so that the
 /// next submits on this replica need no round trip of their own and every other replica
 /// can still take a thread. Returns `{had the old one (0/1), spares granted}`: the first
-/// that many of those asked for, the generation's counter, and the leases and spares the
-/// key has after (so that the replica's view of what the others hold is as fresh as its
-/// last submit).
+/// that many of those asked for, and the generation's counter.
 pub static KEEP: Lua = Lua::new(
     r"
 local gen = redis.call('HMGET', KEYS[3], 'e', 'n')
 if gen[1] ~= ARGV[6] or tonumber(gen[2] or '-1') < tonumber(ARGV[7]) then
-  return {-1, 0, 0, 0}
+  return {-1, 0, 0}
 end
 local n = redis.call('HINCRBY', KEYS[3], 'n', 1)
 local t = redis.call('TIME')
@@ -108,13 +106,16 @@ end
 local had = redis.call('ZREM', from, ARGV[1])
 redis.call('ZADD', KEYS[1], now + ttl, ARGV[2])
 redis.call('PEXPIRE', KEYS[1], ttl * 4)
+if #ARGV < 8 then
+  return {had, 0, n}
+end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 local held = redis.call('ZCARD', KEYS[1]) + redis.call('ZCARD', KEYS[2])
 local room = tonumber(ARGV[4]) - tonumber(ARGV[5]) - held
 local granted = math.min(room, #ARGV - 7)
 if granted <= 0 then
-  return {had, 0, n, held}
+  return {had, 0, n}
 end
 local scored = {}
 for i = 1, granted do
@@ -123,7 +124,7 @@ for i = 1, granted do
 end
 redis.call('ZADD', KEYS[2], unpack(scored))
 redis.call('PEXPIRE', KEYS[2], ttl * 4)
-return {had, granted, n, held + granted}
+return {had, granted, n}
 ",
 );
 
