@@ -2,7 +2,9 @@
 //! snapshot, the pins, health, the operator's holds, metrics, the upstream client and the
 //! event feed.
 
+mod health_events;
 mod holds;
+mod provider_outages;
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -18,9 +20,9 @@ use tower::retry::budget::{Budget, TpsBudget};
 use crate::capacity::{Capacity, MemoryLoad, NoSharedThreads, ReadMark, SharedThreads};
 use crate::cluster::{Cluster, ClusterError};
 use crate::config::Config;
-use crate::health::{HealthEvent, HealthStore, MemoryHealth, Reason, StateKind, Transition};
+use crate::health::{HealthStore, MemoryHealth, Reason, StateKind};
 use crate::metrics::{Metrics, Release};
-use crate::outage::{OutageChange, OutagePolicy, Outages};
+use crate::outage::Outages;
 use crate::pins::{JournalPins, MemoryPins, NoSharedPins, PinStore, ProbeState, SharedPins};
 use crate::pool::{
     FileHolds, HoldStore, HoldsFileError, KeyEntry, KeyPool, MemoryHolds, Selection,
@@ -57,13 +59,6 @@ pub enum Event {
     /// A whole provider went down (`up: false`) or answered again after an outage.
     Provider { provider: Provider, up: bool },
 }
-
-/// How soon keyrelay asks a provider that went down, itself, whether it answers again (a
-/// `getbalance` with one of its keys); doubling after each silence, up to
-/// [`PROVIDER_PROBE_MAX`]. Without it a provider would be back only when its cooldown ran
-/// out or the next refresh came, however soon it recovered.
-const PROVIDER_PROBE_FIRST: Duration = Duration::from_secs(1);
-const PROVIDER_PROBE_MAX: Duration = Duration::from_secs(30);
 
 /// How long a first attempt keeps earning retries in the budget.
 const RETRY_BUDGET_WINDOW: Duration = Duration::from_secs(10);
@@ -586,173 +581,6 @@ impl App {
     fn scaling_at(&self, snapshot: &Snapshot, now: Instant) -> crate::scaling::Scaling {
         let figures = snapshot.pool.figures(self.0.capacity.queued(), now);
         crate::scaling::recommend(figures, snapshot.config.scaling.brake_balance)
-    }
-
-    /// Counts a transient failure of `key` (a transport failure, 5xx or server error)
-    /// against its provider, and says whether the provider is down now: then the failure
-    /// is the provider's, and must not count against the key as well. The keys that
-    /// transient failures cooled before the outage was seen were its first casualties, not
-    /// faulty themselves: they come back, to wait out the outage with their provider.
-    ///
-    /// A pool of one provider has nowhere else to send its tasks: the outage is recorded
-    /// (for `keyrelay_provider_up` and `/status`), but its keys are judged one by one as
-    /// before, so the ejection cap still keeps part of the pool trying.
-    pub fn provider_failed(&self, pool: &KeyPool, key: &KeyEntry, jitter: f64) -> bool {
-        let alone = pool.providers().nth(1).is_none();
-        let now = Instant::now();
-        let failover = &self.snapshot().config.failover;
-        let policy = OutagePolicy {
-            threshold: failover.transient_failures,
-            cooldown: failover.transient_cooldown,
-            max_cooldown: failover.transient_cooldown_max,
-            jitter,
-        };
-        let keys = pool.keys_of(key.provider);
-        let change = self
-            .0
-            .outages
-            .failed(key.provider, key.id, keys, &policy, now);
-        if let Some(OutageChange::Down { until }) = change {
-            let provider = key.provider.name();
-            let back_in = until.saturating_duration_since(now);
-            tracing::warn!(
-                provider,
-                ?back_in,
-                "provider down: its keys take no new task while another provider's can"
-            );
-            self.0
-                .metrics
-                .provider_outages
-                .with_label_values(&[provider])
-                .inc();
-            self.emit(|| Event::Provider {
-                provider: key.provider,
-                up: false,
-            });
-            self.probe_provider(key.provider);
-            if alone {
-                return false;
-            }
-            for other in pool.keys().iter().filter(|k| k.provider == key.provider) {
-                let view = pool.health(other, now);
-                if view.state == StateKind::Cooling && view.reason == Some(Reason::Transient) {
-                    self.record_health(other, HealthEvent::Restore);
-                }
-            }
-            return true;
-        }
-        !alone && self.0.outages.is_down(key.provider, now)
-    }
-
-    /// Asks a provider that went down whether it answers again, in the background, until
-    /// it does, it is back by other means, or no key of it is left to ask with. One probe
-    /// per provider at a time; a key the operator disabled is never used for it.
-    fn probe_provider(&self, provider: Provider) {
-        use std::sync::atomic::Ordering;
-        let bit = 1u8 << (provider as u8);
-        if self.0.probing.fetch_or(bit, Ordering::AcqRel) & bit != 0 {
-            return;
-        }
-        let app = self.clone();
-        tokio::spawn(async move {
-            let mut delay = PROVIDER_PROBE_FIRST;
-            let mut recovered = false;
-            loop {
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(PROVIDER_PROBE_MAX);
-                if !app.0.outages.view(provider, Instant::now()).out {
-                    recovered = true;
-                    break;
-                }
-                // Paused after an IP ban: any request would extend the ban.
-                if app.upstream_paused().is_some() {
-                    continue;
-                }
-                let snapshot = app.snapshot();
-                let pool = &snapshot.pool;
-                let Some(key) = pool.askable().find(|k| k.provider == provider) else {
-                    break;
-                };
-                let timeout = snapshot.config.timeouts.refresh;
-                match app.client().read_balance(key.account(), timeout).await {
-                    Err(crate::failover::ReadError::Unavailable) => {}
-                    answer => {
-                        if let Ok(balance) = answer {
-                            key.stats.set_balance(Some(balance));
-                        }
-                        app.provider_answered(provider);
-                        recovered = true;
-                        break;
-                    }
-                }
-            }
-            app.0.probing.fetch_and(!bit, Ordering::AcqRel);
-            // A new outage that began while this probe was ending found the bit still set
-            // and started no probe of its own.
-            if recovered && app.0.outages.view(provider, Instant::now()).out {
-                app.probe_provider(provider);
-            }
-        });
-    }
-
-    /// `provider` answered: an outage of it, if there was one, is over.
-    pub fn provider_answered(&self, provider: Provider) {
-        if let Some(OutageChange::Up) = self.0.outages.answered(provider, Instant::now()) {
-            tracing::info!(provider = provider.name(), "provider answers again");
-            self.emit(|| Event::Provider { provider, up: true });
-        }
-    }
-
-    /// Which providers are down.
-    pub fn outages(&self) -> &Outages {
-        &self.0.outages
-    }
-
-    /// Applies a health event to a key, and logs, counts and announces the change if the
-    /// key's state flipped. The one place where key state changes become visible.
-    pub fn record_health(&self, key: &KeyEntry, event: HealthEvent) -> Option<Transition> {
-        let transition = self.adopt_health(key, event)?;
-        if let Some(cluster) = self.0.cluster.clone() {
-            let now = Instant::now();
-            let view = self.0.health.view(key.id, now);
-            let until = view
-                .until
-                .map(|until| std::time::SystemTime::now() + until.saturating_duration_since(now));
-            let name = key.name.clone();
-            tokio::spawn(async move {
-                let reason = transition.reason.map_or("", Reason::label);
-                cluster
-                    .publish_health(&name, transition.to.label(), reason, until)
-                    .await;
-            });
-        }
-        Some(transition)
-    }
-
-    /// [`App::record_health`] for a change another replica announced: applied, logged and
-    /// counted here, not announced again.
-    pub fn adopt_health(&self, key: &KeyEntry, event: HealthEvent) -> Option<Transition> {
-        let transition = self.0.health.record(key.id, event, Instant::now())?;
-        let (from, to) = (transition.from.label(), transition.to.label());
-        let reason = transition.reason.map_or("none", Reason::label);
-        // One line per change, with both states and the reason: out of rotation is a warning.
-        if transition.to == StateKind::Active {
-            tracing::info!(key = %key.name, from, to, reason, "key state changed");
-        } else {
-            tracing::warn!(key = %key.name, from, to, reason, "key state changed");
-        }
-        self.0
-            .metrics
-            .key_transitions
-            .with_label_values(&[key.name.as_str(), transition.to.label()])
-            .inc();
-        self.emit(|| Event::KeyState {
-            key: key.name.clone(),
-            from: transition.from,
-            to: transition.to,
-            reason: transition.reason,
-        });
-        Some(transition)
     }
 }
 
