@@ -82,9 +82,9 @@ pub(super) async fn submit(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
                 return pool_full(ctx, refusal, worst, attempts, started);
             }
         };
-        // Boxed: a fleet round trip's future is large, and held inline it would grow every
-        // submit's future (moved and boxed on every request) with or without a fleet.
-        let Some(ticket) = Box::pin(admission::seat(&ctx.app, pool, key, lease)).await else {
+        // Not boxed here: the fleet's round trip is a boxed future of the store's own, so
+        // this one stays small, and a single instance allocates nothing for it.
+        let Some(ticket) = admission::seat(&ctx.app, pool, key, lease).await else {
             // Held elsewhere in the fleet, or the fleet cannot count and this replica's
             // share applies now: the local thread went back; the walk looks again.
             walk.candidates.put_back(key);
@@ -321,8 +321,10 @@ async fn answer(
     };
     if let Some(id) = &task_id {
         let token = ctx.token.as_deref().zip(token_hold);
-        // Boxed, as the seat: a fleet round trip's future is large.
-        Box::pin(ticket.open(&ctx.app, &ctx.snapshot.pool, key, id, token)).await;
+        // Not boxed, as the seat: the fleet's step is boxed by its store.
+        ticket
+            .open(&ctx.app, &ctx.snapshot.pool, key, id, token)
+            .await;
         ctx.app.emit(|| Event::Pinned {
             key: key.name.clone(),
             task_id: id.to_string(),
