@@ -183,7 +183,14 @@ async fn after_redis_loses_the_pins_a_task_is_answered_only_to_the_token_that_ma
         if alices["status"] == 1 {
             break alices["request"].clone();
         }
-        assert_eq!(alices["request"], "CAPCHA_NOT_READY", "alice: {alices}");
+        if alices["request"] != "CAPCHA_NOT_READY" {
+            let status = other.get("/status").await.json();
+            let maker_status = maker.get("/status").await.json();
+            panic!(
+                "alice: {alices}; other: {}; maker: {}",
+                status["cluster"], maker_status["cluster"]
+            );
+        }
         assert!(
             Instant::now() < deadline,
             "alice never got her result through the other replica"

@@ -58,9 +58,15 @@ impl Cluster {
         if !lock(&self.generation).floors.contains_key(key) {
             return;
         }
+        self.found_lost(key);
+    }
+
+    /// Redis's state is older than this replica saw (`what` found it, for the log): its
+    /// count is not trusted, and the heartbeat, woken, puts the fleet's state back.
+    pub(super) fn found_lost(&self, what: &str) {
         let mut settle = lock(&self.settle);
         if !matches!(*settle, Settle::Lost) {
-            tracing::warn!(key, "redis answered with an older state than this replica saw; serving on this replica's share until the fleet's state is put back");
+            tracing::warn!(what, "redis answered with an older state than this replica saw; serving on this replica's share until the fleet's state is put back");
             *settle = Settle::Lost;
         }
         drop(settle);

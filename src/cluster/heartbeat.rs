@@ -54,7 +54,7 @@ impl Cluster {
         };
         let mut live = live;
         let redis_ms: u64 = live.pop().and_then(|t| t.parse().ok()).unwrap_or(0);
-        lock(&self.fleet).live = live.clone();
+        let known_before = std::mem::replace(&mut lock(&self.fleet).live, live.clone());
         self.remember(live.clone()).await;
         let Some(epoch) = self.check_epoch(keys, !was_up).await else {
             return Vec::new();
@@ -81,6 +81,7 @@ impl Cluster {
                     since_ms: redis_ms,
                     deadline: Instant::now() + self.config.replica_timeout,
                     waiting_for: Vec::new(),
+                    known_before,
                     after_loss: epoch.lost,
                 }
             } else {
@@ -139,13 +140,17 @@ impl Cluster {
             since_ms,
             deadline,
             waiting_for,
+            known_before,
             ..
         } = &mut *settle
         else {
             return;
         };
-        *waiting_for = live
-            .iter()
+        let mut expected: Vec<&String> = live.iter().chain(known_before.iter()).collect();
+        expected.sort_unstable();
+        expected.dedup();
+        *waiting_for = expected
+            .into_iter()
             .filter(|r| synced_at(r).is_none_or(|at| at < *since_ms))
             .cloned()
             .collect();

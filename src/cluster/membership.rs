@@ -24,6 +24,10 @@ pub(super) enum Settle {
         deadline: Instant,
         /// The live replicas not yet synced, at the last look.
         waiting_for: Vec<String>,
+        /// Replicas seen alive before Redis went or lost its data: waited for too (until
+        /// `deadline`), since a Redis that lost its replica list knows only those that have
+        /// heartbeated since, and one alone there would take itself for the whole fleet.
+        known_before: Vec<String>,
         /// Redis lost the fleet's state (rather than being away): no replica admitted on
         /// its share meanwhile, and none does while the fleet puts its state back, since
         /// the others' last count this replica read may be a sync interval old.

@@ -62,7 +62,8 @@ impl Cluster {
         });
     }
 
-    /// The pin another replica wrote for `task`, if Redis has one.
+    /// The pin another replica wrote for `task`, if Redis has one. A pin missing from a
+    /// Redis whose epoch is not the one this replica knows is no answer (`Stale`).
     ///
     /// # Errors
     /// Redis did not answer in time.
@@ -70,9 +71,21 @@ impl Cluster {
         if !self.is_up() {
             return Err(ClusterError::Degraded);
         }
-        let mut cmd = redis::cmd("GET");
-        cmd.arg(self.layout.pin(&task.to_string()));
-        let value: Option<String> = self.call(Op::Lookup, cmd).await?;
+        // With the fleet's epoch: a pin missing from a Redis that lost its data (the epoch
+        // gone or replaced) may come back with the creating replica's, and "no pin" must
+        // not be taken as "nobody's task" before it has.
+        let known = lock(&self.generation).epoch.clone();
+        let mut pipe = redis::pipe();
+        pipe.cmd("GET")
+            .arg(self.layout.epoch())
+            .cmd("GET")
+            .arg(self.layout.pin(&task.to_string()));
+        let (epoch, value): (Option<String>, Option<String>) =
+            self.call_pipe(Op::Lookup, pipe).await?;
+        if value.is_none() && known.is_some() && epoch.as_deref() != known.as_deref() {
+            self.found_lost("a pin lookup");
+            return Err(ClusterError::Stale);
+        }
         Ok(value.and_then(|value| {
             let (key, token) = value.split_once('\t')?;
             Some(SharedPin {

@@ -245,7 +245,9 @@ impl Cluster {
         let pause: Option<u64> = from_value(values.next());
         synced.pause_until_ms = pause.filter(|&until| until > unix_ms(SystemTime::now()));
         let mut live: Vec<String> = from_value(values.next());
-        if !live.is_empty() {
+        // While the fleet is not sharing, the list in Redis may be one it lost and is
+        // rebuilding: the fleet last seen stays, for the shares and for whom to wait for.
+        if !live.is_empty() && whole {
             live.sort();
             lock(&self.fleet).live = live;
         }
