@@ -11,10 +11,11 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use bytes::Bytes;
+use common::redis_server::Redis;
 use common::*;
 use http_body_util::{BodyExt, Full};
 use hyper::{Method, Request, StatusCode};
@@ -251,113 +252,19 @@ async fn a_hold_that_cannot_be_saved_is_a_500_and_changes_nothing() {
 
 // === a cluster ===
 
-/// A `redis-server` of the test's own, on a unix socket in a temp dir.
-struct Redis {
-    child: Option<Child>,
-    dir: tempfile::TempDir,
+/// The `state` of key `name`'s hold hash, as the fleet recorded it.
+fn hold_state(redis: &Redis, name: &str) -> Option<String> {
+    redis::cmd("HGET")
+        .arg(format!("keyrelay:key:{{{name}}}:hold"))
+        .arg("state")
+        .query(&mut redis.conn())
+        .expect("HGET")
 }
 
-impl Redis {
-    /// `None` (with a note) when `redis-server` is not installed and not required.
-    fn start() -> Option<Redis> {
-        if Command::new("redis-server")
-            .arg("--version")
-            .output()
-            .is_err()
-        {
-            let required = std::env::var_os("KEYRELAY_REQUIRE_REDIS").is_some()
-                || std::env::var("CI").is_ok_and(|ci| ci == "true");
-            assert!(
-                !required,
-                "redis-server is required here (CI) but not installed"
-            );
-            eprintln!("redis-server is not installed: skipping (apt-get install redis-server)");
-            return None;
-        }
-        let mut redis = Redis {
-            child: None,
-            dir: tempfile::tempdir().expect("temp dir"),
-        };
-        redis.launch();
-        Some(redis)
-    }
-
-    fn socket(&self) -> PathBuf {
-        self.dir.path().join("redis.sock")
-    }
-
-    fn url(&self) -> String {
-        format!("redis+unix://{}", self.socket().display())
-    }
-
-    /// Starts (or restarts) the server with an append-only file, so a restart keeps data.
-    fn launch(&mut self) {
-        let _ = std::fs::remove_file(self.socket());
-        let child = Command::new("redis-server")
-            .args(["--port", "0", "--unixsocket"])
-            .arg(self.socket())
-            .args([
-                "--appendonly",
-                "yes",
-                "--appendfsync",
-                "always",
-                "--save",
-                "",
-            ])
-            .arg("--dir")
-            .arg(self.dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server starts");
-        self.child = Some(child);
-        for _ in 0..500 {
-            if self.try_conn().is_some() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        panic!("redis-server did not come up");
-    }
-
-    fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    fn try_conn(&self) -> Option<redis::Connection> {
-        let mut conn = redis::Client::open(self.url())
-            .ok()?
-            .get_connection()
-            .ok()?;
-        redis::cmd("PING").query::<String>(&mut conn).ok()?;
-        Some(conn)
-    }
-
-    /// The `state` of key `name`'s hold hash, as the fleet recorded it.
-    fn hold_state(&self, name: &str) -> Option<String> {
-        let mut conn = self.try_conn().expect("redis answers");
-        redis::cmd("HGET")
-            .arg(format!("keyrelay:key:{{{name}}}:hold"))
-            .arg("state")
-            .query(&mut conn)
-            .expect("HGET")
-    }
-
-    fn flushall(&self) {
-        let mut conn = self.try_conn().expect("redis answers");
-        redis::cmd("FLUSHALL")
-            .query::<()>(&mut conn)
-            .expect("FLUSHALL");
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        self.kill();
-    }
+fn flushall(redis: &Redis) {
+    redis::cmd("FLUSHALL")
+        .query::<()>(&mut redis.conn())
+        .expect("FLUSHALL");
 }
 
 /// Replica `name` of the fleet on `redis`, keeping its state in `dir`.
@@ -458,14 +365,14 @@ async fn a_hold_set_through_one_replica_holds_on_all_and_outlives_redis_data_and
     let (status, _) = call(&addr1, Method::POST, "/admin/keys/b/drain").await;
     assert_eq!(status, StatusCode::OK);
     wait_hold(&r2, "b", Some(AdminHold::Draining)).await;
-    redis.flushall();
+    flushall(&redis);
     for _ in 0..3 {
         // Several syncs' worth: absence in Redis never lifts a hold.
         tokio::time::sleep(Duration::from_millis(200)).await;
         assert_eq!(r1.app.admin_hold("b"), Some(AdminHold::Draining));
         assert_eq!(r2.app.admin_hold("b"), Some(AdminHold::Draining));
     }
-    let state = || redis.hold_state("b");
+    let state = || hold_state(&redis, "b");
     for _ in 0..1000 {
         if state().is_some() {
             break;
@@ -474,11 +381,11 @@ async fn a_hold_set_through_one_replica_holds_on_all_and_outlives_redis_data_and
     }
     assert_eq!(state().as_deref(), Some("draining"), "put back into redis");
     // The lift of a is put back too: a copy of the older disable can never win over it.
-    assert_eq!(redis.hold_state("a").as_deref(), Some("enabled"));
+    assert_eq!(hold_state(&redis, "a").as_deref(), Some("enabled"));
 
     // A lift made right after a flush is not undone by a replica putting back its older
     // copy of the drain.
-    redis.flushall();
+    flushall(&redis);
     let (status, _) = call(&addr2, Method::POST, "/admin/keys/b/enable").await;
     assert_eq!(status, StatusCode::OK);
     wait_hold(&r1, "b", None).await;
@@ -487,7 +394,7 @@ async fn a_hold_set_through_one_replica_holds_on_all_and_outlives_redis_data_and
         assert_eq!(r1.app.admin_hold("b"), None);
         assert_eq!(r2.app.admin_hold("b"), None);
     }
-    assert_eq!(redis.hold_state("b").as_deref(), Some("enabled"));
+    assert_eq!(hold_state(&redis, "b").as_deref(), Some("enabled"));
 
     // A restarted replica keeps the hold, from its file before Redis answers, and after.
     let (status, _) = call(&addr1, Method::POST, "/admin/keys/c/disable").await;
@@ -529,7 +436,7 @@ async fn a_hold_set_while_redis_is_down_reaches_the_other_replicas_when_it_retur
     );
     redis.launch();
     wait_hold(&r2, "a", Some(AdminHold::Disabled)).await;
-    assert_eq!(redis.hold_state("a").as_deref(), Some("disabled"));
+    assert_eq!(hold_state(&redis, "a").as_deref(), Some("disabled"));
     r1.stop().await;
     r2.stop().await;
 }
