@@ -85,12 +85,7 @@ async fn heartbeats(app: &App, cluster: &Arc<Cluster>) {
 /// store only if Redis lost the fleet's copy.
 async fn heartbeat(app: &App, cluster: &Cluster) -> Vec<crate::captcha::TaskId> {
     let snapshot = app.snapshot();
-    let keys: Vec<Arc<str>> = snapshot
-        .pool
-        .keys()
-        .iter()
-        .map(|key| Arc::from(&*key.name))
-        .collect();
+    let keys = key_names(&snapshot.pool);
     let config = &snapshot.config;
     cluster
         .heartbeat(
@@ -150,12 +145,20 @@ async fn listen(cluster: &Cluster, changed: &Notify) {
     }
 }
 
+/// The configured keys' names, as the cluster's calls take them.
+fn key_names(pool: &KeyPool) -> Vec<Arc<str>> {
+    pool.keys()
+        .iter()
+        .map(|key| Arc::from(key.name.as_str()))
+        .collect()
+}
+
 /// One read of the fleet's shared state, applied here. `seen` holds the health version last
 /// adopted per key.
 pub async fn sync_once(app: &App, cluster: &Cluster, seen: &mut Seen) {
     let snapshot = app.snapshot();
     let keys = snapshot.pool.keys();
-    let names: Vec<Arc<str>> = keys.iter().map(|k| Arc::from(k.name.as_str())).collect();
+    let names = key_names(&snapshot.pool);
     let Ok(synced) = cluster.sync(&names).await else {
         return;
     };

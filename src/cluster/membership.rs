@@ -121,10 +121,17 @@ impl Cluster {
         if self.puts_back_a_loss() {
             return 0;
         }
-        if lock(&self.readings).read.contains(key) {
+        let (read, unreadable) = {
+            let readings = lock(&self.readings);
+            (
+                readings.read.contains(key),
+                readings.unreadable.contains(key),
+            )
+        };
+        if read {
             return self.share(limit);
         }
-        if lock(&self.readings).unreadable.contains(key) {
+        if unreadable {
             let others = lock(&self.others).get(key).copied().unwrap_or(0);
             return self.share(limit).min(limit.saturating_sub(others));
         }
