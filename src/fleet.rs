@@ -180,7 +180,7 @@ pub async fn sync_once(app: &App, cluster: &Cluster, seen: &mut Seen) {
         }
         freed |= adopt_counts(&snapshot.pool, cluster, key, state);
         // Spares are for a key that takes tasks and has room for them.
-        let limit = snapshot.pool.fleet_limit(key);
+        let limit = snapshot.pool.shared_limit(key);
         if state.held.saturating_add(state.spares) > limit
             || app.health().view(key.id, now).state != StateKind::Active
         {
@@ -206,15 +206,15 @@ fn adopt_counts(pool: &KeyPool, cluster: &Cluster, key: &KeyEntry, state: &KeySy
     if !cluster.is_refresher() {
         adopt_readings(key, state);
     }
-    key.stats.fleet.held.store(state.held, Ordering::Relaxed);
+    key.stats.shared.held.store(state.held, Ordering::Relaxed);
     key.stats
-        .fleet
+        .shared
         .spares
         .store(state.spares, Ordering::Relaxed);
-    let full = key.stats.fleet.full_until().is_some();
+    let full = key.stats.shared.full_until().is_some();
     let taken = state.held.saturating_add(state.spares);
-    if full && taken < pool.fleet_limit(key) {
-        key.stats.fleet.set_full(None);
+    if full && taken < pool.shared_limit(key) {
+        key.stats.shared.set_full(None);
         return true;
     }
     false
@@ -227,7 +227,7 @@ fn adopt_readings(key: &KeyEntry, state: &KeySync) {
     let Some(readings) = state.readings else {
         return;
     };
-    let fleet = &key.stats.fleet;
+    let fleet = &key.stats.shared;
     let new = fleet.readings_at.swap(state.readings_at, Ordering::Relaxed) != state.readings_at;
     key.stats.adopt_balance(readings.balance, new);
     key.stats.set_threads(readings.threads);

@@ -71,31 +71,32 @@ pub struct KeyStats {
     check_begun: Mutex<Option<Instant>>,
     /// The last hour's balance readings, for the forecast. A std `Mutex`, as above.
     balance_history: Mutex<BalanceHistory>,
-    /// What the fleet's shared state says of the key, in cluster mode.
-    pub fleet: FleetView,
+    /// What the pool's shared count says of the key, where replicas share the pool.
+    pub shared: SharedView,
 }
 
-/// A key as the other replicas of a cluster see it: set from Redis's answers and the
-/// periodic sync, read on each pick only when `[cluster]` is configured.
+/// A key as the replicas sharing the pool see it: set from the shared count's answers and
+/// its periodic sync, read on each pick only where a shared count exists.
 #[derive(Debug, Default)]
-pub struct FleetView {
-    /// Threads the service works on beyond the fleet's leases, as the refresher read them.
+pub struct SharedView {
+    /// Threads the service works on beyond the shared count's leases, as the refresher
+    /// read them.
     pub external: AtomicU32,
-    /// Threads held across the fleet at the last sync: in use.
+    /// Threads held across the replicas at the last sync: in use.
     pub held: AtomicU32,
-    /// Spares across the fleet at the last sync: taken ahead by replicas for their next
+    /// Spares across the replicas at the last sync: taken ahead by replicas for their next
     /// submits, so neither in use nor free.
     pub spares: AtomicU32,
     /// When the refresher published the readings this replica last adopted (unix ms), so
     /// that each of them is one forecast reading, not one per sync.
     pub readings_at: AtomicU64,
-    /// Redis said every thread is held: the key counts as full until then, so that submits
-    /// move on (or wait) without asking again at once.
+    /// The shared count said every thread is held: the key counts as full until then, so
+    /// that submits move on (or wait) without asking again at once.
     full_until: Mutex<Option<Instant>>,
 }
 
-impl FleetView {
-    /// How long a key stays full after the fleet said so, unless a sync shows a free thread.
+impl SharedView {
+    /// How long a key stays full after the shared count said so, unless a sync shows a free thread.
     pub const FULL_HOLD: Duration = Duration::from_millis(100);
 
     pub fn set_full(&self, until: Option<Instant>) {
@@ -128,7 +129,7 @@ impl Default for KeyStats {
             last_error: Mutex::new(None),
             check_begun: Mutex::new(None),
             balance_history: Mutex::default(),
-            fleet: FleetView::default(),
+            shared: SharedView::default(),
         }
     }
 }
@@ -158,7 +159,7 @@ impl KeyStats {
         self.adopt_balance(balance, true);
     }
 
-    /// Sets a balance read elsewhere (the fleet's refresher), a reading for the forecast only
+    /// Sets a balance read elsewhere (another replica's refresher), a reading for the forecast only
     /// if `new`: a sync finds the same reading every `sync_interval` until the next refresh,
     /// and recording each would fill the ring with seconds of copies instead of an hour.
     pub fn adopt_balance(&self, balance: Option<f64>, new: bool) {
@@ -296,7 +297,7 @@ pub struct KeyPool {
     selection: Selection,
     /// Round-robin position: the index to look from for the next pick.
     cursor: AtomicUsize,
-    /// The fleet's count of threads: none for a single instance.
+    /// The count of threads shared with other replicas: none for a single instance.
     shared: Arc<dyn SharedThreads>,
     /// Some key's provider is known not to serve some `method`.
     restricts_methods: bool,
@@ -348,8 +349,8 @@ impl KeyPool {
             .filter(|p| self.keys.iter().any(|k| k.provider == *p))
     }
 
-    /// The same pool, counting threads with the fleet: a key's threads are the fleet's,
-    /// and while the fleet cannot count this replica takes only its share of them.
+    /// The same pool, counting threads with other replicas: a key's threads are counted
+    /// across all of them, and while the shared count is away this one takes only its share.
     pub fn with_shared_threads(mut self, shared: Arc<dyn SharedThreads>) -> Self {
         self.shared = shared;
         self
@@ -429,7 +430,7 @@ impl KeyPool {
 
     /// The pool-wide figures an autoscaler reads (`scaling::recommend`), over the keys in
     /// rotation, with `queued` submits waiting. Threads are counted as admission counts
-    /// them (in a cluster, the fleet's use as last synced), the way `threadsinfo` answers:
+    /// them (shared with other replicas: their use as last synced), the way `threadsinfo` answers:
     /// a key without a known capacity adds one free thread above its use, since it takes
     /// any number of tasks.
     pub fn figures(&self, queued: usize, now: Instant) -> PoolFigures {
@@ -460,51 +461,51 @@ impl KeyPool {
     }
 
     /// The key's threads in use as selection weighs them: this replica's count, or in a
-    /// cluster sharing through Redis the fleet's (leases and others' use, as last synced)
-    /// when that is higher, so that least-loaded spreads the fleet's load, not one replica's.
+    /// pool shared with other replicas the shared count's (leases and others' use, as last
+    /// synced) when that is higher, so that least-loaded spreads every replica's load.
     pub fn in_use(&self, key: &KeyEntry) -> u32 {
         let local = self.load(key).in_use();
         if !self.shared.is_whole() {
             return local;
         }
-        let fleet = &key.stats.fleet;
-        let held = fleet.held.load(Ordering::Relaxed);
-        local.max(held.saturating_add(fleet.external.load(Ordering::Relaxed)))
+        let shared = &key.stats.shared;
+        let held = shared.held.load(Ordering::Relaxed);
+        local.max(held.saturating_add(shared.external.load(Ordering::Relaxed)))
     }
 
     /// Every thread of the key is in use (never, for a key without a known capacity).
     pub fn is_full(&self, key: &KeyEntry) -> bool {
-        if self.shared.counts() && key.stats.fleet.is_full(Instant::now()) {
+        if self.shared.counts() && key.stats.shared.is_full(Instant::now()) {
             return true;
         }
         self.local_limit(key)
             .is_some_and(|capacity| self.load(key).in_use() >= capacity)
     }
 
-    /// Takes one of the key's threads for a request, unless all are in use. In a cluster
-    /// this is the local step: the fleet's lease is taken next, through Redis.
+    /// Takes one of the key's threads for a request, unless all are in use. Where replicas
+    /// share the pool this is the local step: the shared count's seat is taken next.
     pub fn hold(&self, key: &KeyEntry) -> Option<Lease<'_>> {
-        if self.shared.counts() && key.stats.fleet.is_full(Instant::now()) {
+        if self.shared.counts() && key.stats.shared.is_full(Instant::now()) {
             return None;
         }
         self.capacity.try_hold(key.id, self.local_limit(key))
     }
 
     /// The threads this replica may hold of the key: all of them when alone; none of its
-    /// own while Redis counts for the fleet (the lease set is the one check, and a local
-    /// count of tasks finished on other replicas lags); its share while Redis is away, less
-    /// what the others held beyond theirs when it went.
+    /// own while the shared count is whole (it is the one check, and a local count of tasks
+    /// finished on other replicas lags); its share while the shared count is away, less what
+    /// the others held beyond theirs when it went.
     fn local_limit(&self, key: &KeyEntry) -> Option<u32> {
         let capacity = key.thread_capacity()?;
         self.shared
-            .own_limit(&key.name, capacity, self.fleet_limit(key))
+            .own_limit(&key.name, capacity, self.shared_limit(key))
     }
 
-    /// The limit the fleet's lease set is checked against: the key's threads less what the
+    /// The limit the shared count is checked against: the key's threads less what the
     /// service works on for others (`u32::MAX` for a key of unknown capacity).
-    pub fn fleet_limit(&self, key: &KeyEntry) -> u32 {
+    pub fn shared_limit(&self, key: &KeyEntry) -> u32 {
         key.thread_capacity().map_or(u32::MAX, |capacity| {
-            capacity.saturating_sub(key.stats.fleet.external.load(Ordering::Relaxed))
+            capacity.saturating_sub(key.stats.shared.external.load(Ordering::Relaxed))
         })
     }
 
@@ -527,7 +528,7 @@ impl KeyPool {
     }
 
     /// The earliest end of a cooldown, when a key may come back by the clock alone (or,
-    /// in a cluster, of the fleet's "full" on a key).
+    /// where replicas share the pool, of the shared count's "full" on a key).
     pub fn next_return(&self, now: Instant) -> Option<Instant> {
         let cooling = self
             .keys
@@ -535,13 +536,13 @@ impl KeyPool {
             .map(|key| self.health(key, now))
             .filter(|view| view.state == StateKind::Cooling)
             .filter_map(|view| view.until);
-        let fleet_full = self
+        let shared_full = self
             .keys
             .iter()
             .filter(|_| self.shared.counts())
-            .filter_map(|key| key.stats.fleet.full_until())
+            .filter_map(|key| key.stats.shared.full_until())
             .filter(|&until| until > now);
-        cooling.chain(fleet_full).min()
+        cooling.chain(shared_full).min()
     }
 
     /// Keys in try-order for a new task, each at most once: the keys of the lowest tier

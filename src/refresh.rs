@@ -67,7 +67,7 @@ async fn share_readings(
     if let (Some(info), Ok(held)) = (threads, cluster.held(&key.name).await) {
         external = info.working_threads.saturating_sub(held);
     }
-    key.stats.fleet.external.store(external, Ordering::Relaxed);
+    key.stats.shared.external.store(external, Ordering::Relaxed);
     let readings = Readings {
         balance,
         threads: threads.map(|t| (t.threads, t.working_threads)),

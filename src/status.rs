@@ -167,13 +167,13 @@ pub fn pool_status(app: &App) -> PoolStatus {
                 threads_in_use: load.in_use(),
                 fleet_threads_in_use: app.cluster().map(|_| {
                     key.stats
-                        .fleet
+                        .shared
                         .held
                         .load(std::sync::atomic::Ordering::Relaxed)
                 }),
                 fleet_spares: app.cluster().map(|_| {
                     key.stats
-                        .fleet
+                        .shared
                         .spares
                         .load(std::sync::atomic::Ordering::Relaxed)
                 }),

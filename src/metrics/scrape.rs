@@ -183,7 +183,7 @@ impl Metrics {
                 .with_label_values(&[key.name.as_str(), "fleet"])
                 .set(i64::from(
                     key.stats
-                        .fleet
+                        .shared
                         .held
                         .load(std::sync::atomic::Ordering::Relaxed),
                 ));
@@ -191,7 +191,7 @@ impl Metrics {
                 .with_label_values(&[key.name.as_str()])
                 .set(i64::from(
                     key.stats
-                        .fleet
+                        .shared
                         .spares
                         .load(std::sync::atomic::Ordering::Relaxed),
                 ));

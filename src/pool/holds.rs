@@ -7,8 +7,9 @@
 //! Holds sit behind the narrow [`HoldStore`] interface, chosen when `App` is built:
 //! [`MemoryHolds`] for a config built in code (no `data_dir`), [`FileHolds`] to keep them
 //! in `data_dir` across restarts and crashes. Every change is a versioned [`HoldRecord`],
-//! a lift included, so that copies of the holds kept elsewhere (a cluster's Redis, another
-//! replica's file) can be merged: the newer record wins, whichever copy arrives last.
+//! a lift included, so that copies of the holds kept elsewhere (a store shared by
+//! replicas, another replica's file) can be merged: the newer record wins, whichever copy
+//! arrives last.
 
 mod file;
 
@@ -68,7 +69,7 @@ pub struct HoldRecord {
     /// The key's name.
     pub name: String,
     /// `None`: lifted. A lift is recorded, not just forgotten, so that an older copy of the
-    /// hold put back later (after Redis lost its data, say) cannot undo it.
+    /// hold put back later (after a shared store lost its data, say) cannot undo it.
     pub hold: Option<AdminHold>,
     /// Grows with every change: unix ms, or one more than the newest version this store
     /// knew if that is more (a clock that stepped back never makes a change look older).
@@ -90,7 +91,7 @@ impl HoldRecord {
 pub struct HoldChange {
     /// The hold it replaced.
     pub previous: Option<AdminHold>,
-    /// The change as recorded, for sharing with the fleet.
+    /// The change as recorded, for sharing with other replicas.
     pub record: HoldRecord,
 }
 
@@ -110,7 +111,7 @@ pub enum HoldError {
 }
 
 /// Where the operator's holds live. `get` is called on every pick and must stay cheap when
-/// no key is held; changes are rare (an operator's call, a reload, a fleet sync).
+/// no key is held; changes are rare (an operator's call, a reload, a sync with other replicas).
 pub trait HoldStore: Send + Sync + 'static {
     /// The hold on the key named `name`, if any.
     fn get(&self, name: &str) -> Option<AdminHold>;
@@ -230,7 +231,10 @@ impl MemoryHolds {
             return taken;
         }
         if let Err(e) = save(&next) {
-            tracing::warn!(error = %e, "holds adopted from the fleet apply, but could not be saved");
+            tracing::warn!(
+                error = %e,
+                "holds adopted from other replicas apply, but could not be saved"
+            );
         }
         self.install(next);
         taken

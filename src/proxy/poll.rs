@@ -34,7 +34,7 @@ pub(super) async fn poll(ctx: &Ctx, parsed: &ParsedRequest, task: TaskCommand<'_
     }
     match task {
         // Boxed: the `ids=` form is rare, and its future, inline, would make every poll's
-        // larger (see `submit::fleet_thread`).
+        // larger (see `admission::Admission::next`).
         TaskCommand::Many { ids } => Box::pin(poll_many(ctx, parsed, &ids)).await,
         TaskCommand::One { action, id } => poll_one(ctx, parsed, action, &id).await,
     }

@@ -11,16 +11,15 @@ use rand::SeedableRng;
 use tokio::time::Instant;
 
 use super::{Answered, Attempt, Checked, Ctx, Handled, Local};
-use crate::admission::{self, Ticket};
+use crate::admission::{Admission, Ticket};
 use crate::app::{App, Event};
-use crate::capacity::{Lease, Refusal, Take, Waited};
+use crate::capacity::{Refusal, Waited};
 use crate::captcha::TaskId;
 use crate::captcha::{Endpoint, Outcome, ParsedRequest, Reply};
 use crate::failover::{self, Next};
 use crate::log_limit::{Throttle, INTERVAL};
-use crate::metrics::{RequestOutcome, WaitResult};
-use crate::pool::{Candidates, KeyEntry};
-use crate::tokens::TokenHold;
+use crate::metrics::RequestOutcome;
+use crate::pool::KeyEntry;
 
 /// `failover::meaning_rank` of a "busy, retry later" answer.
 const BUSY: u8 = 3;
@@ -52,43 +51,31 @@ pub(super) async fn submit(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
     }
     let started = Instant::now();
     let policy = ctx.policy();
-    let deadline = started + ctx.snapshot.config.capacity.queue_timeout;
     let mut rng = ctx.app.rng();
     // The pick's own generator, seeded from this one: seeding from the thread's generator
     // twice per submit cost more than the pick.
     let pick_rng = SmallRng::from_rng(&mut rng);
-    // The caller token's own thread first: a token at its `max_threads` waits for one of
-    // its tasks to end as a full pool waits for a key's thread.
-    let token_hold = match token_thread(ctx, deadline).await {
-        Ok(hold) => hold,
-        Err(refusal) => return pool_full(ctx, refusal, None, 0, started),
-    };
-    let mut walk = Walk {
-        candidates: pool
-            .candidates(pick_rng, started)
-            .for_token(ctx.token.as_deref())
-            .for_method(method.as_deref()),
-        retry_same: None,
-    };
+    let candidates = pool
+        .candidates(pick_rng, started)
+        .for_method(method.as_deref());
+    let limits = &ctx.snapshot.config.capacity;
+    let token = ctx.token.as_deref();
+    let mut admission =
+        match Admission::begin(&ctx.app, pool, limits, token, candidates, started).await {
+            Ok(admission) => admission,
+            Err(refusal) => return pool_full(ctx, refusal, None, 0, started),
+        };
     let mut worst: Option<Failure<'_>> = None;
     let mut attempts = 0u32;
     let mut previous: Option<(&Arc<KeyEntry>, &'static str)> = None;
 
     while attempts < policy.max_attempts {
-        let (key, lease) = match take_thread(ctx, &mut walk, deadline).await {
-            Waited::Got(taken) => taken,
+        let (key, ticket) = match admission.next().await {
+            Waited::Got(admitted) => admitted,
             Waited::NoKey => break,
             Waited::Refused(refusal) => {
                 return pool_full(ctx, refusal, worst, attempts, started);
             }
-        };
-        // Not boxed here: the fleet's round trip is a boxed future of the store's own, so
-        // this one stays small, and a single instance allocates nothing for it.
-        let Some(ticket) = admission::seat(&ctx.app, pool, key, lease).await else {
-            // Held elsewhere in the fleet, or the fleet cannot count and this replica's
-            // share applies now: the local thread went back; the walk looks again.
-            walk.candidates.put_back(key);
-            continue;
         };
         if attempts == 0 {
             ctx.app.deposit_retry();
@@ -144,7 +131,7 @@ pub(super) async fn submit(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
         }
         match (decision.next, attempt) {
             (Next::Answer, Attempt::Answered(answered)) => {
-                return answer(ctx, key, ticket, token_hold, answered, attempts, started).await;
+                return answer(ctx, key, admission, ticket, answered, attempts, started).await;
             }
             // No answer came to give: a failed exchange fails over whatever the policy says.
             (Next::Answer | Next::Failover, attempt) => {
@@ -154,9 +141,8 @@ pub(super) async fn submit(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
             }
             (Next::OtherUpstream, attempt) => {
                 drop(ticket);
-                walk.candidates.shun_origin_of(key);
                 // A lone key is not tried again either: its host:port is the one refusing.
-                walk.retry_same = None;
+                admission.shun_origin_of(key);
                 previous = Some((key, code));
                 keep_worst(&mut worst, attempt, key);
             }
@@ -164,7 +150,7 @@ pub(super) async fn submit(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
                 // The thread is not held while backing off: another task may use it.
                 drop(ticket);
                 previous = Some((key, code));
-                walk.retry_same = Some(key);
+                admission.may_retry(key);
                 keep_worst(&mut worst, attempt, key);
                 tokio::time::sleep(failover::backoff(attempts, policy, &mut rng)).await;
             }
@@ -174,94 +160,6 @@ pub(super) async fn submit(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
         return Local::MethodNotServed.into();
     }
     exhausted(ctx, worst, attempts, started)
-}
-
-/// One thread of the caller token's `max_threads` (none to take without a token), waited
-/// for until `deadline` while the token holds them all, if the pool's queue is on.
-async fn token_thread(ctx: &Ctx, deadline: Instant) -> Result<Option<TokenHold>, Refusal> {
-    let Some(token) = &ctx.token else {
-        return Ok(None);
-    };
-    if let Some(hold) = token.try_hold() {
-        return Ok(Some(hold));
-    }
-    let limits = &ctx.snapshot.config.capacity;
-    if limits.max_queued == 0 || limits.queue_timeout.is_zero() {
-        return Err(Refusal::NoQueue);
-    }
-    tracing::debug!(token = %token.name, "token at its max_threads; waiting for one of its tasks to end");
-    match token.hold_until(deadline).await {
-        Some(hold) => Ok(Some(hold)),
-        None => Err(Refusal::TimedOut),
-    }
-}
-
-/// Where a submit is in its walk over the pool.
-struct Walk<'a, R> {
-    candidates: Candidates<'a, R>,
-    /// After a transient failure with no other key left to try, the same key is tried
-    /// again: a lone key must still get its retries. Not after a refused connection: the
-    /// key's host:port is what refused, and would again.
-    retry_same: Option<&'a Arc<KeyEntry>>,
-}
-
-/// The next key to try and one of its threads. While every key that could take the task is
-/// full, waits in the pool's queue (FIFO, until `deadline`) for a thread to come free.
-async fn take_thread<'a, R: rand::Rng>(
-    ctx: &'a Ctx,
-    walk: &mut Walk<'a, R>,
-    deadline: Instant,
-) -> Waited<(&'a Arc<KeyEntry>, Lease<'a>)> {
-    let pool = &ctx.snapshot.pool;
-    let limits = &ctx.snapshot.config.capacity;
-    let take = || {
-        walk.candidates.at(Instant::now());
-        while let Some(key) = walk.candidates.next() {
-            match pool.hold(key) {
-                Some(lease) => {
-                    walk.retry_same = None;
-                    return Take::Got((key, lease));
-                }
-                // Its last thread went to another request since the pick: look again, and
-                // the key counts as full this time.
-                None => walk.candidates.put_back(key),
-            }
-        }
-        let full = walk.candidates.saw_full();
-        match walk
-            .retry_same
-            .filter(|k| pool.in_rotation(k, Instant::now()))
-        {
-            Some(key) => match pool.hold(key) {
-                Some(lease) => {
-                    walk.retry_same = None;
-                    Take::Got((key, lease))
-                }
-                None => Take::Full,
-            },
-            None if full => Take::Full,
-            None => Take::NoKey,
-        }
-    };
-    let recheck = || pool.next_return(Instant::now());
-    let (waited, queued) = ctx
-        .app
-        .capacity()
-        .wait_for(deadline, limits.max_queued, recheck, take)
-        .await;
-    if let Some(queued) = queued {
-        let result = match &waited {
-            Waited::Got(_) => WaitResult::Admitted,
-            Waited::NoKey => WaitResult::NoKey,
-            Waited::Refused(_) => WaitResult::Refused,
-        };
-        ctx.app
-            .metrics()
-            .queue_wait
-            .with_label_values(&[result.label()])
-            .observe(queued.as_secs_f64());
-    }
-    waited
 }
 
 /// Every key that could take the task is full, and the wait for a thread was refused or
@@ -304,11 +202,11 @@ fn pool_full(
     .into()
 }
 
-async fn answer(
-    ctx: &Ctx,
+async fn answer<'a, R: rand::Rng>(
+    ctx: &'a Ctx,
     key: &Arc<KeyEntry>,
-    ticket: Ticket<'_>,
-    token_hold: Option<TokenHold>,
+    admission: Admission<'a, R>,
+    ticket: Ticket<'a>,
     attempt: Answered,
     attempts: u32,
     started: Instant,
@@ -320,11 +218,8 @@ async fn answer(
         _ => None,
     };
     if let Some(id) = &task_id {
-        let token = ctx.token.as_deref().zip(token_hold);
-        // Not boxed, as the seat: the fleet's step is boxed by its store.
-        ticket
-            .open(&ctx.app, &ctx.snapshot.pool, key, id, token)
-            .await;
+        // Not boxed, as the seat: the shared count's step is boxed by its store.
+        admission.open(ticket, key, id).await;
         ctx.app.emit(|| Event::Pinned {
             key: key.name.clone(),
             task_id: id.to_string(),
