@@ -20,7 +20,7 @@ use tower::retry::budget::{Budget, TpsBudget};
 use crate::capacity::{Capacity, MemoryLoad, NoSharedThreads, ReadMark, SharedThreads};
 use crate::cluster::{Cluster, ClusterError};
 use crate::config::Config;
-use crate::health::{HealthStore, MemoryHealth, Reason, StateKind};
+use crate::health::{HealthStore, MemoryHealth, NoSharedHealth, Reason, SharedHealth, StateKind};
 use crate::metrics::{Metrics, Release};
 use crate::outage::Outages;
 use crate::pins::{JournalPins, MemoryPins, NoSharedPins, PinStore, ProbeState, SharedPins};
@@ -81,6 +81,9 @@ struct Inner {
     /// The fleet's count of threads, where submits take a seat after their thread here;
     /// none for a single instance.
     shared_threads: Arc<dyn SharedThreads>,
+    /// Where key health changes and the IP-ban pause go for other replicas to adopt;
+    /// nowhere for a single instance.
+    shared_health: Arc<dyn SharedHealth>,
     /// Every key ever configured, by stable id; outlives snapshots for the same reason.
     /// Shared with the pin journal, which writes keys by name.
     registry: Arc<KeyRegistry>,
@@ -199,11 +202,18 @@ impl App {
         };
         // Single instance and cluster differ in these stores, chosen here, and nowhere on
         // the request path or in the pool.
-        let (shared_pins, shared_threads): (Arc<dyn SharedPins>, Arc<dyn SharedThreads>) =
-            match &cluster {
-                Some(cluster) => (Arc::new(cluster.clone()), Arc::new(cluster.clone())),
-                None => (Arc::new(NoSharedPins), Arc::new(NoSharedThreads)),
-            };
+        let (shared_pins, shared_threads, shared_health): SharedStores = match &cluster {
+            Some(cluster) => (
+                Arc::new(cluster.clone()),
+                Arc::new(cluster.clone()),
+                Arc::new(cluster.clone()),
+            ),
+            None => (
+                Arc::new(NoSharedPins),
+                Arc::new(NoSharedThreads),
+                Arc::new(NoSharedHealth),
+            ),
+        };
         let pool = build_pool(
             &config,
             &registry,
@@ -231,6 +241,7 @@ impl App {
             pins,
             shared_pins,
             shared_threads,
+            shared_health,
             registry,
             health,
             capacity,
@@ -413,10 +424,9 @@ impl App {
     /// and every request, on any key, would extend the ban.
     pub fn pause_upstream(&self, duration: Duration) {
         self.adopt_pause(duration);
-        if let Some(cluster) = self.0.cluster.clone() {
-            let until = std::time::SystemTime::now() + duration;
-            tokio::spawn(async move { cluster.publish_pause(until).await });
-        }
+        self.0
+            .shared_health
+            .announce_pause(std::time::SystemTime::now() + duration);
     }
 
     /// Pauses upstream traffic here for `duration`, as another replica of the fleet did.
@@ -586,6 +596,13 @@ impl App {
 
 /// The pin store: a journal in `data_dir` when pins are durable and there is a directory
 /// (a config loaded from a file), else memory only (configs built in code: tests, demo).
+/// The stores that differ between a single instance and replicas sharing the pool.
+type SharedStores = (
+    Arc<dyn SharedPins>,
+    Arc<dyn SharedThreads>,
+    Arc<dyn SharedHealth>,
+);
+
 fn open_pins(
     config: &Config,
     registry: &Arc<KeyRegistry>,

@@ -65,7 +65,7 @@ use pins::PendingPin;
 pub use pins::SharedPin;
 use spares::Stock;
 pub use spares::SPARE_IDLE;
-pub use sync::{unix_ms, KeySync, Readings, SharedHealth, Synced};
+pub use sync::{unix_ms, HealthRecord, KeySync, Readings, Synced};
 
 use crate::config;
 

@@ -17,7 +17,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::app::App;
-use crate::cluster::{unix_ms, Cluster, KeySync, SharedHealth, DOWN_RETRY};
+use crate::cluster::{unix_ms, Cluster, HealthRecord, KeySync, DOWN_RETRY};
 use crate::health::{HealthEvent, Reason, StateKind};
 use crate::pool::{KeyEntry, KeyPool};
 use crate::refresh;
@@ -236,7 +236,7 @@ fn adopt_readings(key: &KeyEntry, state: &KeySync) {
 
 /// Applies another replica's change of a key's state here, as if this replica had seen
 /// the answer itself.
-fn adopt_health(app: &App, key: &KeyEntry, shared: &SharedHealth) {
+fn adopt_health(app: &App, key: &KeyEntry, shared: &HealthRecord) {
     let now = Instant::now();
     let reason = shared_reason(&shared.reason);
     let local = app.health().view(key.id, now).state;

@@ -14,8 +14,10 @@ use crate::fast_map::FastMap;
 use crate::key_id::KeyId;
 
 mod reason;
+mod shared;
 
 pub use reason::Reason;
+pub use shared::{Announcement, NoSharedHealth, SharedHealth};
 
 /// Where a key stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -15,7 +15,7 @@ use common::replicas::*;
 use common::replicas::sim_with;
 use common::*;
 use keyrelay::health::StateKind;
-use keyrelay::sim::SimKeyState;
+use keyrelay::sim::{FaultKind, FaultTarget, SimKeyState};
 use rand::Rng;
 
 fn key_value(name: &str) -> &'static str {
@@ -108,6 +108,41 @@ async fn a_key_benched_on_one_replica_gets_no_task_from_any_replica_a_second_lat
         let key = solve(&replicas[1 + i % 2]).await;
         assert_ne!(key, "b");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_ip_ban_seen_on_one_replica_pauses_every_replica() {
+    let Some(redis) = Redis::start() else { return };
+    let sim = sim().await;
+    let replicas = fleet(&sim, &redis).await;
+    sim.add_fault(
+        "*",
+        fault(
+            FaultTarget::Submit,
+            FaultKind::Code("IP_BANNED".into()),
+            Some(1),
+        ),
+    );
+    let banned = replicas[0]
+        .get("/in.php?key=callerkey&method=userrecaptcha&googlekey=site&pageurl=https://x.test")
+        .await;
+    assert_eq!(banned.text(), "IP_BANNED", "the service's answer, verbatim");
+    assert!(replicas[0].app.upstream_paused().is_some());
+    for replica in &replicas[1..] {
+        let app = replica.app.clone();
+        eventually("the pause reached every replica", move || {
+            app.upstream_paused().is_some()
+        })
+        .await;
+    }
+    // Paused, another replica answers for the service and sends nothing upstream.
+    let sent = sim.received().len();
+    let answer = replicas[1]
+        .get("/in.php?key=callerkey&method=userrecaptcha&googlekey=site&pageurl=https://x.test&json=1")
+        .await
+        .json();
+    assert_eq!(answer["request"], "IP_BANNED");
+    assert_eq!(sim.received().len(), sent, "nothing upstream while paused");
 }
 
 /// A task submitted and polled to its end through `via`; the key that served it.

@@ -1,11 +1,11 @@
 //! Key health changes made visible: the one place where a key's state flips are applied,
 //! logged, counted, announced on the event feed and, where replicas share the pool,
-//! published to the fleet.
+//! announced to the others (`SharedHealth`).
 
 use tokio::time::Instant;
 
 use super::{App, Event};
-use crate::health::{HealthEvent, Reason, StateKind, Transition};
+use crate::health::{Announcement, HealthEvent, Reason, StateKind, Transition};
 use crate::pool::KeyEntry;
 
 impl App {
@@ -13,20 +13,20 @@ impl App {
     /// key's state flipped. The one place where key state changes become visible.
     pub fn record_health(&self, key: &KeyEntry, event: HealthEvent) -> Option<Transition> {
         let transition = self.adopt_health(key, event)?;
-        if let Some(cluster) = self.0.cluster.clone() {
-            let now = Instant::now();
-            let view = self.0.health.view(key.id, now);
-            let until = view
-                .until
-                .map(|until| std::time::SystemTime::now() + until.saturating_duration_since(now));
-            let name = key.name.clone();
-            tokio::spawn(async move {
-                let reason = transition.reason.map_or("", Reason::label);
-                cluster
-                    .publish_health(&name, transition.to.label(), reason, until)
-                    .await;
-            });
-        }
+        let now = Instant::now();
+        // A cooldown's end goes by the wall clock: the replicas share no monotonic one.
+        let until = self
+            .0
+            .health
+            .view(key.id, now)
+            .until
+            .map(|until| std::time::SystemTime::now() + until.saturating_duration_since(now));
+        let change = Announcement {
+            state: transition.to,
+            reason: transition.reason,
+            until,
+        };
+        self.0.shared_health.announce(&key.name, change);
         Some(transition)
     }
 

@@ -16,7 +16,7 @@ use super::{lock, Cluster};
 
 /// A pool key's shared health, as the last replica to change it wrote it.
 #[derive(Clone, Debug, PartialEq)]
-pub struct SharedHealth {
+pub struct HealthRecord {
     pub version: u64,
     pub state: String,
     pub reason: String,
@@ -37,7 +37,7 @@ pub struct Readings {
 /// One key's shared state, read by [`Cluster::sync`].
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct KeySync {
-    pub health: Option<SharedHealth>,
+    pub health: Option<HealthRecord>,
     pub readings: Option<Readings>,
     /// When the refresher published `readings` (unix ms): the same at every sync until it
     /// reads the key again, so a replica can tell a new reading from one it adopted before.
@@ -255,14 +255,34 @@ impl Cluster {
     }
 }
 
+/// Key health and the IP-ban pause go to Redis, where every replica's sync reads them;
+/// sent in the background, and dropped while Redis is away: a replica that would have
+/// adopted the change meets the same answer from the service on its own.
+impl crate::health::SharedHealth for Arc<Cluster> {
+    fn announce(&self, key: &str, change: crate::health::Announcement) {
+        let (cluster, key) = (self.clone(), key.to_owned());
+        tokio::spawn(async move {
+            let reason = change.reason.map_or("", crate::health::Reason::label);
+            cluster
+                .publish_health(&key, change.state.label(), reason, change.until)
+                .await;
+        });
+    }
+
+    fn announce_pause(&self, until: SystemTime) {
+        let cluster = self.clone();
+        tokio::spawn(async move { cluster.publish_pause(until).await });
+    }
+}
+
 pub fn unix_ms(at: SystemTime) -> u64 {
     at.duration_since(UNIX_EPOCH)
         .unwrap_or_default()
         .as_millis() as u64
 }
 
-fn parse_health(fields: &HashMap<String, String>) -> Option<SharedHealth> {
-    Some(SharedHealth {
+fn parse_health(fields: &HashMap<String, String>) -> Option<HealthRecord> {
+    Some(HealthRecord {
         version: fields.get("v")?.parse().ok()?,
         state: fields.get("state")?.clone(),
         reason: fields.get("reason").cloned().unwrap_or_default(),
