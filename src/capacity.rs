@@ -104,6 +104,9 @@ pub trait LoadStore: Send + Sync + 'static {
     /// every task of keyrelay's the service may have counted (in flight at the mark, or
     /// held since), at least zero. Returns how many tasks it ended.
     fn reconcile(&self, mark: ReadMark, working: u32) -> u32;
+    /// Forgets `key`'s `external` load: another count of outside load (the one replicas
+    /// share) takes over, and a reading taken without it would count their tasks twice.
+    fn forget_external(&self, key: KeyId);
 }
 
 /// The shared side of admission: the counts, and the queue of submits waiting for a thread.
@@ -189,6 +192,14 @@ impl Capacity {
             self.queue.freed();
         }
         released
+    }
+
+    /// See [`LoadStore::forget_external`]. Queued submits look again if that was room.
+    pub fn forget_external(&self, key: KeyId) {
+        if self.store.load(key).external > 0 {
+            self.store.forget_external(key);
+            self.queue.freed();
+        }
     }
 
     /// Wakes the queue's head to look again: call when keys may have gained room that no

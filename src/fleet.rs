@@ -60,8 +60,17 @@ async fn heartbeats(app: &App, cluster: &Arc<Cluster>) {
         for task in &ended {
             app.finished_elsewhere(task);
         }
+        let back = cluster.is_shared() && !was_shared;
+        if back {
+            // Outside load read while Redis was away counted the others' tasks, which the
+            // fleet's count holds again: kept, it would count them twice until the next
+            // degraded spell (a refresh in shared mode does not set it).
+            for key in app.snapshot().pool.keys() {
+                app.capacity().forget_external(key.id);
+            }
+        }
         // Submits queued while the fleet put its state back may go now.
-        if !ended.is_empty() || (cluster.is_shared() && !was_shared) {
+        if !ended.is_empty() || back {
             app.capacity().nudge();
         }
         if !cluster.is_shared() {

@@ -105,6 +105,9 @@ pub async fn refresh_key(app: &App, key: &KeyEntry, timeout: Duration) {
             // The service's `working` counts every replica's tasks: in shared mode only
             // the fleet's lease count can be taken from it.
             (info, Some(cluster)) if cluster.is_shared() => {
+                // A reading taken while Redis was away counted the others' tasks as outside
+                // load: the shared count has them now.
+                app.capacity().forget_external(key.id);
                 share_readings(cluster, key, balance.as_ref().ok().copied(), info).await;
             }
             // Alone, or degraded: a replica whose tasks outnumber everything the service

@@ -108,6 +108,53 @@ async fn redis_killed_mid_run_then_restarted_loses_nothing_and_overfills_nothing
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn outside_load_read_while_redis_was_away_is_forgotten_when_it_returns() {
+    let Some(mut redis) = Redis::start() else {
+        return;
+    };
+    let sim = sim().await;
+    let replicas = fleet(&sim, &redis).await;
+    redis.kill();
+    for replica in &replicas {
+        let app = replica.app.clone();
+        eventually("degraded", move || {
+            app.cluster().is_some_and(|c| !c.is_shared())
+        })
+        .await;
+    }
+    // Two tasks through the second replica, never polled: the service works on them.
+    for _ in 0..2 {
+        submit(&replicas[1]).await;
+    }
+    // The first replica reads the service while Redis is away: to it, those tasks are
+    // outside load.
+    let app = replicas[0].app.clone();
+    let snapshot = app.snapshot();
+    let timeout = Duration::from_secs(5);
+    for key in snapshot.pool.keys() {
+        keyrelay::refresh::refresh_key(&app, key, timeout).await;
+    }
+    let external = |app: &keyrelay::App| -> u32 {
+        let snapshot = app.snapshot();
+        snapshot
+            .pool
+            .keys()
+            .iter()
+            .map(|key| app.capacity().load(key.id).external)
+            .sum()
+    };
+    assert_eq!(
+        external(&app),
+        2,
+        "the other replica's tasks, as outside load"
+    );
+    redis.launch();
+    wait_shared(&replicas[0]).await;
+    // The fleet's count holds those tasks again: they are not counted twice.
+    eventually("outside load forgotten", move || external(&app) == 0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn redis_that_lost_its_data_gets_every_open_lease_back() {
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     let Some(redis) = Redis::start() else { return };

@@ -153,6 +153,12 @@ impl LoadStore for MemoryLoad {
         ledger.load.external = u32::try_from(outside).unwrap_or(u32::MAX);
         released
     }
+
+    fn forget_external(&self, key: KeyId) {
+        if let Some(mut ledger) = self.keys.get_mut(&key) {
+            ledger.load.external = 0;
+        }
+    }
 }
 
 #[cfg(test)]
@@ -318,6 +324,20 @@ mod tests {
         // The next read replaces the estimate.
         assert_eq!(store.reconcile(store.mark(A), 1), 0);
         assert_eq!(store.load(A).external, 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn forgetting_outside_load_keeps_the_tasks_and_frees_the_threads() {
+        let store = MemoryLoad::new();
+        submit(&store, A, id(1), Instant::now());
+        assert_eq!(store.reconcile(store.mark(A), 4), 0);
+        assert_eq!(store.load(A), load(0, 1, 3));
+        store.forget_external(A);
+        assert_eq!(store.load(A), load(0, 1, 0), "only the outside load goes");
+        assert!(store.try_hold(A, Some(2)));
+        // A key never read has nothing to forget, and gains no entry.
+        store.forget_external(B);
+        assert_eq!(store.load(B), load(0, 0, 0));
     }
 
     // The rule behind the next tests: the service's `working` can include any task of
