@@ -69,6 +69,7 @@ pub mod fleet;
 pub mod forecast;
 pub mod health;
 pub mod host;
+pub mod json_api;
 pub mod key_id;
 pub mod log_limit;
 pub mod metrics;

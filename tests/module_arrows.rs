@@ -215,9 +215,9 @@ const LAYERS: &[&[&str]] = &[
         "log_limit",
         "atomic_file",
     ],
-    // The protocol, the validated config, and provider health: pure or behind a narrow
-    // store.
-    &["captcha", "config", "outage"],
+    // The protocol of either generation, the validated config, and provider health: pure
+    // or behind a narrow store.
+    &["captcha", "json_api", "config", "outage"],
     // Key health, behind a narrow store; its reasons name the protocol's codes.
     &["health"],
     // The policy, pure; and the simulator, which speaks only the protocol.

@@ -1,0 +1,616 @@
+//! The JSON API's task types as data: each type's `in.php` method, the fields it renames,
+//! and what it needs. A task is translated into the `in.php` submit of the pool's
+//! protocol; nothing here knows a key or a provider beyond the method name.
+
+use serde_json::{Map, Value};
+
+use super::codes::JsonError;
+
+/// One family of task types: every spelling of it (with or without `Proxyless`, in
+/// anti-captcha's, CapMonster's, CapSolver's and 2captcha's case) comes to one entry.
+#[derive(Debug, PartialEq, Eq)]
+pub struct TaskType {
+    /// The type names without their `proxyless` suffix, lower case.
+    bases: &'static [&'static str],
+    /// The `in.php` method.
+    pub method: &'static str,
+    /// Params every task of the type sends as they are.
+    fixed: &'static [(&'static str, &'static str)],
+    /// JSON field → `in.php` param.
+    renames: &'static [(&'static str, &'static str)],
+    /// JSON fields the task cannot go without.
+    required: &'static [&'static str],
+}
+
+const RECAPTCHA_V2: &[(&str, &str)] = &[
+    ("websiteURL", "pageurl"),
+    ("websiteKey", "googlekey"),
+    ("isInvisible", "invisible"),
+    ("recaptchaDataSValue", "data-s"),
+    ("apiDomain", "domain"),
+    ("userAgent", "userAgent"),
+    ("cookies", "cookies"),
+];
+
+const RECAPTCHA_V3: &[(&str, &str)] = &[
+    ("websiteURL", "pageurl"),
+    ("websiteKey", "googlekey"),
+    ("pageAction", "action"),
+    ("minScore", "min_score"),
+    ("isEnterprise", "enterprise"),
+    ("apiDomain", "domain"),
+    ("userAgent", "userAgent"),
+];
+
+const SITE: &[&str] = &["websiteURL", "websiteKey"];
+
+/// Every task type keyrelay translates.
+pub const TASK_TYPES: &[TaskType] = &[
+    TaskType {
+        bases: &["imagetotexttask"],
+        method: "base64",
+        fixed: &[],
+        renames: &[
+            ("body", "body"),
+            ("phrase", "phrase"),
+            ("case", "regsense"),
+            ("numeric", "numeric"),
+            ("math", "calc"),
+            ("minLength", "min_len"),
+            ("maxLength", "max_len"),
+            ("comment", "textinstructions"),
+        ],
+        required: &["body"],
+    },
+    TaskType {
+        bases: &["recaptchav2task", "nocaptchatask"],
+        method: "userrecaptcha",
+        fixed: &[],
+        renames: RECAPTCHA_V2,
+        required: SITE,
+    },
+    TaskType {
+        bases: &["recaptchav2enterprisetask"],
+        method: "userrecaptcha",
+        fixed: &[("enterprise", "1")],
+        renames: RECAPTCHA_V2,
+        required: SITE,
+    },
+    TaskType {
+        bases: &["recaptchav3task"],
+        method: "userrecaptcha",
+        fixed: &[("version", "v3")],
+        renames: RECAPTCHA_V3,
+        required: SITE,
+    },
+    TaskType {
+        bases: &["recaptchav3enterprisetask"],
+        method: "userrecaptcha",
+        fixed: &[("version", "v3"), ("enterprise", "1")],
+        renames: RECAPTCHA_V3,
+        required: SITE,
+    },
+    TaskType {
+        bases: &["turnstiletask", "antiturnstiletask"],
+        method: "turnstile",
+        fixed: &[],
+        renames: &[
+            ("websiteURL", "pageurl"),
+            ("websiteKey", "sitekey"),
+            ("action", "action"),
+            ("cData", "data"),
+            ("chlPageData", "pagedata"),
+            ("userAgent", "userAgent"),
+        ],
+        required: SITE,
+    },
+    TaskType {
+        bases: &["geetesttask"],
+        method: "geetest",
+        fixed: &[],
+        renames: &[
+            ("websiteURL", "pageurl"),
+            ("gt", "gt"),
+            ("challenge", "challenge"),
+            ("geetestApiServerSubdomain", "api_server"),
+            ("userAgent", "userAgent"),
+        ],
+        required: &["websiteURL", "gt", "challenge"],
+    },
+    TaskType {
+        bases: &["hcaptchatask"],
+        method: "hcaptcha",
+        fixed: &[],
+        renames: &[
+            ("websiteURL", "pageurl"),
+            ("websiteKey", "sitekey"),
+            ("isInvisible", "invisible"),
+            ("userAgent", "userAgent"),
+        ],
+        required: SITE,
+    },
+];
+
+/// A task read and translated: its type and the `in.php` params it sends (the pool's key
+/// and `json=1` are the front's to add).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Translated {
+    pub task_type: &'static TaskType,
+    pub params: Vec<(String, String)>,
+}
+
+impl TaskType {
+    /// The entry a `type` names, in any case, with or without `Proxyless`; and whether it
+    /// said proxyless.
+    pub fn named(name: &str) -> Option<(&'static TaskType, bool)> {
+        let lower = name.trim().to_ascii_lowercase();
+        let (base, proxyless) = match lower.strip_suffix("proxyless") {
+            Some(base) => (base, true),
+            None => (lower.as_str(), false),
+        };
+        TASK_TYPES
+            .iter()
+            .find(|t| t.bases.contains(&base))
+            .map(|t| (t, proxyless))
+    }
+}
+
+/// Translates `task` (the `task` object of a `createTask`) into `in.php` params.
+///
+/// # Errors
+/// `ERROR_TASK_NOT_SUPPORTED` for a type keyrelay does not know; `ERROR_BAD_PARAMETERS`
+/// for a missing required field, a field of the wrong shape, or a proxy it cannot read.
+pub fn translate(task: &Map<String, Value>) -> Result<Translated, JsonError> {
+    let name = match task.get("type") {
+        Some(Value::String(name)) => name,
+        _ => return Err(JsonError::bad_parameters("the task has no \"type\"")),
+    };
+    let Some((task_type, proxyless)) = TaskType::named(name) else {
+        return Err(JsonError::task_not_supported(name));
+    };
+    let mut params = vec![("method".to_owned(), task_type.method.to_owned())];
+    params.extend(
+        task_type
+            .fixed
+            .iter()
+            .map(|(name, value)| ((*name).to_owned(), (*value).to_owned())),
+    );
+    for field in task_type.required {
+        if task.get(*field).is_none_or(is_empty) {
+            return Err(JsonError::bad_parameters(&format!(
+                "the task needs \"{field}\""
+            )));
+        }
+    }
+    for (field, param) in task_type.renames {
+        let Some(value) = task.get(*field) else {
+            continue;
+        };
+        if let Some(text) = param_value(field, value)? {
+            let text = if *field == "body" {
+                strip_data_url(&text).to_owned()
+            } else {
+                text
+            };
+            params.push(((*param).to_owned(), text));
+        }
+    }
+    nested_fields(task, &mut params)?;
+    if !proxyless {
+        params.extend(proxy(task)?);
+    }
+    Ok(Translated { task_type, params })
+}
+
+fn is_empty(value: &Value) -> bool {
+    match value {
+        Value::Null => true,
+        Value::String(text) => text.trim().is_empty(),
+        _ => false,
+    }
+}
+
+/// A JSON field's value as an `in.php` param: strings as they are, numbers as written,
+/// booleans as `1`/`0`; `null` sends nothing.
+fn param_value(field: &str, value: &Value) -> Result<Option<String>, JsonError> {
+    Ok(match value {
+        Value::Null => None,
+        Value::String(text) => Some(text.clone()),
+        Value::Bool(flag) => Some(if *flag { "1" } else { "0" }.to_owned()),
+        Value::Number(number) => Some(number.to_string()),
+        Value::Array(_) | Value::Object(_) => {
+            return Err(JsonError::bad_parameters(&format!(
+                "\"{field}\" must be a string, a number or a boolean"
+            )))
+        }
+    })
+}
+
+/// An image as a data URL (`data:image/png;base64,…`), as some clients send it: the
+/// service takes the base64 alone.
+fn strip_data_url(body: &str) -> &str {
+    match body.strip_prefix("data:") {
+        Some(rest) => rest.split_once(',').map_or(body, |(_, data)| data),
+        None => body,
+    }
+}
+
+/// Fields clients nest: an enterprise payload's `s` (reCAPTCHA) or `rqdata` (hCaptcha),
+/// and CapSolver's Turnstile `metadata`.
+fn nested_fields(
+    task: &Map<String, Value>,
+    params: &mut Vec<(String, String)>,
+) -> Result<(), JsonError> {
+    let nested: [(&str, &str, &str); 4] = [
+        ("enterprisePayload", "s", "data-s"),
+        ("enterprisePayload", "rqdata", "data"),
+        ("metadata", "action", "action"),
+        ("metadata", "cdata", "data"),
+    ];
+    for (outer, inner, param) in nested {
+        let Some(value) = task.get(outer).filter(|v| !v.is_null()) else {
+            continue;
+        };
+        let Value::Object(fields) = value else {
+            return Err(JsonError::bad_parameters(&format!(
+                "\"{outer}\" must be an object"
+            )));
+        };
+        if params.iter().any(|(name, _)| name == param) {
+            continue;
+        }
+        if let Some(text) = fields
+            .get(inner)
+            .map(|v| param_value(inner, v))
+            .transpose()?
+        {
+            params.extend(text.map(|text| (param.to_owned(), text)));
+        }
+    }
+    Ok(())
+}
+
+/// The proxy a task names, as `in.php`'s `proxy` (`login:password@host:port`) and
+/// `proxytype`: anti-captcha's separate fields, or CapSolver's one `proxy` string
+/// (`host:port`, `host:port:login:password`, either after `type:`, or a URL). None when
+/// the task names none.
+fn proxy(task: &Map<String, Value>) -> Result<Vec<(String, String)>, JsonError> {
+    let text = |field: &str| -> Result<Option<String>, JsonError> {
+        match task.get(field) {
+            None | Some(Value::Null) => Ok(None),
+            Some(value) => param_value(field, value).map(|v| v.filter(|v| !v.is_empty())),
+        }
+    };
+    let proxy = if let Some(address) = text("proxyAddress")? {
+        let port = text("proxyPort")?
+            .ok_or_else(|| JsonError::bad_parameters("\"proxyAddress\" needs \"proxyPort\""))?;
+        Proxy {
+            kind: text("proxyType")?.unwrap_or_else(|| "http".to_owned()),
+            host: address,
+            port,
+            login: text("proxyLogin")?,
+            password: text("proxyPassword")?,
+        }
+    } else if let Some(line) = text("proxy")? {
+        Proxy::parse(&line)?
+    } else {
+        return Ok(Vec::new());
+    };
+    Ok(proxy.params())
+}
+
+struct Proxy {
+    kind: String,
+    host: String,
+    port: String,
+    login: Option<String>,
+    password: Option<String>,
+}
+
+const PROXY_TYPES: [&str; 4] = ["http", "https", "socks4", "socks5"];
+
+impl Proxy {
+    fn parse(line: &str) -> Result<Proxy, JsonError> {
+        let bad = || JsonError::bad_parameters("\"proxy\" is not host:port[:login:password]");
+        if let Some((scheme, rest)) = line.split_once("://") {
+            let (credentials, address) = match rest.rsplit_once('@') {
+                Some((credentials, address)) => (Some(credentials), address),
+                None => (None, rest),
+            };
+            let (host, port) = address
+                .trim_end_matches('/')
+                .rsplit_once(':')
+                .ok_or_else(bad)?;
+            let (login, password) = match credentials.map(|c| c.split_once(':')) {
+                Some(Some((login, password))) => (Some(login), Some(password)),
+                Some(None) => (credentials, None),
+                None => (None, None),
+            };
+            return Proxy::checked(scheme, host, port, login, password);
+        }
+        let mut parts: Vec<&str> = line.split(':').collect();
+        let kind = match parts.first() {
+            Some(first) if PROXY_TYPES.contains(&first.to_ascii_lowercase().as_str()) => {
+                parts.remove(0)
+            }
+            _ => "http",
+        };
+        match parts[..] {
+            [host, port] => Proxy::checked(kind, host, port, None, None),
+            [host, port, login, password] => {
+                Proxy::checked(kind, host, port, Some(login), Some(password))
+            }
+            _ => Err(bad()),
+        }
+    }
+
+    fn checked(
+        kind: &str,
+        host: &str,
+        port: &str,
+        login: Option<&str>,
+        password: Option<&str>,
+    ) -> Result<Proxy, JsonError> {
+        if host.is_empty() || port.parse::<u16>().is_err() {
+            return Err(JsonError::bad_parameters(
+                "the proxy needs a host and a port number",
+            ));
+        }
+        Ok(Proxy {
+            kind: kind.to_owned(),
+            host: host.to_owned(),
+            port: port.to_owned(),
+            login: login.map(str::to_owned),
+            password: password.map(str::to_owned),
+        })
+    }
+
+    /// A type keyrelay does not know is sent as it came: the service says whether it does.
+    fn params(self) -> Vec<(String, String)> {
+        vec![
+            ("proxy".to_owned(), self.address()),
+            ("proxytype".to_owned(), self.kind.to_ascii_uppercase()),
+        ]
+    }
+
+    fn address(&self) -> String {
+        match (&self.login, &self.password) {
+            (Some(login), Some(password)) => {
+                format!("{login}:{password}@{}:{}", self.host, self.port)
+            }
+            (Some(login), None) => format!("{login}@{}:{}", self.host, self.port),
+            _ => format!("{}:{}", self.host, self.port),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn translated(task: Value) -> Result<Vec<(String, String)>, JsonError> {
+        let Value::Object(task) = task else {
+            panic!("a task is an object")
+        };
+        translate(&task).map(|t| t.params)
+    }
+
+    fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
+        list.iter()
+            .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn an_image_task_renames_its_options() {
+        let params = translated(json!({
+            "type": "ImageToTextTask", "body": "data:image/png;base64,QUJD",
+            "phrase": true, "case": false, "numeric": 1, "math": true,
+            "minLength": 2, "maxLength": 8, "comment": "red letters", "websiteURL": null,
+        }))
+        .unwrap();
+        assert_eq!(
+            params,
+            pairs(&[
+                ("method", "base64"),
+                ("body", "QUJD"),
+                ("phrase", "1"),
+                ("regsense", "0"),
+                ("numeric", "1"),
+                ("calc", "1"),
+                ("min_len", "2"),
+                ("max_len", "8"),
+                ("textinstructions", "red letters"),
+            ])
+        );
+    }
+
+    #[test]
+    fn every_spelling_of_a_type_is_one_type() {
+        for name in [
+            "RecaptchaV2Task",
+            "RecaptchaV2TaskProxyless",
+            "ReCaptchaV2TaskProxyLess",
+            "NoCaptchaTaskProxyless",
+            "recaptchav2task",
+        ] {
+            let (task_type, _) = TaskType::named(name).expect(name);
+            assert_eq!(task_type.method, "userrecaptcha", "{name}");
+        }
+        for name in ["TurnstileTaskProxyless", "AntiTurnstileTaskProxyLess"] {
+            assert_eq!(TaskType::named(name).unwrap().0.method, "turnstile");
+        }
+        assert_eq!(TaskType::named("FunCaptchaTask"), None);
+        assert_eq!(TaskType::named(""), None);
+    }
+
+    #[test]
+    fn a_recaptcha_v2_task_without_proxy_fields_is_proxyless() {
+        let params = translated(json!({
+            "type": "RecaptchaV2Task", "websiteURL": "https://x.test/login",
+            "websiteKey": "6Le-key", "isInvisible": true,
+        }))
+        .unwrap();
+        assert_eq!(
+            params,
+            pairs(&[
+                ("method", "userrecaptcha"),
+                ("pageurl", "https://x.test/login"),
+                ("googlekey", "6Le-key"),
+                ("invisible", "1"),
+            ])
+        );
+    }
+
+    #[test]
+    fn proxy_fields_become_one_proxy_param() {
+        let params = translated(json!({
+            "type": "RecaptchaV2Task", "websiteURL": "https://x.test", "websiteKey": "k",
+            "proxyType": "socks5", "proxyAddress": "10.0.0.1", "proxyPort": 1080,
+            "proxyLogin": "u", "proxyPassword": "p",
+        }))
+        .unwrap();
+        assert!(params.contains(&("proxy".into(), "u:p@10.0.0.1:1080".into())));
+        assert!(params.contains(&("proxytype".into(), "SOCKS5".into())));
+        // The same fields on a proxyless type are not sent.
+        let params = translated(json!({
+            "type": "RecaptchaV2TaskProxyless", "websiteURL": "https://x.test",
+            "websiteKey": "k", "proxyAddress": "10.0.0.1", "proxyPort": 1080,
+        }))
+        .unwrap();
+        assert!(!params.iter().any(|(n, _)| n == "proxy"));
+    }
+
+    #[test]
+    fn capsolver_proxy_lines_are_read() {
+        for (line, proxy, kind) in [
+            ("10.0.0.1:8080", "10.0.0.1:8080", "HTTP"),
+            ("10.0.0.1:8080:u:p", "u:p@10.0.0.1:8080", "HTTP"),
+            ("socks5:10.0.0.1:1080:u:p", "u:p@10.0.0.1:1080", "SOCKS5"),
+            ("http://u:p@10.0.0.1:3128", "u:p@10.0.0.1:3128", "HTTP"),
+            ("socks4://10.0.0.1:1080/", "10.0.0.1:1080", "SOCKS4"),
+        ] {
+            let params = translated(json!({
+                "type": "ReCaptchaV2Task", "websiteURL": "https://x.test",
+                "websiteKey": "k", "proxy": line,
+            }))
+            .unwrap();
+            assert!(
+                params.contains(&("proxy".into(), proxy.into())),
+                "{line}: {params:?}"
+            );
+            assert!(
+                params.contains(&("proxytype".into(), kind.into())),
+                "{line}"
+            );
+        }
+        for line in ["10.0.0.1", "10.0.0.1:notaport", "a:b:c", ":80"] {
+            let error = translated(json!({
+                "type": "ReCaptchaV2Task", "websiteURL": "https://x.test",
+                "websiteKey": "k", "proxy": line,
+            }))
+            .unwrap_err();
+            assert_eq!(error.code, "ERROR_BAD_PARAMETERS", "{line}");
+        }
+    }
+
+    #[test]
+    fn v3_and_enterprise_tasks_carry_their_fixed_params() {
+        let params = translated(json!({
+            "type": "RecaptchaV3TaskProxyless", "websiteURL": "https://x.test",
+            "websiteKey": "k", "pageAction": "login", "minScore": 0.7,
+        }))
+        .unwrap();
+        for pair in [("version", "v3"), ("action", "login"), ("min_score", "0.7")] {
+            assert!(params.contains(&(pair.0.into(), pair.1.into())), "{pair:?}");
+        }
+        let params = translated(json!({
+            "type": "RecaptchaV2EnterpriseTaskProxyless", "websiteURL": "https://x.test",
+            "websiteKey": "k", "enterprisePayload": {"s": "S-VALUE"},
+        }))
+        .unwrap();
+        assert!(params.contains(&("enterprise".into(), "1".into())));
+        assert!(params.contains(&("data-s".into(), "S-VALUE".into())));
+    }
+
+    #[test]
+    fn turnstile_geetest_and_hcaptcha_rename_their_fields() {
+        let params = translated(json!({
+            "type": "AntiTurnstileTaskProxyLess", "websiteURL": "https://x.test",
+            "websiteKey": "0x4AAA", "metadata": {"action": "login", "cdata": "c"},
+        }))
+        .unwrap();
+        assert_eq!(
+            params,
+            pairs(&[
+                ("method", "turnstile"),
+                ("pageurl", "https://x.test"),
+                ("sitekey", "0x4AAA"),
+                ("action", "login"),
+                ("data", "c"),
+            ])
+        );
+        let params = translated(json!({
+            "type": "GeeTestTaskProxyless", "websiteURL": "https://x.test",
+            "gt": "g", "challenge": "c",
+        }))
+        .unwrap();
+        assert_eq!(
+            params,
+            pairs(&[
+                ("method", "geetest"),
+                ("pageurl", "https://x.test"),
+                ("gt", "g"),
+                ("challenge", "c"),
+            ])
+        );
+        let params = translated(json!({
+            "type": "HCaptchaTaskProxyless", "websiteURL": "https://x.test",
+            "websiteKey": "h", "enterprisePayload": {"rqdata": "r"},
+        }))
+        .unwrap();
+        assert!(params.contains(&("sitekey".into(), "h".into())));
+        assert!(params.contains(&("data".into(), "r".into())));
+    }
+
+    #[test]
+    fn bad_tasks_are_refused_with_the_json_apis_errors() {
+        let cases = [
+            (
+                json!({"type": "FunCaptchaTask"}),
+                "ERROR_TASK_NOT_SUPPORTED",
+            ),
+            (json!({"body": "QUJD"}), "ERROR_BAD_PARAMETERS"),
+            (json!({"type": 7}), "ERROR_BAD_PARAMETERS"),
+            (json!({"type": "ImageToTextTask"}), "ERROR_BAD_PARAMETERS"),
+            (
+                json!({"type": "ImageToTextTask", "body": "  "}),
+                "ERROR_BAD_PARAMETERS",
+            ),
+            (
+                json!({"type": "RecaptchaV2Task", "websiteURL": "https://x.test"}),
+                "ERROR_BAD_PARAMETERS",
+            ),
+            (
+                json!({"type": "ImageToTextTask", "body": "QUJD", "phrase": [1]}),
+                "ERROR_BAD_PARAMETERS",
+            ),
+            (
+                json!({"type": "HCaptchaTask", "websiteURL": "u", "websiteKey": "k",
+                       "enterprisePayload": "x"}),
+                "ERROR_BAD_PARAMETERS",
+            ),
+            (
+                json!({"type": "RecaptchaV2Task", "websiteURL": "u", "websiteKey": "k",
+                       "proxyAddress": "10.0.0.1"}),
+                "ERROR_BAD_PARAMETERS",
+            ),
+        ];
+        for (task, code) in cases {
+            let error = translated(task.clone()).unwrap_err();
+            assert_eq!(error.code, code, "{task}");
+            assert!(!error.description.is_empty());
+        }
+    }
+}
