@@ -22,12 +22,11 @@ pub enum JsonMethod {
     CreateTask,
     GetTaskResult,
     GetBalance,
-    /// `reportIncorrectImageCaptcha` and `reportIncorrectRecaptcha`: `reportbad`.
+    /// `reportIncorrectImageCaptcha`, `reportIncorrectRecaptcha` and
+    /// `reportIncorrectHcaptcha`: `reportbad`.
     ReportIncorrect,
     /// `reportCorrectRecaptcha`: `reportgood`.
     ReportCorrect,
-    /// Any other path on a JSON API host: `ERROR_NO_SUCH_METHOD`.
-    Unknown,
 }
 
 impl JsonMethod {
@@ -39,9 +38,9 @@ impl JsonMethod {
             "createTask" => JsonMethod::CreateTask,
             "getTaskResult" => JsonMethod::GetTaskResult,
             "getBalance" => JsonMethod::GetBalance,
-            "reportIncorrectImageCaptcha" | "reportIncorrectRecaptcha" => {
-                JsonMethod::ReportIncorrect
-            }
+            "reportIncorrectImageCaptcha"
+            | "reportIncorrectRecaptcha"
+            | "reportIncorrectHcaptcha" => JsonMethod::ReportIncorrect,
             "reportCorrectRecaptcha" => JsonMethod::ReportCorrect,
             _ => return None,
         })
@@ -55,9 +54,25 @@ impl JsonMethod {
             JsonMethod::GetBalance => "getBalance",
             JsonMethod::ReportIncorrect => "reportIncorrect",
             JsonMethod::ReportCorrect => "reportCorrect",
-            JsonMethod::Unknown => "unknown",
         }
     }
+}
+
+/// The hosts of the services that speak the JSON API: a path there that is none of its
+/// methods is answered `ERROR_NO_SUCH_METHOD` in the JSON shape.
+pub const JSON_API_HOSTS: &[&str] = &[
+    "api.anti-captcha.com",
+    "api.capmonster.cloud",
+    "api.capsolver.com",
+    "api.2captcha.com",
+    "api.rucaptcha.com",
+];
+
+/// Whether `host` (as a request names it, perhaps with a port) is a JSON API service's.
+pub fn is_json_api_host(host: &str) -> bool {
+    let name = host.rsplit_once(':').map_or(host, |(name, _)| name);
+    let name = name.trim_end_matches('.');
+    JSON_API_HOSTS.iter().any(|h| h.eq_ignore_ascii_case(name))
 }
 
 /// A JSON API request body, read: the fields keyrelay uses. `softId`, `callbackUrl`,

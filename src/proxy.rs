@@ -14,6 +14,7 @@ pub(crate) use access::{proxy_token, Asker};
 mod account;
 mod body;
 mod hangup;
+mod json_front;
 mod local;
 mod poll;
 mod probe;
@@ -43,6 +44,7 @@ use crate::app::{App, Snapshot};
 use crate::captcha::{self, Endpoint, Outcome, ParsedRequest, Reply, ResCommand};
 use crate::failover;
 use crate::health::{Reason, StateKind};
+use crate::json_api::{self, Dialect, JsonMethod};
 use crate::metrics::{Denied, RequestOutcome, TokenSubmit};
 use crate::pool::KeyEntry;
 use crate::status;
@@ -84,6 +86,25 @@ pub async fn handle(
         }
     }
     let Some(endpoint) = Endpoint::from_path(path) else {
+        // The JSON task API: its methods on any host, and its own error for any other path
+        // on its services' hosts or sent as JSON.
+        let host = request_host(&req);
+        let dialect = Dialect::of_host(host);
+        if let Some(method) = JsonMethod::from_path(path) {
+            if req.method() != Method::POST && req.method() != Method::GET {
+                return Ok(not_allowed());
+            }
+            let front = Front::Json(method, dialect);
+            return Ok(serve_to_the_end(app, front, caller, req).await);
+        }
+        let sent_json = req
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|ct| ct.to_ascii_lowercase().contains("json"));
+        if sent_json || host.is_some_and(json_api::is_json_api_host) {
+            return Ok(json_front::no_such_method(dialect));
+        }
         let text = if app.snapshot().config.admin.listen.is_some() {
             "not found: keyrelay serves /in.php, /res.php and /solve.php here; /metrics, /status, /scaling, /healthz, /readyz and /admin/ are on the admin listener\n"
         } else {
@@ -96,33 +117,65 @@ pub async fn handle(
         ));
     };
     if req.method() != Method::GET && req.method() != Method::POST {
-        let mut response = plain(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "text/plain; charset=utf-8",
-            "method not allowed: use GET or POST\n",
-        );
-        response
-            .headers_mut()
-            .insert("allow", HeaderValue::from_static("GET, POST"));
-        return Ok(response);
+        return Ok(not_allowed());
     }
-    Ok(serve_to_the_end(app, endpoint, caller, req).await)
+    Ok(serve_to_the_end(app, Front::Captcha(endpoint), caller, req).await)
+}
+
+fn not_allowed() -> Response<Body> {
+    let mut response = plain(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "text/plain; charset=utf-8",
+        "method not allowed: use GET or POST\n",
+    );
+    response
+        .headers_mut()
+        .insert("allow", HeaderValue::from_static("GET, POST"));
+    response
+}
+
+/// The host a request names: its target's authority (absolute form, through the forward
+/// proxy) or its `Host` header.
+fn request_host(req: &Request<Incoming>) -> Option<&str> {
+    req.uri().host().or_else(|| {
+        req.headers()
+            .get(hyper::header::HOST)
+            .and_then(|v| v.to_str().ok())
+    })
+}
+
+/// Which API generation a request speaks.
+#[derive(Clone, Copy)]
+enum Front {
+    /// `in.php`, `res.php`, `solve.php`.
+    Captcha(Endpoint),
+    /// The JSON task API, answered in `Dialect`'s shape.
+    Json(JsonMethod, Dialect),
 }
 
 /// Serves an API request to its end even if its caller leaves ([`to_the_end`]), and turns
 /// a panic in it into a well-formed answer rather than a dropped connection.
 async fn serve_to_the_end(
     app: App,
-    endpoint: Endpoint,
+    front: Front,
     Caller { hangup, peer }: Caller,
     req: Request<Incoming>,
 ) -> Response<Body> {
     let requests = app.requests().clone();
+    let endpoint = match front {
+        Front::Captcha(endpoint) => endpoint,
+        Front::Json(method, _) => json_front::endpoint_of(method),
+    };
     let work = async move {
-        match AssertUnwindSafe(api(app, endpoint, peer, req))
-            .catch_unwind()
-            .await
-        {
+        let served = async move {
+            match front {
+                Front::Captcha(endpoint) => api(app, endpoint, peer, req).await,
+                Front::Json(method, dialect) => {
+                    json_front::answer(app, method, dialect, peer.ip(), req).await
+                }
+            }
+        };
+        match AssertUnwindSafe(served).catch_unwind().await {
             Ok(served) => served,
             Err(_) => {
                 static PANICKED: crate::log_limit::Throttle =
@@ -135,7 +188,11 @@ async fn serve_to_the_end(
                     );
                 }
                 let outcome = Local::Panicked.outcome();
-                (into_response(Local::Panicked.into(), false, false), outcome)
+                let response = match front {
+                    Front::Captcha(_) => into_response(Local::Panicked.into(), false, false),
+                    Front::Json(_, dialect) => json_front::panicked(dialect),
+                };
+                (response, outcome)
             }
         }
     };
@@ -319,58 +376,88 @@ async fn api(
                     let json = json_hint(query, content_type, &[]);
                     (Local::Unreadable(e).into(), json)
                 }
-                Ok(parsed) => match access::check(
-                    &snapshot.tokens,
-                    access::Asker {
+                Ok(parsed) => {
+                    let request = ApiRequest {
+                        snapshot,
+                        endpoint,
                         peer: peer.ip(),
-                        denials: app.denials(),
-                    },
-                    &parsed,
-                    &parts.headers,
-                ) {
-                    Err(denied) => {
-                        // Never forwarded; an address over its wrong-token limit is
-                        // answered at once, unchecked (tokens::Denials).
-                        app.metrics().count_denied(denied);
-                        let local = match denied {
-                            Denied::Missing => Local::NoToken,
-                            Denied::Wrong | Denied::Limited => Local::WrongToken,
-                        };
-                        (local.into(), parsed.wants_json())
-                    }
-                    Ok(token) => {
-                        let ctx = Ctx {
-                            json: parsed.wants_json(),
-                            app: app.clone(),
-                            snapshot,
-                            endpoint,
-                            method: parts.method.clone(),
-                            headers: parts.headers,
-                            token,
-                        };
-                        let handled = match endpoint {
-                            Endpoint::In | Endpoint::Solve => submit::submit(&ctx, &parsed).await,
-                            Endpoint::Res => dispatch_res(&ctx, &parsed).await,
-                        };
-                        if let (Some(token), Endpoint::In | Endpoint::Solve) =
-                            (&ctx.token, endpoint)
-                        {
-                            let outcome = TokenSubmit::of(handled.outcome());
-                            app.metrics().count_token_submit(&token.name, outcome);
-                        }
-                        (handled, ctx.json)
-                    }
-                },
+                        method: parts.method,
+                        headers: parts.headers,
+                    };
+                    (serve(&app, request, &parsed).await, parsed.wants_json())
+                }
             }
         }
     };
+    let outcome = observe(&app, endpoint, &handled, started);
+    (into_response(handled, json, key_headers), outcome)
+}
+
+/// A request of either API generation, read, on its way to its handler.
+struct ApiRequest {
+    snapshot: Arc<Snapshot>,
+    endpoint: Endpoint,
+    peer: std::net::IpAddr,
+    /// The method and headers the upstream request goes with.
+    method: Method,
+    headers: HeaderMap,
+}
+
+/// Serves `parsed`: the caller's token checked, then its endpoint's handler. Both API
+/// generations come through here, so tokens, pins and accounting are one path.
+async fn serve(app: &App, request: ApiRequest, parsed: &ParsedRequest) -> Handled {
+    let ApiRequest {
+        snapshot,
+        endpoint,
+        peer,
+        method,
+        headers,
+    } = request;
+    let asker = access::Asker {
+        peer,
+        denials: app.denials(),
+    };
+    let token = match access::check(&snapshot.tokens, asker, parsed, &headers) {
+        Ok(token) => token,
+        Err(denied) => {
+            // Never forwarded; an address over its wrong-token limit is answered at once,
+            // unchecked (tokens::Denials).
+            app.metrics().count_denied(denied);
+            return match denied {
+                Denied::Missing => Local::NoToken,
+                Denied::Wrong | Denied::Limited => Local::WrongToken,
+            }
+            .into();
+        }
+    };
+    let ctx = Ctx {
+        app: app.clone(),
+        snapshot,
+        endpoint,
+        method,
+        headers,
+        token,
+    };
+    let handled = match endpoint {
+        Endpoint::In | Endpoint::Solve => submit::submit(&ctx, parsed).await,
+        Endpoint::Res => dispatch_res(&ctx, parsed).await,
+    };
+    if let (Some(token), Endpoint::In | Endpoint::Solve) = (&ctx.token, endpoint) {
+        let outcome = TokenSubmit::of(handled.outcome());
+        app.metrics().count_token_submit(&token.name, outcome);
+    }
+    handled
+}
+
+/// Counts a served request in the metrics; its outcome.
+fn observe(app: &App, endpoint: Endpoint, handled: &Handled, started: Instant) -> RequestOutcome {
     let outcome = handled.outcome();
     let metrics = app.metrics();
     metrics.observe_request(endpoint, outcome, started.elapsed().as_secs_f64());
-    if let Handled::Local(local) = &handled {
+    if let Handled::Local(local) = handled {
         metrics.count_local(local.code());
     }
-    (into_response(handled, json, key_headers), outcome)
+    outcome
 }
 
 /// `res.php`, on what it asks for: its action is read here, once, and a request whose
@@ -411,8 +498,6 @@ pub(crate) struct Ctx {
     pub endpoint: Endpoint,
     pub method: Method,
     pub headers: HeaderMap,
-    /// Format of answers keyrelay makes itself.
-    pub json: bool,
     /// The caller's token, when tokens are configured: which keys may serve it, which tasks
     /// are its own.
     pub token: Option<Arc<Token>>,

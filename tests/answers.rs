@@ -48,7 +48,8 @@ async fn upstream_http_status_and_content_type_are_kept_on_final_answers() {
 #[tokio::test]
 async fn unknown_paths_are_404_and_other_methods_405() {
     let h = Harness::three_keys().await;
-    let answer = h.get("/createTask").await;
+    // `/createTask` is the JSON task API's (tests/json_api.rs); an unknown path is not.
+    let answer = h.get("/submit.php").await;
     assert_eq!(answer.status, 404);
     let answer = h.send(Method::PUT, "/in.php", None, Bytes::new()).await;
     assert_eq!(answer.status, 405);

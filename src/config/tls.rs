@@ -21,6 +21,8 @@ pub const KNOWN_API_HOSTS: &[&str] = &[
     "api.rucaptcha.com",
     "api.capmonster.cloud",
     "api.anti-captcha.com",
+    // The JSON task API's own (`json_api::JSON_API_HOSTS`).
+    "api.capsolver.com",
 ];
 
 /// A certificate and its private key, as PEM files.

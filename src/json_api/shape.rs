@@ -70,9 +70,12 @@ impl Dialect {
         }
     }
 
-    /// `getBalance`: the pool's balance.
+    /// `getBalance`: the pool's balance (CapSolver's also lists packages: none here).
     pub fn balance(self, balance: f64) -> Value {
-        json!({"errorId": 0, "balance": balance})
+        match self {
+            Dialect::AntiCaptcha => json!({"errorId": 0, "balance": balance}),
+            Dialect::CapSolver => json!({"errorId": 0, "balance": balance, "packages": []}),
+        }
     }
 
     /// A report recorded.
@@ -80,17 +83,22 @@ impl Dialect {
         json!({"errorId": 0, "status": "success"})
     }
 
-    /// An error.
+    /// An error. CapSolver's also says `"status": "failed"`: its client polls on past an
+    /// error without it.
     pub fn error(self, error: &JsonError) -> Value {
-        let id = match self {
-            Dialect::AntiCaptcha => error.id,
-            Dialect::CapSolver => 1,
-        };
-        json!({
-            "errorId": id,
-            "errorCode": error.code,
-            "errorDescription": error.description,
-        })
+        match self {
+            Dialect::AntiCaptcha => json!({
+                "errorId": error.id,
+                "errorCode": error.code,
+                "errorDescription": error.description,
+            }),
+            Dialect::CapSolver => json!({
+                "errorId": 1,
+                "errorCode": error.code,
+                "errorDescription": error.description,
+                "status": "failed",
+            }),
+        }
     }
 }
 

@@ -176,14 +176,14 @@ pub fn translate(task: &Map<String, Value>) -> Result<Translated, JsonError> {
             .map(|(name, value)| ((*name).to_owned(), (*value).to_owned())),
     );
     for field in task_type.required {
-        if task.get(*field).is_none_or(is_empty) {
+        if field_of(task, field).is_none_or(is_empty) {
             return Err(JsonError::bad_parameters(&format!(
                 "the task needs \"{field}\""
             )));
         }
     }
     for (field, param) in task_type.renames {
-        let Some(value) = task.get(*field) else {
+        let Some(value) = field_of(task, field) else {
             continue;
         };
         if let Some(text) = param_value(field, value)? {
@@ -202,6 +202,16 @@ pub fn translate(task: &Map<String, Value>) -> Result<Translated, JsonError> {
     Ok(Translated { task_type, params })
 }
 
+/// A task's field by name, in any case: CapMonster's client sends `Case`, anti-captcha's
+/// `case`.
+fn field_of<'a>(task: &'a Map<String, Value>, name: &str) -> Option<&'a Value> {
+    task.get(name).or_else(|| {
+        task.iter()
+            .find(|(key, _)| key.eq_ignore_ascii_case(name))
+            .map(|(_, value)| value)
+    })
+}
+
 fn is_empty(value: &Value) -> bool {
     match value {
         Value::Null => true,
@@ -211,12 +221,14 @@ fn is_empty(value: &Value) -> bool {
 }
 
 /// A JSON field's value as an `in.php` param: strings as they are, numbers as written,
-/// booleans as `1`/`0`; `null` sends nothing.
+/// `true` as `1`. `null`, `false` and an empty string send nothing: clients send them for
+/// "not set" (anti-captcha's sends `"comment": false`), and every `in.php` default is off.
 fn param_value(field: &str, value: &Value) -> Result<Option<String>, JsonError> {
     Ok(match value {
-        Value::Null => None,
+        Value::Null | Value::Bool(false) => None,
+        Value::String(text) if text.is_empty() => None,
         Value::String(text) => Some(text.clone()),
-        Value::Bool(flag) => Some(if *flag { "1" } else { "0" }.to_owned()),
+        Value::Bool(true) => Some("1".to_owned()),
         Value::Number(number) => Some(number.to_string()),
         Value::Array(_) | Value::Object(_) => {
             return Err(JsonError::bad_parameters(&format!(
@@ -416,7 +428,6 @@ mod tests {
                 ("method", "base64"),
                 ("body", "QUJD"),
                 ("phrase", "1"),
-                ("regsense", "0"),
                 ("numeric", "1"),
                 ("calc", "1"),
                 ("min_len", "2"),
@@ -424,6 +435,37 @@ mod tests {
                 ("textinstructions", "red letters"),
             ])
         );
+    }
+
+    #[test]
+    fn unset_options_send_nothing_and_field_names_match_in_any_case() {
+        // What anticaptchaofficial sends for an image with no options.
+        let params = translated(json!({
+            "type": "ImageToTextTask", "body": "QUJD", "phrase": false, "case": false,
+            "numeric": 0, "math": false, "minLength": 0, "maxLength": 0, "comment": false,
+            "languagePool": "en",
+        }))
+        .unwrap();
+        assert_eq!(
+            params,
+            pairs(&[
+                ("method", "base64"),
+                ("body", "QUJD"),
+                ("numeric", "0"),
+                ("min_len", "0"),
+                ("max_len", "0"),
+            ])
+        );
+        // CapMonster's client spells it `Case`.
+        let params =
+            translated(json!({"type": "ImageToTextTask", "body": "QUJD", "Case": true})).unwrap();
+        assert!(params.contains(&("regsense".into(), "1".into())));
+        let params = translated(json!({
+            "type": "RecaptchaV2TaskProxyless", "websiteURL": "u", "websiteKey": "k",
+            "recaptchaDataSValue": "", "websiteSToken": "",
+        }))
+        .unwrap();
+        assert!(!params.iter().any(|(n, _)| n == "data-s"));
     }
 
     #[test]

@@ -10,6 +10,7 @@ pub mod connect_proxy;
 pub mod fault_load;
 pub mod fault_script;
 pub mod logs;
+pub mod python;
 pub mod raw;
 pub mod redis_server;
 pub mod replicas;

@@ -1,0 +1,332 @@
+//! The JSON task API's front door: `createTask`, `getTaskResult`, `getBalance` and the
+//! reports, each turned into the `in.php` / `res.php` request it means and served by the
+//! same path as those (`serve`: the token check, then submit, poll or account), so pins,
+//! thread accounting, token caps, failover, probing and metrics apply unchanged. Only the
+//! answer is translated back, into the shape of the client's service (`json_api::Dialect`).
+
+use bytes::Bytes;
+use hyper::body::Incoming;
+use hyper::header::{
+    HeaderMap, HeaderValue, CONTENT_LENGTH, CONTENT_TYPE, PROXY_AUTHORIZATION, USER_AGENT,
+};
+use hyper::{Method, Request, Response, StatusCode};
+use serde_json::Value;
+use tokio::time::Instant;
+
+use super::{body, observe, serve, ApiRequest, Body, Handled, Local, KEY_HEADER_NAME};
+use crate::app::App;
+use crate::captcha::{self, Endpoint, ParsedRequest, Reply};
+use crate::json_api::{self, Dialect, JsonError, JsonMethod, JsonRequest};
+use crate::metrics::RequestOutcome;
+
+/// The endpoint a JSON method is served as, for the pool and the metrics.
+pub(super) fn endpoint_of(method: JsonMethod) -> Endpoint {
+    match method {
+        JsonMethod::CreateTask => Endpoint::In,
+        _ => Endpoint::Res,
+    }
+}
+
+/// Serves one JSON API request; never fails: every problem is an error in the client's
+/// shape, with HTTP 200 as the services answer theirs.
+pub(super) async fn answer(
+    app: App,
+    method: JsonMethod,
+    dialect: Dialect,
+    peer: std::net::IpAddr,
+    req: Request<Incoming>,
+) -> (Response<Body>, RequestOutcome) {
+    let started = Instant::now();
+    let endpoint = endpoint_of(method);
+    let (parts, body) = req.into_parts();
+    let snapshot = app.snapshot();
+    let declared = parts
+        .headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok());
+    let limit = snapshot.config.limits.max_body;
+    let key_headers = snapshot.config.observability.key_headers;
+    let read = match body::read(body, declared, limit).await {
+        Ok(bytes) => JsonRequest::parse(&bytes),
+        Err(body::BodyError::TooLarge { .. }) => Err(JsonError::from_service(
+            "ERROR_TOO_BIG_CAPTCHA_FILESIZE",
+            &format!("the request body exceeds keyrelay's limits.max_body of {limit} bytes"),
+        )),
+        Err(body::BodyError::Io(_)) => Err(JsonError::bad_parameters(
+            "the request body could not be read",
+        )),
+    };
+    let request = match read.and_then(|request| in_php(method, &request)) {
+        Ok(request) => request,
+        Err(error) => {
+            let outcome = RequestOutcome::BadRequest;
+            let metrics = app.metrics();
+            metrics.observe_request(endpoint, outcome, started.elapsed().as_secs_f64());
+            return (json_response(dialect.error(&error), None), outcome);
+        }
+    };
+    // A type no key of the pool can solve is refused at once, never walked over the keys.
+    if let Some(served) = request.method.filter(|m| !snapshot.pool.serves_method(m)) {
+        let error = JsonError::task_not_supported(served);
+        return (
+            json_response(dialect.error(&error), None),
+            RequestOutcome::BadRequest,
+        );
+    }
+    let upstream_method = match method {
+        JsonMethod::CreateTask => Method::POST,
+        _ => Method::GET,
+    };
+    let served = ApiRequest {
+        snapshot,
+        endpoint,
+        peer,
+        method: upstream_method,
+        headers: upstream_headers(&parts.headers, method),
+    };
+    let handled = serve(&app, served, &request.parsed).await;
+    let outcome = observe(&app, endpoint, &handled, started);
+    let value = translated(method, dialect, &handled);
+    let key = match &handled {
+        Handled::Relayed { key, .. } if key_headers => key.clone(),
+        _ => None,
+    };
+    (json_response(value, key), outcome)
+}
+
+/// `ERROR_NO_SUCH_METHOD`, for a path that is none of the JSON API's methods on a host
+/// that serves it.
+pub(super) fn no_such_method(dialect: Dialect) -> Response<Body> {
+    json_response(dialect.error(&JsonError::no_such_method()), None)
+}
+
+/// A panic in the handler, answered as an error rather than a dropped connection.
+pub(super) fn panicked(dialect: Dialect) -> Response<Body> {
+    let error = JsonError::from_service(
+        "ERROR_SERVER_ERROR",
+        "keyrelay failed to serve this request; retry it",
+    );
+    json_response(dialect.error(&error), None)
+}
+
+/// The `in.php` / `res.php` request a JSON one means.
+struct InPhp {
+    parsed: ParsedRequest,
+    /// The submit's `in.php` method, for `createTask`.
+    method: Option<&'static str>,
+}
+
+fn in_php(method: JsonMethod, request: &JsonRequest) -> Result<InPhp, JsonError> {
+    let mut params: Vec<(String, String)> = Vec::new();
+    // Where tokens are configured, the client key is the caller's token, checked as `key`
+    // is; otherwise it is ignored, as `key` is.
+    if !request.client_key.is_empty() {
+        params.push(("key".to_owned(), request.client_key.clone()));
+    }
+    params.push(("json".to_owned(), "1".to_owned()));
+    let task_id = || {
+        request
+            .task_id
+            .clone()
+            .ok_or_else(|| JsonError::bad_parameters("the request needs a \"taskId\""))
+    };
+    let action = |action: &str| ("action".to_owned(), action.to_owned());
+    let submit_method = match method {
+        JsonMethod::CreateTask => {
+            let task = request
+                .task
+                .as_ref()
+                .ok_or_else(|| JsonError::bad_parameters("createTask needs a \"task\""))?;
+            let translated = json_api::translate(task)?;
+            params.extend(translated.params);
+            Some(translated.task_type.method)
+        }
+        JsonMethod::GetTaskResult => {
+            params.extend([action("get"), ("id".to_owned(), task_id()?)]);
+            None
+        }
+        JsonMethod::GetBalance => {
+            params.push(action("getbalance"));
+            None
+        }
+        JsonMethod::ReportIncorrect => {
+            params.extend([action("reportbad"), ("id".to_owned(), task_id()?)]);
+            None
+        }
+        JsonMethod::ReportCorrect => {
+            params.extend([action("reportgood"), ("id".to_owned(), task_id()?)]);
+            None
+        }
+    };
+    let encoded = serde_urlencoded::to_string(&params)
+        .map_err(|e| JsonError::bad_parameters(&e.to_string()))?;
+    let parsed = match method {
+        JsonMethod::CreateTask => ParsedRequest::parse(
+            None,
+            Some("application/x-www-form-urlencoded"),
+            Bytes::from(encoded),
+        ),
+        _ => ParsedRequest::parse(Some(&encoded), None, Bytes::new()),
+    };
+    // What keyrelay encoded itself always parses; should it not, the client hears why.
+    let parsed = parsed.map_err(|e| JsonError::bad_parameters(&e.to_string()))?;
+    Ok(InPhp {
+        parsed,
+        method: submit_method,
+    })
+}
+
+/// The headers the upstream request goes with: the caller's `User-Agent`, the form's
+/// `Content-Type` for a submit, and the caller's `Proxy-Authorization` (a token there is
+/// the caller's, as on `in.php`; it never goes upstream).
+fn upstream_headers(caller: &HeaderMap, method: JsonMethod) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    for name in [USER_AGENT, PROXY_AUTHORIZATION] {
+        if let Some(value) = caller.get(&name) {
+            headers.insert(name, value.clone());
+        }
+    }
+    if method == JsonMethod::CreateTask {
+        headers.insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static("application/x-www-form-urlencoded"),
+        );
+    }
+    headers
+}
+
+/// The JSON API's answer for what the `in.php` path answered.
+fn translated(method: JsonMethod, dialect: Dialect, handled: &Handled) -> Value {
+    match handled {
+        Handled::Relayed { answer, .. } => relayed(method, dialect, &answer.body),
+        Handled::Local(local) => local_answer(method, dialect, local),
+    }
+}
+
+fn relayed(method: JsonMethod, dialect: Dialect, body: &[u8]) -> Value {
+    let reply = captcha::parse_reply(body);
+    if let Reply::Error(code) = &reply {
+        let description = format!("the service answered {code}");
+        return dialect.error(&JsonError::from_service(code, &description));
+    }
+    let done = match (method, &reply) {
+        (JsonMethod::CreateTask, Reply::Ok(id)) => Some(dialect.created(id)),
+        (JsonMethod::GetTaskResult, Reply::NotReady) => Some(dialect.processing()),
+        // GeeTest's answer is an object, which is no `Reply::Ok`: the solution reads both.
+        (JsonMethod::GetTaskResult, _) => json_api::solution(body).map(|solution| {
+            let now = unix_now();
+            dialect.ready(solution, (now, now))
+        }),
+        (JsonMethod::GetBalance, Reply::Ok(text) | Reply::Value(text)) => text
+            .trim()
+            .parse::<f64>()
+            .ok()
+            .map(|balance| dialect.balance(balance)),
+        (
+            JsonMethod::ReportIncorrect | JsonMethod::ReportCorrect,
+            Reply::Ok(_) | Reply::Value(_),
+        ) => Some(dialect.reported()),
+        _ => None,
+    };
+    done.unwrap_or_else(|| {
+        dialect.error(&JsonError::from_service(
+            "ERROR_UNREADABLE_ANSWER",
+            "the service gave an answer keyrelay cannot read; retry later",
+        ))
+    })
+}
+
+fn local_answer(method: JsonMethod, dialect: Dialect, local: &Local) -> Value {
+    let text = local.text();
+    let error = match local {
+        Local::Balance(balance) if method == JsonMethod::GetBalance => {
+            if let Ok(balance) = balance.trim().parse::<f64>() {
+                return dialect.balance(balance);
+            }
+            JsonError::from_service("ERROR_UNREADABLE_ANSWER", "the pool's balance is unknown")
+        }
+        // "Not ready, as far as keyrelay knows": the client polls again.
+        Local::NoVerdict { get: true, .. } => return dialect.processing(),
+        // Every thread busy: the JSON clients' "no slot, retry" rather than in.php's
+        // zero-balance spelling of it.
+        Local::PoolFull { .. } | Local::AllBusy { .. } => {
+            JsonError::from_service("ERROR_NO_SLOT_AVAILABLE", &text)
+        }
+        Local::NoTaskId | Local::NotATaskId | Local::UnknownTask { .. } => {
+            let mut error = JsonError::no_such_task();
+            error.description = text.into_owned();
+            error
+        }
+        Local::MethodNotServed => JsonError::from_service("ERROR_TASK_NOT_SUPPORTED", &text),
+        other => JsonError::from_service(other.code().label(), &text),
+    };
+    dialect.error(&error)
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Every JSON API answer: HTTP 200 with a JSON body, and the key that served it when the
+/// operator shows keys.
+fn json_response(value: Value, key: Option<HeaderValue>) -> Response<Body> {
+    let mut response = Response::new(Body::new(Bytes::from(value.to_string())));
+    *response.status_mut() = StatusCode::OK;
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    if let Some(key) = key {
+        headers.insert(KEY_HEADER_NAME, key);
+    }
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unmapped_answers_are_errors_of_their_own_id() {
+        let value = relayed(JsonMethod::CreateTask, Dialect::AntiCaptcha, b"<html>");
+        assert_eq!(value["errorId"], json_api::UNMAPPED);
+        assert!(value["errorDescription"].is_string());
+    }
+
+    #[test]
+    fn service_answers_translate() {
+        let d = Dialect::AntiCaptcha;
+        assert_eq!(
+            relayed(JsonMethod::CreateTask, d, br#"{"status":1,"request":"91"}"#)["taskId"],
+            91
+        );
+        assert_eq!(
+            relayed(
+                JsonMethod::GetTaskResult,
+                d,
+                br#"{"status":0,"request":"CAPCHA_NOT_READY"}"#
+            )["status"],
+            "processing"
+        );
+        let ready = relayed(
+            JsonMethod::GetTaskResult,
+            d,
+            br#"{"status":1,"request":"abc"}"#,
+        );
+        assert_eq!(ready["status"], "ready");
+        assert_eq!(ready["solution"]["text"], "abc");
+        let unsolvable = relayed(
+            JsonMethod::GetTaskResult,
+            d,
+            br#"{"status":0,"request":"ERROR_CAPTCHA_UNSOLVABLE"}"#,
+        );
+        assert_eq!(unsolvable["errorId"], 12);
+        assert_eq!(unsolvable["errorCode"], "ERROR_CAPTCHA_UNSOLVABLE");
+        assert_eq!(relayed(JsonMethod::GetBalance, d, b"12.5")["balance"], 12.5);
+        assert_eq!(
+            relayed(JsonMethod::ReportIncorrect, d, b"OK_REPORT_RECORDED")["status"],
+            "success"
+        );
+    }
+}
