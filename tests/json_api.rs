@@ -418,3 +418,59 @@ fn the_forward_proxy_intercepts_every_json_api_host_by_default() {
         );
     }
 }
+
+#[tokio::test]
+async fn task_values_cannot_smuggle_params_or_override_the_method() {
+    let h = Harness::three_keys().await;
+    h.sim.clear_received();
+    let created = json_of(
+        &call(
+            &h,
+            "createTask",
+            json!({"clientKey": "k", "task": {
+                "type": "ImageToTextTask", "body": "aGVsbG8=&key=stolen&method=userrecaptcha",
+                "method": "userrecaptcha", "key": "smuggled", "json": 0, "soft_id": 9,
+                "comment": "a=b&action=reportbad", "Comment": "ignored: the exact name wins",
+            }}),
+        )
+        .await,
+    );
+    assert_eq!(created["errorId"], 0, "{created}");
+    let sent = submits(&h);
+    assert_eq!(sent.len(), 1);
+    let names: Vec<&str> = sent[0].params.iter().map(|(n, _)| n.as_str()).collect();
+    for once in ["method", "key", "json", "body", "textinstructions"] {
+        assert_eq!(
+            names.iter().filter(|n| **n == once).count(),
+            1,
+            "{once} in {names:?}"
+        );
+    }
+    assert_eq!(param(&sent[0], "method"), Some("base64"));
+    assert_eq!(
+        param(&sent[0], "body"),
+        Some("aGVsbG8=&key=stolen&method=userrecaptcha")
+    );
+    assert_eq!(
+        param(&sent[0], "textinstructions"),
+        Some("a=b&action=reportbad")
+    );
+    assert!(!names.contains(&"soft_id") && !names.contains(&"action"));
+    let key = param(&sent[0], "key").unwrap();
+    assert!(
+        [KEY_A, KEY_B, KEY_C].contains(&key),
+        "the pool's key: {key}"
+    );
+    // A task id with params in it is no task id, and sends nothing.
+    h.sim.clear_received();
+    let answer = json_of(
+        &call(
+            &h,
+            "getTaskResult",
+            json!({"taskId": format!("{}&action=reportbad", created["taskId"])}),
+        )
+        .await,
+    );
+    assert_eq!(answer["errorId"], 16, "{answer}");
+    assert!(h.sim.received().is_empty(), "{:?}", h.sim.received());
+}
