@@ -161,6 +161,9 @@ pub async fn run() -> Result<(), DemoError> {
     }
 
     println!();
+    json_client(&sims, &client, &base, &names, &mut served).await;
+
+    println!();
     burst(&app, &sims, &client, &base, &names, &mut served).await;
 
     println!();
@@ -408,6 +411,68 @@ async fn wait_for_first_refresh(app: &App) {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// A client of the JSON task API (as `anticaptchaofficial` sends it) next to the `in.php`
+/// scripts: its image task goes to a key of the same pool, and its poll to that key.
+async fn json_client(
+    sims: &Sims,
+    client: &Client<HttpConnector, Full<Bytes>>,
+    base: &str,
+    names: &HashMap<&str, &str>,
+    served: &mut HashMap<String, usize>,
+) {
+    println!("a JSON API client (createTask / getTaskResult, as anticaptchaofficial sends them) in the same pool:");
+    let create = serde_json::json!({
+        "clientKey": SCRIPT_KEY,
+        "task": {"type": "ImageToTextTask", "body": "aGVsbG8=", "numeric": 1},
+    });
+    let created = match post_json(client, &format!("{base}/createTask"), &create).await {
+        Ok((created, _)) => created,
+        Err(e) => return println!("  createTask failed: {e}"),
+    };
+    let Some(task_id) = created["taskId"].as_u64() else {
+        return println!("  createTask answered {created}");
+    };
+    let owner = sims.owner(task_id, names);
+    *served.entry(owner.to_owned()).or_default() += 1;
+    println!("  createTask      taskId {task_id}  served by {owner}, as an in.php submit (method=base64)");
+    let poll = serde_json::json!({"clientKey": SCRIPT_KEY, "taskId": task_id});
+    for _ in 0..20 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        match post_json(client, &format!("{base}/getTaskResult"), &poll).await {
+            Ok((answer, key)) if answer["status"] == "ready" => {
+                let text = answer["solution"]["text"].as_str().unwrap_or_default();
+                return println!(
+                    "  getTaskResult   ready, solution.text {text}, polled with {key}"
+                );
+            }
+            Ok((answer, _)) if answer["status"] == "processing" => {}
+            Ok((answer, _)) => return println!("  getTaskResult answered {answer}"),
+            Err(e) => return println!("  getTaskResult failed: {e}"),
+        }
+    }
+    println!("  the task was not solved after 20 polls");
+}
+
+/// A JSON API call: its answer, and the key keyrelay served it with (`X-Keyrelay-Key`).
+async fn post_json(
+    client: &Client<HttpConnector, Full<Bytes>>,
+    url: &str,
+    body: &serde_json::Value,
+) -> Result<(serde_json::Value, String), DemoError> {
+    let request = hyper::Request::post(url)
+        .header(hyper::header::CONTENT_TYPE, "application/json")
+        .body(Full::new(Bytes::from(body.to_string())))?;
+    let response = client.request(request).await?;
+    let key = response
+        .headers()
+        .get("x-keyrelay-key")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("?")
+        .to_owned();
+    let body = response.into_body().collect().await?.to_bytes();
+    Ok((serde_json::from_slice(&body)?, key))
 }
 
 /// Submits one reCAPTCHA task and polls it to its token, as a script would.

@@ -316,6 +316,9 @@ fn demo_shows_rotation_failover_capacity_and_metrics() {
         "served by",
         "failover: 'revoked' answered ERROR_KEY_DOES_NOT_EXIST",
         "key 'drained' benched: threadsinfo shows free threads",
+        "a JSON API client (createTask / getTaskResult",
+        "as an in.php submit (method=base64)",
+        "getTaskResult   ready, solution.text tok-",
         "a burst: 25 scripts submit at once",
         "spare    at most ",
         "25 of 25 solved;",
@@ -341,6 +344,21 @@ fn demo_shows_rotation_failover_capacity_and_metrics() {
         !text.contains("demo-steady-0000"),
         "the demo printed a key:\n{text}"
     );
+    // The JSON client's task is polled with the key that made it.
+    let json_task = text
+        .split("in the same pool:")
+        .nth(1)
+        .expect("the JSON client's section");
+    let word_after = |marker: &str| {
+        json_task
+            .split(marker)
+            .nth(1)
+            .and_then(|rest| rest.split([',', ' ', '\n']).next())
+            .unwrap_or_default()
+    };
+    let served = word_after("served by ");
+    assert!(!served.is_empty(), "{json_task}");
+    assert_eq!(served, word_after("polled with "), "{json_task}");
     let outage = text
         .split("then CaptchaAI goes down")
         .nth(1)
