@@ -15,12 +15,14 @@
 # keyrelay with --threads 1), so like is compared with like: left to size its runtime from
 # the machine's CPUs, keyrelay would count a second worker's hand-offs too.
 #
-# Four requests (INSTR_MODES, default `get post`): get,
+# Five requests (INSTR_MODES, default `get post`): get,
 # `GET /in.php?…method=userrecaptcha…&json=1`; post, `POST /in.php` with bench/wrk.lua's
-# 219-byte urlencoded base64 submit; poll, `GET /res.php?key=…&action=get&id=<id>&json=1`,
-# which the stub answers `CAPCHA_NOT_READY`; and close, the get with `Connection: close`, so
-# that every request comes on a new connection (as 2captcha-python's do) and the count
-# includes accepting and closing it. keyrelay relays a poll only for a task pinned
+# 219-byte urlencoded base64 submit; create, `POST /createTask` with the same image task as
+# a JSON task API client sends it (keyrelay targets only: keyrelay turns it into the post's
+# in.php submit, so create / post is what the JSON front costs); poll,
+# `GET /res.php?key=…&action=get&id=<id>&json=1`, which the stub answers `CAPCHA_NOT_READY`;
+# and close, the get with `Connection: close`, so that every request comes on a new
+# connection (as 2captcha-python's do) and the count includes accepting and closing it. keyrelay relays a poll only for a task pinned
 # to one of its keys, so before a poll run the script submits once through the target and
 # polls the id it was answered (every target alike).
 #
@@ -32,6 +34,7 @@
 #   bench/instructions.sh                         # every target, GET and POST, 20 s each
 #   INSTR_TARGETS="keyrelay" INSTR_MODES=get bench/instructions.sh
 #   INSTR_MODES="get post poll" bench/instructions.sh   # the res.php poll too
+#   INSTR_TARGETS=keyrelay INSTR_MODES="post create" bench/instructions.sh  # the JSON front
 #   INSTR_MODES=close bench/instructions.sh      # a new connection per request
 #   INSTR_DURATION=10 KEYRELAY_BIN=/path/to/keyrelay bench/instructions.sh
 #   INSTR_KEEP=/tmp/cg bench/instructions.sh     # keep the callgrind files for annotation
@@ -170,8 +173,8 @@ for target in $TARGETS; do
   esac
 done
 for mode in $MODES; do
-  [[ $mode == get || $mode == post || $mode == poll || $mode == close ]] ||
-    die "unknown mode $mode (get, post, poll, close)"
+  [[ $mode == get || $mode == post || $mode == poll || $mode == close || $mode == create ]] ||
+    die "unknown mode $mode (get, post, poll, close, create)"
 done
 
 if [[ " $TARGETS " == *" keyrelay-cluster "* ]]; then
@@ -237,6 +240,10 @@ poll_url() {
 # measure TARGET MODE: one run under callgrind; appends a row to the table.
 measure() {
   local target=$1 mode=$2 cmd pid requests total out=$TMP/cg.$1.$2
+  if [[ $mode == create && $target != keyrelay* ]]; then
+    log "$target create: skipped (only keyrelay serves the JSON task API)"
+    return
+  fi
   case $target in
     nginx) cmd=(nginx -p "$TMP" -e "$TMP/nginx-error.log" -c "$TMP/proxy.conf") ;;
     passthrough) cmd=("$PASSTHROUGH" --serve "127.0.0.1:$PROXY" "http://127.0.0.1:$STUB") ;;

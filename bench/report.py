@@ -453,6 +453,25 @@ def headline_rows(runs, once, a):
                        goal=1.15 if goals else None, with_range=True)
         tab.errors_row(sc)
 
+    # The JSON task API's createTask (issue 39): keyrelay turns it into the POST /in.php
+    # submit above, so its own POST is the reference, not nginx.
+    create, post = f"open-create-{a.rate}", f"open-post-{a.rate}"
+    if tab.has(create):
+        tab.section(f"POST /createTask, the POST's image task as JSON, at a fixed "
+                    f"{a.rate:,} req/s (keyrelay only)")
+        cells, c_ratio = [], None
+        for t in TARGETS:
+            mine, theirs = tab.med(t, create, "cpu_us"), tab.med(t, post, "cpu_us")
+            if mine is None or not theirs:
+                cells.append("")
+                continue
+            cells.append(f"{fmt(mine, 1)} ({mine / theirs:.2f}× its POST)")
+            if t == "C":
+                c_ratio = mine / theirs
+        goal = f"≤ 1.2× {mark(c_ratio <= 1.2)}" if c_ratio is not None else ""
+        tab.row("server CPU µs/req", cells, (), goal)
+        tab.errors_row(create)
+
     tab.section("keyrelay memory and startup")
     idle = once.get(("memory", "idle_rss_kb"))
     if idle is not None:

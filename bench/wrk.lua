@@ -3,6 +3,8 @@
 --   wrk ... -s bench/wrk.lua URL -- get    GET the URL as given (query-string submit, or
 --                                           the res.php URL of run.sh's poll mode)
 --   wrk ... -s bench/wrk.lua URL -- post   POST /in.php with a 219-byte urlencoded body
+--   wrk ... -s bench/wrk.lua URL -- create POST /createTask with the same image task as a
+--                                           JSON task API client sends it (keyrelay only)
 --   wrk ... -s bench/wrk.lua URL -- close  GET the URL with `Connection: close`: a new
 --                                           connection per request, as 2captcha-python
 --                                           makes (module-level requests.get/post)
@@ -19,6 +21,14 @@ local post_body = "key=0123456789abcdef0123456789abcdef&method=base64&body="
   .. "QEFCQ0RFRkdISUpLTE1OT1BRUlNUVVZXWFlaW1xdXl9gYWJjZGVmZ2hpamtsbW5vcHFyc3R1dnc%3D"
   .. "&json=1"
 
+-- The same task as a JSON task API client (anticaptchaofficial) sends it: the same key and
+-- image, unescaped, as an ImageToTextTask.
+local create_body = "{\"clientKey\":\"0123456789abcdef0123456789abcdef\","
+  .. "\"task\":{\"type\":\"ImageToTextTask\",\"body\":\""
+  .. "BwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyAhIiMkJSYnKCkqKywtLi8wMTIzNDU2Nzg5Ojs8PT4/"
+  .. "QEFCQ0RFRkdISUpLTE1OT1BRUlNUVVZXWFlaW1xdXl9gYWJjZGVmZ2hpamtsbW5vcHFyc3R1dnc="
+  .. "\"},\"softId\":0}"
+
 -- Arguments after "--" reach only init(), which runs in each thread's Lua state before
 -- wrk builds that thread's request (once, with wrk.format()), so the mode is set here.
 function init(args)
@@ -28,10 +38,15 @@ function init(args)
     wrk.path = "/in.php"
     wrk.headers["Content-Type"] = "application/x-www-form-urlencoded"
     wrk.body = post_body
+  elseif mode == "create" then
+    wrk.method = "POST"
+    wrk.path = "/createTask"
+    wrk.headers["Content-Type"] = "application/json"
+    wrk.body = create_body
   elseif mode == "close" then
     wrk.headers["Connection"] = "close"
   elseif mode ~= "get" then
-    error("bench/wrk.lua: mode must be get, post or close, got " .. mode)
+    error("bench/wrk.lua: mode must be get, post, create or close, got " .. mode)
   end
 end
 

@@ -395,6 +395,41 @@ async fn in_php_and_json_clients_share_one_pool() {
 }
 
 #[tokio::test]
+async fn an_unknown_method_on_a_json_api_host_is_its_error() {
+    let h = Harness::three_keys().await;
+    for host in [
+        "api.anti-captcha.com",
+        "api.capmonster.cloud",
+        "API.CapSolver.com:443",
+    ] {
+        let answer = h
+            .send_with_headers(
+                Method::GET,
+                "/getQueueStats",
+                &[("host", host)],
+                Bytes::new(),
+            )
+            .await;
+        let answer = json_of(&answer);
+        assert_eq!(
+            answer["errorCode"], "ERROR_NO_SUCH_METHOD",
+            "{host}: {answer}"
+        );
+        assert_ne!(answer["errorId"], 0);
+    }
+    // The in.php generation on the same host is served as ever (CapMonster's serves both).
+    let answer = h
+        .send_with_headers(
+            Method::GET,
+            &format!("/res.php?key={CALLER_KEY}&action=getbalance"),
+            &[("host", "api.capmonster.cloud")],
+            Bytes::new(),
+        )
+        .await;
+    assert_eq!(answer.text().trim().parse::<f64>().ok(), Some(30.0));
+}
+
+#[tokio::test]
 async fn other_paths_stay_as_they_were() {
     let h = Harness::three_keys().await;
     // A JSON body to an unknown path is the JSON API's error; anything else a 404.

@@ -218,6 +218,9 @@ async fn a_client_trusting_the_local_ca_submits_and_polls_over_tls() {
         format!("/res.php?key={CALLER_KEY}&action=getbalance"),
         format!("/in.php?key={CALLER_KEY}&json=1"),
         "/res.php?action=get&id=notanid".to_owned(),
+        // The JSON task API too (issue 39): a balance, and a task-less createTask's error.
+        "/getBalance".to_owned(),
+        "/createTask".to_owned(),
     ] {
         assert_eq!(
             tls_get(&proxy, &target).await,
@@ -225,6 +228,12 @@ async fn a_client_trusting_the_local_ca_submits_and_polls_over_tls() {
             "{target}"
         );
     }
+
+    let (_, content_type, balance) = tls_get(&proxy, "/getBalance").await;
+    assert_eq!(content_type, "application/json");
+    let balance: serde_json::Value = serde_json::from_str(&balance).unwrap();
+    assert_eq!(balance["errorId"], 0, "{balance}");
+    assert!(balance["balance"].is_number(), "{balance}");
 
     // A task submitted over TLS is solved over TLS, and is the same task over plain http.
     let (status, content_type, body) = tls_get(&proxy, &submit_target()).await;
