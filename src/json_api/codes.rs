@@ -121,6 +121,15 @@ impl JsonError {
         )
     }
 
+    /// A task keyrelay translates, into a `method` no provider of the pool serves.
+    pub fn not_served(method: &str) -> JsonError {
+        JsonError::new(
+            23,
+            "ERROR_TASK_NOT_SUPPORTED",
+            &format!("no key of this pool is at a provider that solves this task (in.php method {method})"),
+        )
+    }
+
     pub fn no_such_method() -> JsonError {
         JsonError::new(
             14,

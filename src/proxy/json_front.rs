@@ -57,22 +57,19 @@ pub(super) async fn answer(
             "the request body could not be read",
         )),
     };
+    let refused = |error: JsonError| {
+        let outcome = RequestOutcome::BadRequest;
+        let metrics = app.metrics();
+        metrics.observe_request(endpoint, outcome, started.elapsed().as_secs_f64());
+        (json_response(dialect.error(&error), None), outcome)
+    };
     let request = match read.and_then(|request| in_php(method, &request)) {
         Ok(request) => request,
-        Err(error) => {
-            let outcome = RequestOutcome::BadRequest;
-            let metrics = app.metrics();
-            metrics.observe_request(endpoint, outcome, started.elapsed().as_secs_f64());
-            return (json_response(dialect.error(&error), None), outcome);
-        }
+        Err(error) => return refused(error),
     };
     // A type no key of the pool can solve is refused at once, never walked over the keys.
-    if let Some(served) = request.method.filter(|m| !snapshot.pool.serves_method(m)) {
-        let error = JsonError::task_not_supported(served);
-        return (
-            json_response(dialect.error(&error), None),
-            RequestOutcome::BadRequest,
-        );
+    if let Some(unserved) = request.method.filter(|m| !snapshot.pool.serves_method(m)) {
+        return refused(JsonError::not_served(unserved));
     }
     let upstream_method = match method {
         JsonMethod::CreateTask => Method::POST,
