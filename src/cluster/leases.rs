@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 use super::conn::{ClusterError, Op};
 use super::held::Held;
-use super::layout::Layout;
+use super::layout::{Joined, Layout};
 use super::pins::MAX_BACKLOG;
 use super::spares::Asked;
 use super::{lock, scripts, Cluster};
@@ -134,10 +134,11 @@ impl Cluster {
         token: &str,
         limit: u32,
     ) {
-        let task_text = task.to_string();
-        let member = Layout::task_lease(&task_text);
+        let mut digits = itoa::Buffer::new();
+        let task_text = task.text(&mut digits);
+        let member = Layout::task_lease(task_text);
         let old = lease.and_then(|mut lease| lease.member.take());
-        let value = [key, "\t", token].concat();
+        let value = Joined([key, "\t", token]);
         let margin = lock(&self.fleet).live.len().max(1) as u32;
         let generation = self
             .is_counting()
@@ -165,8 +166,8 @@ impl Cluster {
                 .arg(floor)
                 .arg(&asked.members)
                 .cmd("SET")
-                .arg(self.layout.pin(&task_text))
-                .arg(&value)
+                .arg(self.layout.pin(task_text))
+                .arg(value)
                 .arg("EX")
                 .arg(self.pin_ttl.as_secs().max(1))
                 .ignore();
@@ -229,7 +230,7 @@ impl Cluster {
         }
         drop(asked);
         if !in_redis {
-            self.backlog_pin(task_text, value);
+            self.backlog_pin(task_text.to_owned(), value.to_string());
         }
     }
 
