@@ -12,7 +12,7 @@ use super::conn::{ClusterError, Op};
 use super::held::Held;
 use super::layout::{Joined, Layout};
 use super::pins::MAX_BACKLOG;
-use super::spares::Asked;
+use super::spares::{Asked, Stock};
 use super::{lock, scripts, Cluster};
 use crate::capacity::{SharedSeat, SharedTake, SharedThreads, Step};
 use crate::captcha::TaskId;
@@ -112,10 +112,12 @@ impl Cluster {
 
     /// The newest spare of `key`, as a lease for a submit on its way upstream.
     fn take_spare(self: &Arc<Self>, key: &str) -> Option<SharedLease> {
-        let (member, _) = lock(&self.spares).get_mut(key)?.ready.pop()?;
+        let mut spares = lock(&self.spares);
+        let stock = spares.get_mut(key)?;
+        let (member, _) = stock.ready.pop()?;
         Some(SharedLease {
             cluster: self.clone(),
-            key: Arc::from(key),
+            key: stock.key.clone(),
             member: Some(member),
         })
     }
@@ -137,7 +139,11 @@ impl Cluster {
         let mut digits = itoa::Buffer::new();
         let task_text = task.text(&mut digits);
         let member = Layout::task_lease(task_text);
-        let old = lease.and_then(|mut lease| lease.member.take());
+        // The lease's name of the key serves the task's lease and the spares: no new copy.
+        let (old, name) = match lease {
+            Some(mut lease) => (lease.member.take(), Some(lease.key.clone())),
+            None => (None, None),
+        };
         let value = Joined([key, "\t", token]);
         let margin = lock(&self.fleet).live.len().max(1) as u32;
         let generation = self
@@ -192,7 +198,7 @@ impl Cluster {
         } else {
             false
         };
-        let key: Arc<str> = Arc::from(key);
+        let key = name.unwrap_or_else(|| Arc::from(key));
         // One clock read for the task's lease, its spares and their place in the stock.
         let now = Instant::now();
         let mut held = lock(&self.held);
@@ -225,8 +231,8 @@ impl Cluster {
             // Into the stock before the ask is forgotten, so that the stock never looks
             // emptier than it is to a pin deciding whether to ask.
             lock(&self.spares)
-                .entry(key)
-                .or_default()
+                .entry(key.clone())
+                .or_insert_with(|| Stock::new(key))
                 .ready
                 .extend(spares.iter().map(|spare| (spare.clone(), now)));
         }
