@@ -63,7 +63,7 @@ pub use leases::{Admit, SharedLease};
 use membership::{Fleet, ServiceReadings, Settle};
 use pins::PendingPin;
 pub use pins::SharedPin;
-use spares::Stock;
+use spares::Stocks;
 pub use spares::SPARE_IDLE;
 pub use sync::{unix_ms, HealthRecord, KeySync, Readings, Synced};
 
@@ -87,7 +87,7 @@ pub struct Cluster {
     down_reason: Mutex<Option<String>>,
     held: Mutex<HeldLeases>,
     /// Spares per key name.
-    spares: Mutex<HashMap<Arc<str>, Stock>>,
+    spares: Mutex<Stocks>,
     backlog: Mutex<VecDeque<PendingPin>>,
     /// Threads of each key held by the other replicas at the last sync. In shared mode a
     /// replica may hold more than its share; when Redis goes away those threads stay busy,
@@ -163,7 +163,7 @@ impl Cluster {
             settle: Mutex::new(Settle::Down),
             down_reason: Mutex::new(Some("not connected yet".to_owned())),
             held: Mutex::new(HeldLeases::default()),
-            spares: Mutex::new(HashMap::new()),
+            spares: Mutex::new(Stocks::default()),
             backlog: Mutex::new(VecDeque::new()),
             released: Mutex::new(VecDeque::new()),
             others: Mutex::new(HashMap::new()),

@@ -82,6 +82,17 @@ impl TaskId {
             TaskId::Text(text) => **text == *raw,
         }
     }
+
+    /// The id as [`Display`] prints it, without a `String`: a numeric id is written into
+    /// `digits`. A cluster submit names its task three times, on every submit.
+    ///
+    /// [`Display`]: std::fmt::Display
+    pub fn text<'a>(&'a self, digits: &'a mut itoa::Buffer) -> &'a str {
+        match self {
+            TaskId::Num(n) => digits.format(*n),
+            TaskId::Text(text) => text,
+        }
+    }
 }
 
 fn is_id_byte(b: u8) -> bool {
@@ -168,6 +179,8 @@ mod tests {
                 prop_assert_eq!(TaskId::read(&shown), Ok(id.clone()));
                 prop_assert!(id.spelled_as(&shown));
                 prop_assert_eq!(id.spelled_as(&raw), raw == shown);
+                let mut digits = itoa::Buffer::new();
+                prop_assert_eq!(id.text(&mut digits), shown.as_str());
             } else {
                 let trimmed = raw.trim();
                 prop_assert!(
@@ -185,6 +198,8 @@ mod tests {
             prop_assume!(padded.len() <= MAX_TASK_ID_LEN);
             prop_assert_eq!(TaskId::parse(&padded), Some(TaskId::Num(n)));
             prop_assert_eq!(TaskId::Num(n).spelled_as(&padded), zeros == 0);
+            let (id, mut digits) = (TaskId::Num(n), itoa::Buffer::new());
+            prop_assert_eq!(id.text(&mut digits), n.to_string());
         }
 
         /// Ids in the alphabet within the bound are accepted and kept as sent when not numbers.

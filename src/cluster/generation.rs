@@ -114,7 +114,7 @@ impl Cluster {
         let mut started: Vec<Arc<str>> = {
             let generation = lock(&self.generation);
             keys.iter()
-                .chain(lock(&self.held).iter().map(|(_, held)| &held.key))
+                .chain(lock(&self.held).keys())
                 .filter(|key| moved || !generation.floors.contains_key(&***key))
                 .cloned()
                 .collect()

@@ -10,9 +10,9 @@ use tokio::time::Instant;
 
 use super::conn::{ClusterError, Op};
 use super::held::Held;
-use super::layout::Layout;
+use super::layout::{Joined, Layout};
 use super::pins::MAX_BACKLOG;
-use super::spares::Asked;
+use super::spares::{Asked, Stock};
 use super::{lock, scripts, Cluster};
 use crate::capacity::{SharedSeat, SharedTake, SharedThreads, Step};
 use crate::captcha::TaskId;
@@ -112,10 +112,12 @@ impl Cluster {
 
     /// The newest spare of `key`, as a lease for a submit on its way upstream.
     fn take_spare(self: &Arc<Self>, key: &str) -> Option<SharedLease> {
-        let (member, _) = lock(&self.spares).get_mut(key)?.ready.pop()?;
+        let mut spares = lock(&self.spares);
+        let stock = spares.get_mut(key)?;
+        let (member, _) = stock.ready.pop()?;
         Some(SharedLease {
             cluster: self.clone(),
-            key: Arc::from(key),
+            key: stock.key.clone(),
             member: Some(member),
         })
     }
@@ -134,10 +136,15 @@ impl Cluster {
         token: &str,
         limit: u32,
     ) {
-        let task_text = task.to_string();
-        let member = Layout::task_lease(&task_text);
-        let old = lease.and_then(|mut lease| lease.member.take());
-        let value = [key, "\t", token].concat();
+        let mut digits = itoa::Buffer::new();
+        let task_text = task.text(&mut digits);
+        let member = Layout::task_lease(task_text);
+        // The lease's name of the key serves the task's lease and the spares: no new copy.
+        let (old, name) = match lease {
+            Some(mut lease) => (lease.member.take(), Some(lease.key.clone())),
+            None => (None, None),
+        };
+        let value = Joined([key, "\t", token]);
         let margin = lock(&self.fleet).live.len().max(1) as u32;
         let generation = self
             .is_counting()
@@ -151,9 +158,8 @@ impl Cluster {
         };
         let mut granted = 0;
         let in_redis = if let (Some(old), Some((epoch, floor))) = (&old, generation) {
-            let mut pipe = redis::Pipeline::with_capacity(2);
-            pipe.add_command(scripts::KEEP.call(3))
-                .arg(self.layout.leases(key))
+            let mut keep = scripts::KEEP.call(3);
+            keep.arg(self.layout.leases(key))
                 .arg(self.layout.spares(key))
                 .arg(self.layout.generation(key))
                 .arg(old)
@@ -163,13 +169,16 @@ impl Cluster {
                 .arg(margin)
                 .arg(&*epoch)
                 .arg(floor)
-                .arg(&asked.members)
-                .cmd("SET")
-                .arg(self.layout.pin(&task_text))
-                .arg(&value)
+                .arg(&asked.members);
+            // Sized for its five arguments: grown from empty, it reallocated twice a submit.
+            let mut set = redis::Cmd::with_capacity(5, 128);
+            set.arg("SET")
+                .arg(self.layout.pin(task_text))
+                .arg(value)
                 .arg("EX")
-                .arg(self.pin_ttl.as_secs().max(1))
-                .ignore();
+                .arg(self.pin_ttl.as_secs().max(1));
+            let mut pipe = redis::Pipeline::with_capacity(2);
+            pipe.add_command(keep).add_command(set).ignore();
             match self.call_pipe::<((i32, usize, u64),)>(Op::Pin, pipe).await {
                 Ok(((had, n, counter),)) if had >= 0 => {
                     asked.answered = true;
@@ -189,7 +198,7 @@ impl Cluster {
         } else {
             false
         };
-        let key: Arc<str> = Arc::from(key);
+        let key = name.unwrap_or_else(|| Arc::from(key));
         // One clock read for the task's lease, its spares and their place in the stock.
         let now = Instant::now();
         let mut held = lock(&self.held);
@@ -222,14 +231,14 @@ impl Cluster {
             // Into the stock before the ask is forgotten, so that the stock never looks
             // emptier than it is to a pin deciding whether to ask.
             lock(&self.spares)
-                .entry(key)
-                .or_default()
+                .entry(key.clone())
+                .or_insert_with(|| Stock::new(key))
                 .ready
                 .extend(spares.iter().map(|spare| (spare.clone(), now)));
         }
         drop(asked);
         if !in_redis {
-            self.backlog_pin(task_text, value);
+            self.backlog_pin(task_text.to_owned(), value.to_string());
         }
     }
 

@@ -35,8 +35,9 @@ impl Lua {
 
     /// `EVALSHA <sha> <numkeys>`, for the keys and arguments to follow.
     pub fn call(&self, keys: usize) -> redis::Cmd {
-        // Room for a submit's call (sha, two keys, six arguments) without regrowing.
-        let mut cmd = redis::Cmd::with_capacity(12, 256);
+        // Room for a submit's call without regrowing: `KEEP` with a full batch of spares
+        // asked for is 21 arguments and about 400 bytes.
+        let mut cmd = redis::Cmd::with_capacity(24, 512);
         cmd.arg("EVALSHA");
         cmd.arg(self.sha()).arg(keys);
         cmd

@@ -2,6 +2,7 @@
 //! submits, so that a submit on the success path costs one round trip, not two. How many
 //! to ask for, the stock of each key, and giving back those no longer needed.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,8 +31,11 @@ type Spare = (String, Instant);
 /// that a stock larger than the demand ages at its front and is given back), and how many
 /// the pins on their way have asked Redis for, so that concurrent pins never ask for more
 /// than [`MAX_SPARES`] between them.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct Stock {
+    /// The key's name, shared by the leases made of its spares: taking a spare allocates
+    /// no copy of it.
+    pub(super) key: Arc<str>,
     pub(super) ready: Vec<Spare>,
     asked: usize,
     /// The key's pins in this [`SPARE_IDLE`] window and the one before, and when this one
@@ -42,7 +46,22 @@ pub(super) struct Stock {
     window: Option<Instant>,
 }
 
+/// Spares per key name. Hashed with foldhash, as the request path's other maps: a submit
+/// looks its key up here two to four times. The names are the pool's, never a caller's.
+pub(super) type Stocks = HashMap<Arc<str>, Stock, foldhash::fast::RandomState>;
+
 impl Stock {
+    pub(super) fn new(key: Arc<str>) -> Stock {
+        Stock {
+            key,
+            ready: Vec::new(),
+            asked: 0,
+            pins_now: 0,
+            pins_before: 0,
+            window: None,
+        }
+    }
+
     /// Counts a pin at `now`; returns the pins of the last full window or of this one,
     /// whichever is more.
     fn count_pin(&mut self, now: Instant) -> usize {
@@ -130,7 +149,8 @@ impl Cluster {
         let mut spares = lock(&self.spares);
         // The key's name is copied only the first time: `entry` would take an owned one.
         if !spares.contains_key(key) {
-            spares.insert(Arc::from(key), Stock::default());
+            let name: Arc<str> = Arc::from(key);
+            spares.insert(name.clone(), Stock::new(name));
         }
         let stock = spares.get_mut(key).expect("inserted above");
         let demand = stock.count_pin(Instant::now());
