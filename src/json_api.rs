@@ -7,14 +7,20 @@
 //! leaf `codes` ([`JsonError`], the shared error ids).
 
 mod codes;
+mod fields;
 mod shape;
 mod tasks;
 
 pub use codes::{JsonError, UNMAPPED};
+pub use fields::Fields;
 pub use shape::{solution, Dialect};
 pub use tasks::{translate, TaskType, Translated, TASK_TYPES};
 
-use serde_json::{Map, Value};
+use std::borrow::Cow;
+
+use serde_json::value::RawValue;
+
+use fields::{scalar, Scalar};
 
 /// A method of the JSON API, by its path.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -75,49 +81,66 @@ pub fn is_json_api_host(host: &str) -> bool {
     JSON_API_HOSTS.iter().any(|h| h.eq_ignore_ascii_case(name))
 }
 
-/// A JSON API request body, read: the fields keyrelay uses. `softId`, `callbackUrl`,
-/// `appId`, `languagePool` and any other field are accepted and ignored (`null` included):
-/// tasks are polled.
-#[derive(Debug, PartialEq)]
-pub struct JsonRequest {
+/// A JSON API request body, read, borrowing from it: the fields keyrelay uses. `softId`,
+/// `callbackUrl`, `appId`, `languagePool` and any other field are accepted and ignored
+/// (`null` included): tasks are polled.
+#[derive(Debug)]
+pub struct JsonRequest<'a> {
     /// `clientKey`, empty when absent.
-    pub client_key: String,
-    pub task: Option<Map<String, Value>>,
+    pub client_key: Cow<'a, str>,
+    pub task: Option<Fields<'a>>,
     /// `taskId` as text: a number, or a string of one.
-    pub task_id: Option<String>,
+    pub task_id: Option<Cow<'a, str>>,
 }
 
-impl JsonRequest {
+/// The body's members keyrelay reads, each as written. A member given twice is refused.
+#[derive(serde::Deserialize)]
+struct Body<'a> {
+    #[serde(rename = "clientKey", default, borrow)]
+    client_key: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    task: Option<&'a RawValue>,
+    #[serde(rename = "taskId", default, borrow)]
+    task_id: Option<&'a RawValue>,
+}
+
+impl<'a> JsonRequest<'a> {
     /// Reads a request body.
     ///
     /// # Errors
-    /// A body that is not a JSON object, or a `clientKey`, `task` or `taskId` of the wrong
-    /// shape: `ERROR_BAD_PARAMETERS`.
-    pub fn parse(body: &[u8]) -> Result<JsonRequest, JsonError> {
-        let fields = match serde_json::from_slice::<Value>(body) {
-            Ok(Value::Object(fields)) => fields,
-            Ok(_) => return Err(JsonError::bad_parameters("the body is not a JSON object")),
-            Err(_) if body.iter().all(u8::is_ascii_whitespace) => Map::new(),
-            Err(e) => {
-                return Err(JsonError::bad_parameters(&format!(
-                    "the body is not JSON: {e}"
-                )))
-            }
-        };
-        let client_key = match fields.get("clientKey") {
-            None | Some(Value::Null) => String::new(),
-            Some(Value::String(key)) => key.clone(),
+    /// A body that is not a JSON object, a member given twice, or a `clientKey`, `task` or
+    /// `taskId` of the wrong shape: `ERROR_BAD_PARAMETERS`.
+    pub fn parse(body: &'a [u8]) -> Result<JsonRequest<'a>, JsonError> {
+        if body.iter().all(u8::is_ascii_whitespace) {
+            return Ok(JsonRequest {
+                client_key: Cow::Borrowed(""),
+                task: None,
+                task_id: None,
+            });
+        }
+        let text = std::str::from_utf8(body)
+            .map_err(|_| JsonError::bad_parameters("the body is not UTF-8 JSON"))?;
+        let body: Body<'a> = serde_json::from_str(text).map_err(|e| {
+            JsonError::bad_parameters(&format!("the body is not a JSON object: {e}"))
+        })?;
+        let client_key = match body.client_key.map(scalar) {
+            None | Some(Scalar::Null) => Cow::Borrowed(""),
+            Some(Scalar::Text(key)) => key,
             Some(_) => return Err(JsonError::bad_parameters("\"clientKey\" must be a string")),
         };
-        let task = match fields.get("task") {
-            None | Some(Value::Null) => None,
-            Some(Value::Object(task)) => Some(task.clone()),
+        let task = match body.task {
+            None => None,
+            Some(raw) if raw.get() == "null" => None,
+            Some(raw) if raw.get().starts_with('{') => Some(Fields::parse(raw.get(), "\"task\"")?),
             Some(_) => return Err(JsonError::bad_parameters("\"task\" must be an object")),
         };
-        let task_id = match fields.get("taskId") {
-            None | Some(Value::Null) => None,
-            Some(Value::Number(n)) if n.is_u64() => Some(n.to_string()),
-            Some(Value::String(id)) if !id.trim().is_empty() => Some(id.trim().to_owned()),
+        let task_id = match body.task_id.map(scalar) {
+            None | Some(Scalar::Null) => None,
+            Some(Scalar::Number(n)) if n.parse::<u64>().is_ok() => Some(Cow::Borrowed(n)),
+            Some(Scalar::Text(id)) if !id.trim().is_empty() => Some(match id {
+                Cow::Borrowed(id) => Cow::Borrowed(id.trim()),
+                Cow::Owned(id) => Cow::Owned(id.trim().to_owned()),
+            }),
             Some(_) => {
                 return Err(JsonError::bad_parameters(
                     "\"taskId\" must be a task id: a whole number, or a string of one",
@@ -162,7 +185,11 @@ mod tests {
         )
         .unwrap();
         assert_eq!(request.client_key, "tok");
-        assert_eq!(request.task.unwrap()["type"], "ImageToTextTask");
+        let task = request.task.unwrap();
+        assert_eq!(
+            task.get("type").map(|t| t.get()),
+            Some("\"ImageToTextTask\"")
+        );
         for (body, id) in [
             (&br#"{"taskId":7412}"#[..], Some("7412")),
             (br#"{"taskId":"7412"}"#, Some("7412")),
@@ -189,6 +216,9 @@ mod tests {
             br#"{"taskId":1.5}"#,
             br#"{"taskId":{}}"#,
             br#"{"taskId":""}"#,
+            br#"{"taskId":1,"taskId":2}"#,
+            br#"{"clientKey":"a","clientKey":"b"}"#,
+            br#"{"task":{"type":"ImageToTextTask","body":"a","body":"b"}}"#,
             b"\xff",
         ] {
             let error = JsonRequest::parse(body).unwrap_err();

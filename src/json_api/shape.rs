@@ -2,7 +2,7 @@
 //! 2captcha's v2 are the same) on keyrelay's own listeners and those services' hosts, and
 //! CapSolver's on its host, whose client rejects any field beyond its own few.
 
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 
 use super::codes::JsonError;
 
@@ -36,70 +36,142 @@ impl Dialect {
     }
 
     /// `createTask` accepted: the task's id.
-    pub fn created(self, task_id: &str) -> Value {
-        match self {
-            Dialect::AntiCaptcha => match task_id.parse::<u64>() {
-                Ok(number) => json!({"errorId": 0, "taskId": number}),
-                Err(_) => json!({"errorId": 0, "taskId": task_id}),
-            },
-            Dialect::CapSolver => json!({"errorId": 0, "status": "idle", "taskId": task_id}),
+    pub fn created(self, task_id: &str) -> String {
+        let task_id = match (self, task_id.parse::<u64>()) {
+            (Dialect::AntiCaptcha, Ok(number)) => TaskIdOut::Number(number),
+            _ => TaskIdOut::Text(task_id),
+        };
+        let status = (self == Dialect::CapSolver).then_some("idle");
+        Answer {
+            task_id: Some(task_id),
+            status,
+            ..Answer::OK
         }
+        .text()
     }
 
-    /// `getTaskResult` of a task not solved yet.
-    pub fn processing(self) -> Value {
-        json!({"errorId": 0, "status": "processing"})
+    /// `getTaskResult` of a task not solved yet: the answer most polls get.
+    pub fn processing(self) -> String {
+        r#"{"errorId":0,"status":"processing"}"#.to_owned()
     }
 
     /// `getTaskResult` of a solved task. `times`: when the task was created and when its
     /// answer came, unix seconds, for the shape that carries them.
-    pub fn ready(self, solution: Map<String, Value>, times: (u64, u64)) -> Value {
+    pub fn ready(self, solution: &Map<String, Value>, times: (u64, u64)) -> String {
+        let answer = Answer {
+            status: Some("ready"),
+            solution: Some(solution),
+            ..Answer::OK
+        };
         match self {
-            Dialect::AntiCaptcha => json!({
-                "errorId": 0,
-                "status": "ready",
-                "solution": solution,
+            Dialect::AntiCaptcha => Answer {
                 // keyrelay does not know what the service charged.
-                "cost": "0",
-                "ip": "",
-                "createTime": times.0,
-                "endTime": times.1,
-                "solveCount": 1,
-            }),
-            Dialect::CapSolver => json!({"errorId": 0, "status": "ready", "solution": solution}),
+                cost: Some("0"),
+                ip: Some(""),
+                create_time: Some(times.0),
+                end_time: Some(times.1),
+                solve_count: Some(1),
+                ..answer
+            },
+            Dialect::CapSolver => answer,
         }
+        .text()
     }
 
     /// `getBalance`: the pool's balance (CapSolver's also lists packages: none here).
-    pub fn balance(self, balance: f64) -> Value {
-        match self {
-            Dialect::AntiCaptcha => json!({"errorId": 0, "balance": balance}),
-            Dialect::CapSolver => json!({"errorId": 0, "balance": balance, "packages": []}),
+    pub fn balance(self, balance: f64) -> String {
+        Answer {
+            balance: Some(balance),
+            packages: (self == Dialect::CapSolver).then_some(&[]),
+            ..Answer::OK
         }
+        .text()
     }
 
     /// A report recorded.
-    pub fn reported(self) -> Value {
-        json!({"errorId": 0, "status": "success"})
+    pub fn reported(self) -> String {
+        r#"{"errorId":0,"status":"success"}"#.to_owned()
     }
 
     /// An error. CapSolver's also says `"status": "failed"`: its client polls on past an
     /// error without it.
-    pub fn error(self, error: &JsonError) -> Value {
-        match self {
-            Dialect::AntiCaptcha => json!({
-                "errorId": error.id,
-                "errorCode": error.code,
-                "errorDescription": error.description,
-            }),
-            Dialect::CapSolver => json!({
-                "errorId": 1,
-                "errorCode": error.code,
-                "errorDescription": error.description,
-                "status": "failed",
-            }),
+    pub fn error(self, error: &JsonError) -> String {
+        let (id, status) = match self {
+            Dialect::AntiCaptcha => (error.id, None),
+            Dialect::CapSolver => (1, Some("failed")),
+        };
+        Answer {
+            error_id: id,
+            error_code: Some(&error.code),
+            error_description: Some(&error.description),
+            status,
+            ..Answer::OK
         }
+        .text()
     }
+}
+
+/// Every answer's fields, in the order clients expect to read them; those of `None` are
+/// left out. Written straight to text, with no `Value` tree in between.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Answer<'a> {
+    error_id: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error_code: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error_description: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    task_id: Option<TaskIdOut<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    solution: Option<&'a Map<String, Value>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cost: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ip: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    create_time: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    end_time: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    solve_count: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    balance: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    packages: Option<&'static [u8; 0]>,
+}
+
+impl Answer<'_> {
+    const OK: Answer<'static> = Answer {
+        error_id: 0,
+        error_code: None,
+        error_description: None,
+        task_id: None,
+        status: None,
+        solution: None,
+        cost: None,
+        ip: None,
+        create_time: None,
+        end_time: None,
+        solve_count: None,
+        balance: None,
+        packages: None,
+    };
+
+    fn text(&self) -> String {
+        serde_json::to_string(self).expect("an answer of strings and numbers serializes")
+    }
+}
+
+/// A task id as the shape writes it: a number for anti-captcha's clients, text for
+/// CapSolver's.
+#[derive(serde::Serialize)]
+#[serde(untagged)]
+enum TaskIdOut<'a> {
+    Number(u64),
+    Text(&'a str),
 }
 
 /// The solution in a solved `res.php` answer (`{"status":1,"request":…}` or `OK|…`), in
@@ -152,6 +224,11 @@ fn as_text(value: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
+
+    fn v(text: String) -> Value {
+        serde_json::from_str(&text).expect("an answer is JSON")
+    }
 
     #[test]
     fn the_host_picks_the_shape() {
@@ -177,13 +254,15 @@ mod tests {
     #[test]
     fn task_ids_are_numbers_for_anti_captcha_and_text_for_capsolver() {
         assert_eq!(
-            Dialect::AntiCaptcha.created("7412"),
+            v(Dialect::AntiCaptcha.created("7412")),
             json!({"errorId": 0, "taskId": 7412})
         );
         assert_eq!(
-            Dialect::CapSolver.created("7412"),
+            v(Dialect::CapSolver.created("7412")),
             json!({"errorId": 0, "status": "idle", "taskId": "7412"})
         );
+        // A text id stays text in either shape.
+        assert_eq!(v(Dialect::AntiCaptcha.created("a-1"))["taskId"], "a-1");
     }
 
     #[test]
@@ -199,17 +278,55 @@ mod tests {
         let solution = solution(b"OK|abc").unwrap();
         let error = JsonError::bad_parameters("why");
         for answer in [
-            Dialect::CapSolver.created("1"),
-            Dialect::CapSolver.processing(),
-            Dialect::CapSolver.ready(solution, (1, 2)),
-            Dialect::CapSolver.error(&error),
+            v(Dialect::CapSolver.created("1")),
+            v(Dialect::CapSolver.processing()),
+            v(Dialect::CapSolver.ready(&solution, (1, 2))),
+            v(Dialect::CapSolver.error(&error)),
         ] {
             for field in answer.as_object().unwrap().keys() {
                 assert!(allowed.contains(&field.as_str()), "{field} in {answer}");
             }
         }
-        assert_eq!(Dialect::CapSolver.error(&error)["errorId"], 1);
-        assert_eq!(Dialect::AntiCaptcha.error(&error)["errorId"], 110);
+        assert_eq!(v(Dialect::CapSolver.error(&error))["errorId"], 1);
+        assert_eq!(v(Dialect::CapSolver.error(&error))["status"], "failed");
+        assert_eq!(v(Dialect::AntiCaptcha.error(&error))["errorId"], 110);
+        assert_eq!(
+            v(Dialect::AntiCaptcha.error(&error))["errorCode"],
+            "ERROR_BAD_PARAMETERS"
+        );
+        assert_eq!(
+            v(Dialect::AntiCaptcha.error(&error))["errorDescription"],
+            "why"
+        );
+    }
+
+    #[test]
+    fn ready_balance_and_report_answers_carry_their_fields() {
+        let solution = solution(b"OK|abc").unwrap();
+        let ready = v(Dialect::AntiCaptcha.ready(&solution, (10, 12)));
+        assert_eq!(ready["status"], "ready");
+        assert_eq!(ready["solution"]["text"], "abc");
+        assert_eq!(
+            (ready["createTime"].as_u64(), ready["endTime"].as_u64()),
+            (Some(10), Some(12))
+        );
+        assert_eq!(ready["cost"], "0");
+        assert_eq!(
+            v(Dialect::AntiCaptcha.balance(12.5)),
+            json!({"errorId": 0, "balance": 12.5})
+        );
+        assert_eq!(
+            v(Dialect::CapSolver.balance(12.5)),
+            json!({"errorId": 0, "balance": 12.5, "packages": []})
+        );
+        assert_eq!(
+            v(Dialect::AntiCaptcha.reported()),
+            json!({"errorId": 0, "status": "success"})
+        );
+        assert_eq!(
+            v(Dialect::AntiCaptcha.processing()),
+            json!({"errorId": 0, "status": "processing"})
+        );
     }
 
     #[test]

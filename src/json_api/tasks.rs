@@ -2,9 +2,12 @@
 //! and what it needs. A task is translated into the `in.php` submit of the pool's
 //! protocol; nothing here knows a key or a provider beyond the method name.
 
-use serde_json::{Map, Value};
+use std::borrow::Cow;
+
+use serde_json::value::RawValue;
 
 use super::codes::JsonError;
+use super::fields::{scalar, Fields, Scalar};
 
 /// One family of task types: every spelling of it (with or without `Proxyless`, in
 /// anti-captcha's, CapMonster's, CapSolver's and 2captcha's case) comes to one entry.
@@ -132,25 +135,26 @@ pub const TASK_TYPES: &[TaskType] = &[
 ];
 
 /// A task read and translated: its type and the `in.php` params it sends (the pool's key
-/// and `json=1` are the front's to add).
+/// and `json=1` are the front's to add), borrowed from the request where they can be.
 #[derive(Debug, PartialEq, Eq)]
-pub struct Translated {
+pub struct Translated<'a> {
     pub task_type: &'static TaskType,
-    pub params: Vec<(String, String)>,
+    pub params: Vec<(&'static str, Cow<'a, str>)>,
 }
 
 impl TaskType {
     /// The entry a `type` names, in any case, with or without `Proxyless`; and whether it
     /// said proxyless.
     pub fn named(name: &str) -> Option<(&'static TaskType, bool)> {
-        let lower = name.trim().to_ascii_lowercase();
-        let (base, proxyless) = match lower.strip_suffix("proxyless") {
-            Some(base) => (base, true),
-            None => (lower.as_str(), false),
+        let name = name.trim();
+        let cut = name.len().saturating_sub("proxyless".len());
+        let (base, proxyless) = match name.get(cut..) {
+            Some(suffix) if suffix.eq_ignore_ascii_case("proxyless") => (&name[..cut], true),
+            _ => (name, false),
         };
         TASK_TYPES
             .iter()
-            .find(|t| t.bases.contains(&base))
+            .find(|t| t.bases.iter().any(|b| b.eq_ignore_ascii_case(base)))
             .map(|t| (t, proxyless))
     }
 }
@@ -160,62 +164,53 @@ impl TaskType {
 /// # Errors
 /// `ERROR_TASK_NOT_SUPPORTED` for a type keyrelay does not know; `ERROR_BAD_PARAMETERS`
 /// for a missing required field, a field of the wrong shape, or a proxy it cannot read.
-pub fn translate(task: &Map<String, Value>) -> Result<Translated, JsonError> {
-    let name = match task.get("type") {
-        Some(Value::String(name)) => name,
+pub fn translate<'a>(task: &Fields<'a>) -> Result<Translated<'a>, JsonError> {
+    let name = match task.get("type").map(scalar) {
+        Some(Scalar::Text(name)) => name,
         _ => return Err(JsonError::bad_parameters("the task has no \"type\"")),
     };
-    let Some((task_type, proxyless)) = TaskType::named(name) else {
-        return Err(JsonError::task_not_supported(name));
+    let Some((task_type, proxyless)) = TaskType::named(&name) else {
+        return Err(JsonError::task_not_supported(&name));
     };
-    let mut params = vec![("method".to_owned(), task_type.method.to_owned())];
+    let mut params = Vec::with_capacity(task_type.renames.len() + 4);
+    params.push(("method", Cow::Borrowed(task_type.method)));
     params.extend(
         task_type
             .fixed
             .iter()
-            .map(|(name, value)| ((*name).to_owned(), (*value).to_owned())),
+            .map(|(name, value)| (*name, Cow::Borrowed(*value))),
     );
     for field in task_type.required {
-        if field_of(task, field).is_none_or(is_empty) {
+        if task.get(field).is_none_or(is_empty) {
             return Err(JsonError::bad_parameters(&format!(
                 "the task needs \"{field}\""
             )));
         }
     }
     for (field, param) in task_type.renames {
-        let Some(value) = field_of(task, field) else {
+        let Some(value) = task.get(field) else {
             continue;
         };
         if let Some(text) = param_value(field, value)? {
             let text = if *field == "body" {
-                strip_data_url(&text).to_owned()
+                strip_data_url(text)
             } else {
                 text
             };
-            params.push(((*param).to_owned(), text));
+            params.push((*param, text));
         }
     }
     nested_fields(task, &mut params)?;
     if !proxyless {
-        params.extend(proxy(task)?);
+        proxy(task, &mut params)?;
     }
     Ok(Translated { task_type, params })
 }
 
-/// A task's field by name, in any case: CapMonster's client sends `Case`, anti-captcha's
-/// `case`.
-fn field_of<'a>(task: &'a Map<String, Value>, name: &str) -> Option<&'a Value> {
-    task.get(name).or_else(|| {
-        task.iter()
-            .find(|(key, _)| key.eq_ignore_ascii_case(name))
-            .map(|(_, value)| value)
-    })
-}
-
-fn is_empty(value: &Value) -> bool {
-    match value {
-        Value::Null => true,
-        Value::String(text) => text.trim().is_empty(),
+fn is_empty(value: &RawValue) -> bool {
+    match scalar(value) {
+        Scalar::Null => true,
+        Scalar::Text(text) => text.trim().is_empty(),
         _ => false,
     }
 }
@@ -223,14 +218,14 @@ fn is_empty(value: &Value) -> bool {
 /// A JSON field's value as an `in.php` param: strings as they are, numbers as written,
 /// `true` as `1`. `null`, `false` and an empty string send nothing: clients send them for
 /// "not set" (anti-captcha's sends `"comment": false`), and every `in.php` default is off.
-fn param_value(field: &str, value: &Value) -> Result<Option<String>, JsonError> {
-    Ok(match value {
-        Value::Null | Value::Bool(false) => None,
-        Value::String(text) if text.is_empty() => None,
-        Value::String(text) => Some(text.clone()),
-        Value::Bool(true) => Some("1".to_owned()),
-        Value::Number(number) => Some(number.to_string()),
-        Value::Array(_) | Value::Object(_) => {
+fn param_value<'a>(field: &str, value: &'a RawValue) -> Result<Option<Cow<'a, str>>, JsonError> {
+    Ok(match scalar(value) {
+        Scalar::Null | Scalar::Bool(false) => None,
+        Scalar::Text(text) if text.is_empty() => None,
+        Scalar::Text(text) => Some(text),
+        Scalar::Bool(true) => Some(Cow::Borrowed("1")),
+        Scalar::Number(number) => Some(Cow::Borrowed(number)),
+        Scalar::Nested => {
             return Err(JsonError::bad_parameters(&format!(
                 "\"{field}\" must be a string, a number or a boolean"
             )))
@@ -240,43 +235,51 @@ fn param_value(field: &str, value: &Value) -> Result<Option<String>, JsonError> 
 
 /// An image as a data URL (`data:image/png;base64,…`), as some clients send it: the
 /// service takes the base64 alone.
-fn strip_data_url(body: &str) -> &str {
-    match body.strip_prefix("data:") {
-        Some(rest) => rest.split_once(',').map_or(body, |(_, data)| data),
-        None => body,
+fn strip_data_url(body: Cow<'_, str>) -> Cow<'_, str> {
+    let data = |body: &str| -> Option<usize> {
+        let rest = body.strip_prefix("data:")?;
+        Some(body.len() - rest.len() + rest.find(',')? + 1)
+    };
+    match (data(&body), body) {
+        (Some(at), Cow::Borrowed(body)) => Cow::Borrowed(&body[at..]),
+        (Some(at), Cow::Owned(body)) => Cow::Owned(body[at..].to_owned()),
+        (None, body) => body,
     }
 }
 
 /// Fields clients nest: an enterprise payload's `s` (reCAPTCHA) or `rqdata` (hCaptcha),
 /// and CapSolver's Turnstile `metadata`.
-fn nested_fields(
-    task: &Map<String, Value>,
-    params: &mut Vec<(String, String)>,
+fn nested_fields<'a>(
+    task: &Fields<'a>,
+    params: &mut Vec<(&'static str, Cow<'a, str>)>,
 ) -> Result<(), JsonError> {
-    let nested: [(&str, &str, &str); 4] = [
+    const NESTED: [(&str, &str, &str); 4] = [
         ("enterprisePayload", "s", "data-s"),
         ("enterprisePayload", "rqdata", "data"),
         ("metadata", "action", "action"),
         ("metadata", "cdata", "data"),
     ];
-    for (outer, inner, param) in nested {
-        let Some(value) = task.get(outer).filter(|v| !v.is_null()) else {
+    for (outer, inner, param) in NESTED {
+        let Some(value) = task.get(outer) else {
             continue;
         };
-        let Value::Object(fields) = value else {
-            return Err(JsonError::bad_parameters(&format!(
-                "\"{outer}\" must be an object"
-            )));
-        };
-        if params.iter().any(|(name, _)| name == param) {
+        match scalar(value) {
+            Scalar::Null => continue,
+            Scalar::Nested if value.get().starts_with('{') => {}
+            _ => {
+                return Err(JsonError::bad_parameters(&format!(
+                    "\"{outer}\" must be an object"
+                )))
+            }
+        }
+        if params.iter().any(|(name, _)| *name == param) {
             continue;
         }
-        if let Some(text) = fields
-            .get(inner)
-            .map(|v| param_value(inner, v))
-            .transpose()?
-        {
-            params.extend(text.map(|text| (param.to_owned(), text)));
+        let fields = Fields::parse(value.get(), outer)?;
+        if let Some(inner) = fields.get(inner) {
+            if let Some(text) = param_value(param, inner)? {
+                params.push((param, text));
+            }
         }
     }
     Ok(())
@@ -284,31 +287,37 @@ fn nested_fields(
 
 /// The proxy a task names, as `in.php`'s `proxy` (`login:password@host:port`) and
 /// `proxytype`: anti-captcha's separate fields, or CapSolver's one `proxy` string
-/// (`host:port`, `host:port:login:password`, either after `type:`, or a URL). None when
+/// (`host:port`, `host:port:login:password`, either after `type:`, or a URL). Nothing when
 /// the task names none.
-fn proxy(task: &Map<String, Value>) -> Result<Vec<(String, String)>, JsonError> {
-    let text = |field: &str| -> Result<Option<String>, JsonError> {
+fn proxy<'a>(
+    task: &Fields<'a>,
+    params: &mut Vec<(&'static str, Cow<'a, str>)>,
+) -> Result<(), JsonError> {
+    let text = |field: &str| -> Result<Option<Cow<'a, str>>, JsonError> {
         match task.get(field) {
-            None | Some(Value::Null) => Ok(None),
-            Some(value) => param_value(field, value).map(|v| v.filter(|v| !v.is_empty())),
+            None => Ok(None),
+            Some(value) => param_value(field, value),
         }
     };
     let proxy = if let Some(address) = text("proxyAddress")? {
         let port = text("proxyPort")?
             .ok_or_else(|| JsonError::bad_parameters("\"proxyAddress\" needs \"proxyPort\""))?;
         Proxy {
-            kind: text("proxyType")?.unwrap_or_else(|| "http".to_owned()),
-            host: address,
-            port,
-            login: text("proxyLogin")?,
-            password: text("proxyPassword")?,
+            kind: text("proxyType")?.map_or_else(|| "http".to_owned(), Cow::into_owned),
+            host: address.into_owned(),
+            port: port.into_owned(),
+            login: text("proxyLogin")?.map(Cow::into_owned),
+            password: text("proxyPassword")?.map(Cow::into_owned),
         }
     } else if let Some(line) = text("proxy")? {
         Proxy::parse(&line)?
     } else {
-        return Ok(Vec::new());
+        return Ok(());
     };
-    Ok(proxy.params())
+    params.push(("proxy", Cow::Owned(proxy.address())));
+    // A type keyrelay does not know is sent as it came: the service says whether it does.
+    params.push(("proxytype", Cow::Owned(proxy.kind.to_ascii_uppercase())));
+    Ok(())
 }
 
 struct Proxy {
@@ -377,14 +386,6 @@ impl Proxy {
         })
     }
 
-    /// A type keyrelay does not know is sent as it came: the service says whether it does.
-    fn params(self) -> Vec<(String, String)> {
-        vec![
-            ("proxy".to_owned(), self.address()),
-            ("proxytype".to_owned(), self.kind.to_ascii_uppercase()),
-        ]
-    }
-
     fn address(&self) -> String {
         match (&self.login, &self.password) {
             (Some(login), Some(password)) => {
@@ -399,13 +400,17 @@ impl Proxy {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{json, Value};
 
     fn translated(task: Value) -> Result<Vec<(String, String)>, JsonError> {
-        let Value::Object(task) = task else {
-            panic!("a task is an object")
-        };
-        translate(&task).map(|t| t.params)
+        let json = task.to_string();
+        let fields = Fields::parse(&json, "the task")?;
+        translate(&fields).map(|t| {
+            t.params
+                .into_iter()
+                .map(|(name, value)| (name.to_owned(), value.into_owned()))
+                .collect()
+        })
     }
 
     fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {

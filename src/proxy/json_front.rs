@@ -10,7 +10,6 @@ use hyper::header::{
     HeaderMap, HeaderValue, CONTENT_LENGTH, CONTENT_TYPE, PROXY_AUTHORIZATION, USER_AGENT,
 };
 use hyper::{Method, Request, Response, StatusCode};
-use serde_json::Value;
 use tokio::time::Instant;
 
 use super::{body, observe, serve, ApiRequest, Body, Handled, Local, KEY_HEADER_NAME};
@@ -47,8 +46,8 @@ pub(super) async fn answer(
         .and_then(|v| v.parse().ok());
     let limit = snapshot.config.limits.max_body;
     let key_headers = snapshot.config.observability.key_headers;
-    let read = match body::read(body, declared, limit).await {
-        Ok(bytes) => JsonRequest::parse(&bytes),
+    let bytes = match body::read(body, declared, limit).await {
+        Ok(bytes) => Ok(bytes),
         Err(body::BodyError::TooLarge { .. }) => Err(JsonError::from_service(
             "ERROR_TOO_BIG_CAPTCHA_FILESIZE",
             &format!("the request body exceeds keyrelay's limits.max_body of {limit} bytes"),
@@ -63,7 +62,8 @@ pub(super) async fn answer(
         metrics.observe_request(endpoint, outcome, started.elapsed().as_secs_f64());
         (json_response(dialect.error(&error), None), outcome)
     };
-    let request = match read.and_then(|request| in_php(method, &request)) {
+    let read = bytes.as_deref().map_err(Clone::clone);
+    let request = match read.and_then(|body| in_php(method, &JsonRequest::parse(body)?)) {
         Ok(request) => request,
         Err(error) => return refused(error),
     };
@@ -114,50 +114,47 @@ struct InPhp {
     method: Option<&'static str>,
 }
 
-fn in_php(method: JsonMethod, request: &JsonRequest) -> Result<InPhp, JsonError> {
-    let mut params: Vec<(String, String)> = Vec::new();
-    // Where tokens are configured, the client key is the caller's token, checked as `key`
-    // is; otherwise it is ignored, as `key` is.
-    if !request.client_key.is_empty() {
-        params.push(("key".to_owned(), request.client_key.clone()));
-    }
-    params.push(("json".to_owned(), "1".to_owned()));
+fn in_php(method: JsonMethod, request: &JsonRequest<'_>) -> Result<InPhp, JsonError> {
     let task_id = || {
         request
             .task_id
-            .clone()
+            .as_deref()
             .ok_or_else(|| JsonError::bad_parameters("the request needs a \"taskId\""))
     };
-    let action = |action: &str| ("action".to_owned(), action.to_owned());
-    let submit_method = match method {
+    let mut submit_method = None;
+    let mut form = Form::new();
+    // Where tokens are configured, the client key is the caller's token, checked as `key`
+    // is; otherwise it is ignored, as `key` is.
+    if !request.client_key.is_empty() {
+        form.pair("key", &request.client_key);
+    }
+    form.pair("json", "1");
+    match method {
         JsonMethod::CreateTask => {
             let task = request
                 .task
                 .as_ref()
                 .ok_or_else(|| JsonError::bad_parameters("createTask needs a \"task\""))?;
             let translated = json_api::translate(task)?;
-            params.extend(translated.params);
-            Some(translated.task_type.method)
+            for (name, value) in &translated.params {
+                form.pair(name, value);
+            }
+            submit_method = Some(translated.task_type.method);
         }
         JsonMethod::GetTaskResult => {
-            params.extend([action("get"), ("id".to_owned(), task_id()?)]);
-            None
+            form.pair("action", "get").pair("id", task_id()?);
         }
         JsonMethod::GetBalance => {
-            params.push(action("getbalance"));
-            None
+            form.pair("action", "getbalance");
         }
         JsonMethod::ReportIncorrect => {
-            params.extend([action("reportbad"), ("id".to_owned(), task_id()?)]);
-            None
+            form.pair("action", "reportbad").pair("id", task_id()?);
         }
         JsonMethod::ReportCorrect => {
-            params.extend([action("reportgood"), ("id".to_owned(), task_id()?)]);
-            None
+            form.pair("action", "reportgood").pair("id", task_id()?);
         }
-    };
-    let encoded = serde_urlencoded::to_string(&params)
-        .map_err(|e| JsonError::bad_parameters(&e.to_string()))?;
+    }
+    let encoded = form.finish();
     let parsed = match method {
         JsonMethod::CreateTask => ParsedRequest::parse(
             None,
@@ -172,6 +169,25 @@ fn in_php(method: JsonMethod, request: &JsonRequest) -> Result<InPhp, JsonError>
         parsed,
         method: submit_method,
     })
+}
+
+/// An urlencoded form, written once into a buffer sized for it.
+struct Form(form_urlencoded::Serializer<'static, String>);
+
+impl Form {
+    fn new() -> Form {
+        // A submit with an image is a few hundred bytes; this saves regrowing for them.
+        Form(form_urlencoded::Serializer::new(String::with_capacity(512)))
+    }
+
+    fn pair(&mut self, name: &str, value: &str) -> &mut Form {
+        self.0.append_pair(name, value);
+        self
+    }
+
+    fn finish(mut self) -> String {
+        self.0.finish()
+    }
 }
 
 /// The headers the upstream request goes with: the caller's `User-Agent`, the form's
@@ -194,14 +210,14 @@ fn upstream_headers(caller: &HeaderMap, method: JsonMethod) -> HeaderMap {
 }
 
 /// The JSON API's answer for what the `in.php` path answered.
-fn translated(method: JsonMethod, dialect: Dialect, handled: &Handled) -> Value {
+fn translated(method: JsonMethod, dialect: Dialect, handled: &Handled) -> String {
     match handled {
         Handled::Relayed { answer, .. } => relayed(method, dialect, &answer.body),
         Handled::Local(local) => local_answer(method, dialect, local),
     }
 }
 
-fn relayed(method: JsonMethod, dialect: Dialect, body: &[u8]) -> Value {
+fn relayed(method: JsonMethod, dialect: Dialect, body: &[u8]) -> String {
     let reply = captcha::parse_reply(body);
     if let Reply::Error(code) = &reply {
         let description = format!("the service answered {code}");
@@ -213,7 +229,7 @@ fn relayed(method: JsonMethod, dialect: Dialect, body: &[u8]) -> Value {
         // GeeTest's answer is an object, which is no `Reply::Ok`: the solution reads both.
         (JsonMethod::GetTaskResult, _) => json_api::solution(body).map(|solution| {
             let now = unix_now();
-            dialect.ready(solution, (now, now))
+            dialect.ready(&solution, (now, now))
         }),
         (JsonMethod::GetBalance, Reply::Ok(text) | Reply::Value(text)) => text
             .trim()
@@ -234,7 +250,7 @@ fn relayed(method: JsonMethod, dialect: Dialect, body: &[u8]) -> Value {
     })
 }
 
-fn local_answer(method: JsonMethod, dialect: Dialect, local: &Local) -> Value {
+fn local_answer(method: JsonMethod, dialect: Dialect, local: &Local) -> String {
     let text = local.text();
     let error = match local {
         Local::Balance(balance) if method == JsonMethod::GetBalance => {
@@ -269,8 +285,8 @@ fn unix_now() -> u64 {
 
 /// Every JSON API answer: HTTP 200 with a JSON body, and the key that served it when the
 /// operator shows keys.
-fn json_response(value: Value, key: Option<HeaderValue>) -> Response<Body> {
-    let mut response = Response::new(Body::new(Bytes::from(value.to_string())));
+fn json_response(text: String, key: Option<HeaderValue>) -> Response<Body> {
+    let mut response = Response::new(Body::new(Bytes::from(text)));
     *response.status_mut() = StatusCode::OK;
     let headers = response.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
@@ -284,9 +300,17 @@ fn json_response(value: Value, key: Option<HeaderValue>) -> Response<Body> {
 mod tests {
     use super::*;
 
+    fn v(text: String) -> serde_json::Value {
+        serde_json::from_str(&text).expect("an answer is JSON")
+    }
+
+    fn relayed_value(method: JsonMethod, dialect: Dialect, body: &[u8]) -> serde_json::Value {
+        v(relayed(method, dialect, body))
+    }
+
     #[test]
     fn unmapped_answers_are_errors_of_their_own_id() {
-        let value = relayed(JsonMethod::CreateTask, Dialect::AntiCaptcha, b"<html>");
+        let value = relayed_value(JsonMethod::CreateTask, Dialect::AntiCaptcha, b"<html>");
         assert_eq!(value["errorId"], json_api::UNMAPPED);
         assert!(value["errorDescription"].is_string());
     }
@@ -295,34 +319,37 @@ mod tests {
     fn service_answers_translate() {
         let d = Dialect::AntiCaptcha;
         assert_eq!(
-            relayed(JsonMethod::CreateTask, d, br#"{"status":1,"request":"91"}"#)["taskId"],
+            relayed_value(JsonMethod::CreateTask, d, br#"{"status":1,"request":"91"}"#)["taskId"],
             91
         );
         assert_eq!(
-            relayed(
+            relayed_value(
                 JsonMethod::GetTaskResult,
                 d,
                 br#"{"status":0,"request":"CAPCHA_NOT_READY"}"#
             )["status"],
             "processing"
         );
-        let ready = relayed(
+        let ready = relayed_value(
             JsonMethod::GetTaskResult,
             d,
             br#"{"status":1,"request":"abc"}"#,
         );
         assert_eq!(ready["status"], "ready");
         assert_eq!(ready["solution"]["text"], "abc");
-        let unsolvable = relayed(
+        let unsolvable = relayed_value(
             JsonMethod::GetTaskResult,
             d,
             br#"{"status":0,"request":"ERROR_CAPTCHA_UNSOLVABLE"}"#,
         );
         assert_eq!(unsolvable["errorId"], 12);
         assert_eq!(unsolvable["errorCode"], "ERROR_CAPTCHA_UNSOLVABLE");
-        assert_eq!(relayed(JsonMethod::GetBalance, d, b"12.5")["balance"], 12.5);
         assert_eq!(
-            relayed(JsonMethod::ReportIncorrect, d, b"OK_REPORT_RECORDED")["status"],
+            relayed_value(JsonMethod::GetBalance, d, b"12.5")["balance"],
+            12.5
+        );
+        assert_eq!(
+            relayed_value(JsonMethod::ReportIncorrect, d, b"OK_REPORT_RECORDED")["status"],
             "success"
         );
     }
