@@ -12,7 +12,7 @@ use hyper::header::{
 use hyper::{Method, Request, Response, StatusCode};
 use tokio::time::Instant;
 
-use super::{body, observe, serve, ApiRequest, Body, Handled, Local, KEY_HEADER_NAME};
+use super::{body, dispatch, observe, Body, Ctx, Handled, Local, KEY_HEADER_NAME};
 use crate::app::App;
 use crate::captcha::{self, Endpoint, ParsedRequest, Reply};
 use crate::json_api::{self, Dialect, JsonError, JsonMethod, JsonRequest};
@@ -75,14 +75,21 @@ pub(super) async fn answer(
         JsonMethod::CreateTask => Method::POST,
         _ => Method::GET,
     };
-    let served = ApiRequest {
-        snapshot,
-        endpoint,
-        peer,
-        method: upstream_method,
-        headers: upstream_headers(&parts.headers, method),
+    let headers = upstream_headers(&parts.headers, method);
+    let handled = match super::admit(&app, &snapshot, peer, &request.parsed, &headers) {
+        Err(denied) => denied.into(),
+        Ok(token) => {
+            let ctx = Ctx {
+                app: app.clone(),
+                snapshot,
+                endpoint,
+                method: upstream_method,
+                headers,
+                token,
+            };
+            dispatch(&ctx, &request.parsed).await
+        }
     };
-    let handled = serve(&app, served, &request.parsed).await;
     let outcome = observe(&app, endpoint, &handled, started);
     let value = translated(method, dialect, &handled);
     let key = match &handled {
