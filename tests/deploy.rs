@@ -1,9 +1,10 @@
 //! The shipped deployment files work as shipped, as far as that can be checked without an
 //! image builder or a service manager: the Dockerfile's command line, user, paths and
 //! signals run on the built binary; keyrelay speaks systemd's readiness protocol
-//! (`Type=notify`); and each `deploy/*/proxy.toml` is valid with exactly the variables its
-//! unit or manifest provides. `.ci/run` checks the rest (systemd-analyze verify, the
-//! manifests against the Kubernetes schemas); docs/deployment.md says what is not checked.
+//! (`Type=notify`); each `deploy/*/proxy.toml` is valid with exactly the variables its unit
+//! or manifest provides; and the Python wheel's `pyproject.toml` says what Cargo.toml says.
+//! `.ci/run` checks the rest (systemd-analyze verify, the manifests against the Kubernetes
+//! schemas); docs/deployment.md says what is not checked.
 
 mod common;
 
@@ -405,4 +406,26 @@ fn the_binary_loads_no_library_the_image_lacks() {
         );
     }
     assert!(repo_file("Dockerfile").contains("libgcc_s.so.1"));
+}
+
+#[test]
+fn the_python_wheel_is_the_binary_with_cargo_tomls_metadata() {
+    // pyproject.toml repeats what Cargo.toml says of the package (maturin takes only the
+    // version from Cargo.toml here, `dynamic`), so the two must not drift apart.
+    let pyproject: toml::Table = toml::from_str(&repo_file("pyproject.toml")).unwrap();
+    let cargo: toml::Table = toml::from_str(&repo_file("Cargo.toml")).unwrap();
+    let project = &pyproject["project"];
+    let package = &cargo["package"];
+    for field in ["name", "description", "license", "readme", "keywords"] {
+        assert_eq!(project.get(field), package.get(field), "{field}");
+    }
+    assert!(
+        project.get("version").is_none(),
+        "the version is Cargo.toml's"
+    );
+    assert_eq!(project["dynamic"], toml::Value::from(vec!["version"]));
+    let maturin = &pyproject["tool"]["maturin"];
+    assert_eq!(maturin["bindings"].as_str(), Some("bin"));
+    let backend = &pyproject["build-system"];
+    assert_eq!(backend["build-backend"].as_str(), Some("maturin"));
 }
