@@ -52,15 +52,29 @@ fn blocks(markdown: &str, languages: &[&str]) -> Vec<String> {
 }
 
 /// Every command a shell block shows: one per non-empty line, without its `# comment`,
-/// whitespace collapsed.
+/// a line ending in `\` joined to the next, whitespace collapsed.
 fn shell_commands(markdown: &str) -> Vec<String> {
-    blocks(markdown, &["sh", "bash", "shell", "console"])
+    let mut commands = Vec::new();
+    for block in blocks(markdown, &["sh", "bash", "shell", "console"]) {
+        let mut pending = String::new();
+        for line in block.lines() {
+            let line = line.split(" #").next().unwrap_or_default();
+            match line.trim_end().strip_suffix('\\') {
+                Some(continued) => {
+                    pending.push_str(continued);
+                    pending.push(' ');
+                }
+                None => {
+                    pending.push_str(line);
+                    commands.push(std::mem::take(&mut pending));
+                }
+            }
+        }
+        commands.push(pending);
+    }
+    commands
         .iter()
-        .flat_map(|block| block.lines().map(str::to_owned).collect::<Vec<_>>())
-        .map(|line| {
-            let command = line.split(" #").next().unwrap_or_default();
-            command.split_whitespace().collect::<Vec<_>>().join(" ")
-        })
+        .map(|command| command.split_whitespace().collect::<Vec<_>>().join(" "))
         .filter(|command| !command.is_empty() && !command.starts_with('#'))
         .collect()
 }
@@ -87,7 +101,8 @@ fn inline_commands(markdown: &str) -> Vec<String> {
 }
 
 /// Every command the README may show, and where it is run: `cli::<test>` in tests/cli.rs
-/// (which reads the command's arguments from README.md itself), or a file that runs it.
+/// (which reads the command's arguments from README.md itself), a file that runs it, or
+/// `ci-as:<command>` where .ci/run runs a variant of it, said why beside the entry.
 const KNOWN: &[(&str, &str)] = &[
     (
         "cargo run --release -- demo",
@@ -185,6 +200,13 @@ fn every_readme_command_is_known_and_tested() {
             if file == ".ci/run" {
                 assert!(body.contains(command), "`{command}` is not in .ci/run");
             }
+        } else if let Some(variant) = runner.strip_prefix("ci-as:") {
+            assert!(
+                repo_file(".ci/run").contains(variant),
+                "`{command}`: .ci/run does not run `{variant}`"
+            );
+        } else {
+            panic!("`{command}`: unknown runner {runner}");
         }
     }
 }
@@ -192,10 +214,14 @@ fn every_readme_command_is_known_and_tested() {
 #[test]
 fn the_drift_check_reads_blocks_and_inline_commands() {
     let sample = "intro `keyrelay check --x` and `keyrelay` and `cargo y`\n\
-                  ```sh\nkeyrelay a   b   # note\n\n# comment\n```\n\
+                  ```sh\nkeyrelay a   b   # note\n\n# comment\n\
+                  docker run -v x \\\n    --rm y   # joined\n```\n\
                   ```python\nkeyrelay not-shell\n```\n\
                   ```\nplain\n```\n";
-    assert_eq!(shell_commands(sample), ["keyrelay a b"]);
+    assert_eq!(
+        shell_commands(sample),
+        ["keyrelay a b", "docker run -v x --rm y"]
+    );
     assert_eq!(inline_commands(sample), ["keyrelay check --x", "cargo y"]);
 }
 
