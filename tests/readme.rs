@@ -165,10 +165,32 @@ const KNOWN: &[(&str, &str)] = &[
     ("systemctl enable --now keyrelay", "file:tests/deploy.rs"),
     ("systemctl reload keyrelay", "file:tests/reload.rs"),
     ("journalctl -u keyrelay -f", "file:tests/deploy.rs"),
+    // Install the command. .ci/run runs each from the dev build it has already made, since
+    // the release profile's fat LTO alone takes about 5 minutes on CI's 2 cores: `pipx
+    // install .` under MATURIN_PEP517_ARGS="--profile dev --strip", `cargo install` with
+    // `--debug --root target/ci-install`, and the wheel it installs into a fresh venv (and
+    // runs `keyrelay demo` from) built with `--profile dev --strip` in place of `--release`.
+    ("pipx install .", "file:.ci/run"),
+    (
+        "maturin build --release",
+        "ci-as:maturin build --locked --profile dev --strip",
+    ),
+    ("pip install target/wheels/keyrelay-*.whl", "file:.ci/run"),
+    ("cargo install --locked --path .", "file:.ci/run"),
+    // Run in a container. CI has no Docker daemon: tests/deploy.rs runs the Dockerfile's
+    // ENTRYPOINT, CMD, USER and VOLUMEs on the built binary, and checks that these commands
+    // are the Dockerfile's and docs/deployment.md's, publish the port it exposes and mount
+    // its volumes. Not checked: that the image builds (docs/deployment.md).
+    ("docker build -t keyrelay .", "file:tests/deploy.rs"),
+    (
+        "docker run --rm -p 8080:8080 -v \"$PWD/etc:/etc/keyrelay:ro\" -v keyrelay-data:/var/lib/keyrelay --env-file keys.env keyrelay",
+        "file:tests/deploy.rs",
+    ),
     // The suite itself, and what CI runs around it.
     ("cargo test", "file:.ci/run"),
     ("cargo fmt --check", "file:.ci/run"),
     ("cargo clippy --all-targets -- -D warnings", "file:.ci/run"),
+    ("cargo package", "file:.ci/run"),
     // Benchmarks are never run by the tests; the bench target must exist.
     ("cargo bench --bench hot_paths", "file:benches/hot_paths.rs"),
 ];
