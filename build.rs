@@ -10,6 +10,9 @@ use std::process::Command;
 /// The variable a build without `.git` (a tarball, a Docker context) passes the commit in.
 const COMMIT_VAR: &str = "KEYRELAY_GIT_COMMIT";
 
+/// Where `cargo package` records, in the packaged copy, the commit it packaged.
+const VCS_INFO: &str = ".cargo_vcs_info.json";
+
 fn main() {
     println!("cargo:rerun-if-env-changed={COMMIT_VAR}");
     let commit = from_package()
@@ -24,9 +27,15 @@ fn main() {
 /// to enclose it (the checkout around `target/package/`, a home directory under version
 /// control), which need not be the commit packaged. The file is cargo's small JSON
 /// (`{"git": {"sha1": "…"}, …}`), read without a JSON parser; only a plain hex id is taken.
+///
+/// Watched by its path relative to the package, which cargo resolves in whichever copy
+/// builds next: `cargo package` verifies its copy under the same artifact names as the
+/// checkout's own build, and a checkout, which lacks the file, must then rerun this script
+/// rather than keep the packaged copy's commit.
 fn from_package() -> Option<String> {
     let dir = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR")?);
-    let info = std::fs::read_to_string(dir.join(".cargo_vcs_info.json")).ok()?;
+    let info = std::fs::read_to_string(dir.join(VCS_INFO)).ok()?;
+    println!("cargo:rerun-if-changed={VCS_INFO}");
     let value = info.split("\"sha1\"").nth(1)?.split('"').nth(1)?;
     let hex =
         !value.is_empty() && value.len() <= 40 && value.chars().all(|c| c.is_ascii_hexdigit());
