@@ -1,6 +1,8 @@
 //! Build script: stamps the git commit keyrelay was built from into `KEYRELAY_COMMIT`, for
 //! `--version` and the `keyrelay_build_info` metric. Plain `git` rather than a crate such
-//! as vergen: one short call is all this needs.
+//! as vergen: one short call is all this needs. A packaged copy (`cargo package`, and so
+//! `cargo install` from a registry) has no `.git`, but cargo records the commit it was
+//! packaged from in `.cargo_vcs_info.json`, which is read instead.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -8,12 +10,36 @@ use std::process::Command;
 /// The variable a build without `.git` (a tarball, a Docker context) passes the commit in.
 const COMMIT_VAR: &str = "KEYRELAY_GIT_COMMIT";
 
+/// Where `cargo package` records, in the packaged copy, the commit it packaged.
+const VCS_INFO: &str = ".cargo_vcs_info.json";
+
 fn main() {
     println!("cargo:rerun-if-env-changed={COMMIT_VAR}");
-    let commit = from_git()
+    let commit = from_package()
+        .or_else(from_git)
         .or_else(from_env)
         .unwrap_or_else(|| "unknown".to_owned());
     println!("cargo:rustc-env=KEYRELAY_COMMIT={commit}");
+}
+
+/// The commit `cargo package` recorded in the packaged copy. Read before asking git: a
+/// packaged copy is no checkout, and git run there answers for whatever repository happens
+/// to enclose it (the checkout around `target/package/`, a home directory under version
+/// control), which need not be the commit packaged. The file is cargo's small JSON
+/// (`{"git": {"sha1": "…"}, …}`), read without a JSON parser; only a plain hex id is taken.
+///
+/// Watched by its path relative to the package, which cargo resolves in whichever copy
+/// builds next: `cargo package` verifies its copy under the same artifact names as the
+/// checkout's own build, and a checkout, which lacks the file, must then rerun this script
+/// rather than keep the packaged copy's commit.
+fn from_package() -> Option<String> {
+    let dir = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR")?);
+    let info = std::fs::read_to_string(dir.join(VCS_INFO)).ok()?;
+    println!("cargo:rerun-if-changed={VCS_INFO}");
+    let value = info.split("\"sha1\"").nth(1)?.split('"').nth(1)?;
+    let hex =
+        !value.is_empty() && value.len() <= 40 && value.chars().all(|c| c.is_ascii_hexdigit());
+    hex.then(|| value[..value.len().min(12)].to_ascii_lowercase())
 }
 
 /// `git rev-parse --short=12 HEAD`, and reruns when HEAD moves: `HEAD` itself (a checkout)

@@ -1,9 +1,11 @@
 //! The shipped deployment files work as shipped, as far as that can be checked without an
 //! image builder or a service manager: the Dockerfile's command line, user, paths and
-//! signals run on the built binary; keyrelay speaks systemd's readiness protocol
-//! (`Type=notify`); and each `deploy/*/proxy.toml` is valid with exactly the variables its
-//! unit or manifest provides. `.ci/run` checks the rest (systemd-analyze verify, the
-//! manifests against the Kubernetes schemas); docs/deployment.md says what is not checked.
+//! signals run on the built binary, and the `docker` commands the docs show fit it;
+//! keyrelay speaks systemd's readiness protocol (`Type=notify`); each `deploy/*/proxy.toml`
+//! is valid with exactly the variables its unit or manifest provides; and the Python
+//! wheel's `pyproject.toml` says what Cargo.toml says. `.ci/run` checks the rest
+//! (systemd-analyze verify, the manifests against the Kubernetes schemas, the installs);
+//! docs/deployment.md says what is not checked.
 
 mod common;
 
@@ -405,4 +407,103 @@ fn the_binary_loads_no_library_the_image_lacks() {
         );
     }
     assert!(repo_file("Dockerfile").contains("libgcc_s.so.1"));
+}
+
+/// The `docker …` commands a file shows (in the Dockerfile, in its comments), each with its
+/// `\` continuation lines joined and whitespace collapsed.
+fn docker_commands(text: &str) -> Vec<String> {
+    let mut commands = Vec::new();
+    let mut pending: Option<String> = None;
+    for line in text.lines() {
+        let line = line.trim_start().trim_start_matches('#').trim();
+        let command = match pending.as_mut() {
+            Some(command) => command,
+            None if line.starts_with("docker ") => pending.insert(String::new()),
+            None => continue,
+        };
+        command.push(' ');
+        match line.strip_suffix('\\') {
+            Some(continued) => command.push_str(continued),
+            None => {
+                command.push_str(line);
+                let whole = pending.take().unwrap_or_default();
+                commands.push(whole.split_whitespace().collect::<Vec<_>>().join(" "));
+            }
+        }
+    }
+    commands
+}
+
+#[test]
+fn the_docker_commands_shown_build_this_image_publish_its_port_and_mount_its_volumes() {
+    // No Docker daemon runs in CI, so the commands the README shows cannot be run; they are
+    // checked against the Dockerfile instead, whose command line the test above runs.
+    let dockerfile = repo_file("Dockerfile");
+    let shown = docker_commands(&dockerfile);
+    for doc in ["README.md", "docs/deployment.md"] {
+        assert_eq!(
+            docker_commands(&repo_file(doc)),
+            shown,
+            "{doc} shows other docker commands than the Dockerfile's header"
+        );
+    }
+    let [build, run] = &shown[..] else {
+        panic!("the Dockerfile's header shows a build and a run: {shown:?}");
+    };
+    assert_eq!(build, "docker build -t keyrelay .");
+    let args: Vec<&str> = run.split_whitespace().collect();
+    assert_eq!(args[..2], ["docker", "run"]);
+    assert_eq!(
+        args.last(),
+        Some(&"keyrelay"),
+        "runs the image built: {run}"
+    );
+    let after = |flag: &str| -> Vec<&str> {
+        args.windows(2)
+            .filter(|pair| pair[0] == flag)
+            .map(|pair| pair[1].trim_matches('"'))
+            .collect()
+    };
+    let exposed = dockerfile
+        .lines()
+        .find_map(|l| l.strip_prefix("EXPOSE "))
+        .expect("the Dockerfile exposes a port")
+        .trim();
+    let published: Vec<&str> = after("-p")
+        .iter()
+        .filter_map(|p| p.rsplit(':').next())
+        .collect();
+    assert_eq!(published, [exposed], "{run}");
+    let mounted: Vec<&str> = after("-v")
+        .iter()
+        .filter_map(|v| v.split(':').nth(1))
+        .collect();
+    assert_eq!(mounted, dockerfile_array(&dockerfile, "VOLUME"), "{run}");
+    assert!(
+        after("-v").iter().any(|v| v.ends_with(":/etc/keyrelay:ro")),
+        "the config is mounted read-only: {run}"
+    );
+    assert_eq!(after("--env-file"), ["keys.env"], "{run}");
+}
+
+#[test]
+fn the_python_wheel_is_the_binary_with_cargo_tomls_metadata() {
+    // pyproject.toml repeats what Cargo.toml says of the package (maturin takes only the
+    // version from Cargo.toml here, `dynamic`), so the two must not drift apart.
+    let pyproject: toml::Table = toml::from_str(&repo_file("pyproject.toml")).unwrap();
+    let cargo: toml::Table = toml::from_str(&repo_file("Cargo.toml")).unwrap();
+    let project = &pyproject["project"];
+    let package = &cargo["package"];
+    for field in ["name", "description", "license", "readme", "keywords"] {
+        assert_eq!(project.get(field), package.get(field), "{field}");
+    }
+    assert!(
+        project.get("version").is_none(),
+        "the version is Cargo.toml's"
+    );
+    assert_eq!(project["dynamic"], toml::Value::from(vec!["version"]));
+    let maturin = &pyproject["tool"]["maturin"];
+    assert_eq!(maturin["bindings"].as_str(), Some("bin"));
+    let backend = &pyproject["build-system"];
+    assert_eq!(backend["build-backend"].as_str(), Some("maturin"));
 }

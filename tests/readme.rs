@@ -52,15 +52,29 @@ fn blocks(markdown: &str, languages: &[&str]) -> Vec<String> {
 }
 
 /// Every command a shell block shows: one per non-empty line, without its `# comment`,
-/// whitespace collapsed.
+/// a line ending in `\` joined to the next, whitespace collapsed.
 fn shell_commands(markdown: &str) -> Vec<String> {
-    blocks(markdown, &["sh", "bash", "shell", "console"])
+    let mut commands = Vec::new();
+    for block in blocks(markdown, &["sh", "bash", "shell", "console"]) {
+        let mut pending = String::new();
+        for line in block.lines() {
+            let line = line.split(" #").next().unwrap_or_default();
+            match line.trim_end().strip_suffix('\\') {
+                Some(continued) => {
+                    pending.push_str(continued);
+                    pending.push(' ');
+                }
+                None => {
+                    pending.push_str(line);
+                    commands.push(std::mem::take(&mut pending));
+                }
+            }
+        }
+        commands.push(pending);
+    }
+    commands
         .iter()
-        .flat_map(|block| block.lines().map(str::to_owned).collect::<Vec<_>>())
-        .map(|line| {
-            let command = line.split(" #").next().unwrap_or_default();
-            command.split_whitespace().collect::<Vec<_>>().join(" ")
-        })
+        .map(|command| command.split_whitespace().collect::<Vec<_>>().join(" "))
         .filter(|command| !command.is_empty() && !command.starts_with('#'))
         .collect()
 }
@@ -87,7 +101,8 @@ fn inline_commands(markdown: &str) -> Vec<String> {
 }
 
 /// Every command the README may show, and where it is run: `cli::<test>` in tests/cli.rs
-/// (which reads the command's arguments from README.md itself), or a file that runs it.
+/// (which reads the command's arguments from README.md itself), a file that runs it, or
+/// `ci-as:<command>` where .ci/run runs a variant of it, said why beside the entry.
 const KNOWN: &[(&str, &str)] = &[
     (
         "cargo run --release -- demo",
@@ -150,10 +165,32 @@ const KNOWN: &[(&str, &str)] = &[
     ("systemctl enable --now keyrelay", "file:tests/deploy.rs"),
     ("systemctl reload keyrelay", "file:tests/reload.rs"),
     ("journalctl -u keyrelay -f", "file:tests/deploy.rs"),
+    // Install the command. .ci/run runs each from the dev build it has already made, since
+    // the release profile's fat LTO alone takes about 5 minutes on CI's 2 cores: `pipx
+    // install .` under MATURIN_PEP517_ARGS="--profile dev --strip", `cargo install` with
+    // `--debug --root target/ci-install`, and the wheel it installs into a fresh venv (and
+    // runs `keyrelay demo` from) built with `--profile dev --strip` in place of `--release`.
+    ("pipx install .", "file:.ci/run"),
+    (
+        "maturin build --release",
+        "ci-as:maturin build --locked --profile dev --strip",
+    ),
+    ("pip install target/wheels/keyrelay-*.whl", "file:.ci/run"),
+    ("cargo install --locked --path .", "file:.ci/run"),
+    // Run in a container. CI has no Docker daemon: tests/deploy.rs runs the Dockerfile's
+    // ENTRYPOINT, CMD, USER and VOLUMEs on the built binary, and checks that these commands
+    // are the Dockerfile's and docs/deployment.md's, publish the port it exposes and mount
+    // its volumes. Not checked: that the image builds (docs/deployment.md).
+    ("docker build -t keyrelay .", "file:tests/deploy.rs"),
+    (
+        "docker run --rm -p 8080:8080 -v \"$PWD/etc:/etc/keyrelay:ro\" -v keyrelay-data:/var/lib/keyrelay --env-file keys.env keyrelay",
+        "file:tests/deploy.rs",
+    ),
     // The suite itself, and what CI runs around it.
     ("cargo test", "file:.ci/run"),
     ("cargo fmt --check", "file:.ci/run"),
     ("cargo clippy --all-targets -- -D warnings", "file:.ci/run"),
+    ("cargo package", "file:.ci/run"),
     // Benchmarks are never run by the tests; the bench target must exist.
     ("cargo bench --bench hot_paths", "file:benches/hot_paths.rs"),
 ];
@@ -185,6 +222,13 @@ fn every_readme_command_is_known_and_tested() {
             if file == ".ci/run" {
                 assert!(body.contains(command), "`{command}` is not in .ci/run");
             }
+        } else if let Some(variant) = runner.strip_prefix("ci-as:") {
+            assert!(
+                repo_file(".ci/run").contains(variant),
+                "`{command}`: .ci/run does not run `{variant}`"
+            );
+        } else {
+            panic!("`{command}`: unknown runner {runner}");
         }
     }
 }
@@ -192,10 +236,14 @@ fn every_readme_command_is_known_and_tested() {
 #[test]
 fn the_drift_check_reads_blocks_and_inline_commands() {
     let sample = "intro `keyrelay check --x` and `keyrelay` and `cargo y`\n\
-                  ```sh\nkeyrelay a   b   # note\n\n# comment\n```\n\
+                  ```sh\nkeyrelay a   b   # note\n\n# comment\n\
+                  docker run -v x \\\n    --rm y   # joined\n```\n\
                   ```python\nkeyrelay not-shell\n```\n\
                   ```\nplain\n```\n";
-    assert_eq!(shell_commands(sample), ["keyrelay a b"]);
+    assert_eq!(
+        shell_commands(sample),
+        ["keyrelay a b", "docker run -v x --rm y"]
+    );
     assert_eq!(inline_commands(sample), ["keyrelay check --x", "cargo y"]);
 }
 
