@@ -38,8 +38,15 @@ impl Dialect {
     /// `createTask` accepted: the task's id.
     pub fn created(self, task_id: &str) -> String {
         let task_id = match (self, task_id.parse::<u64>()) {
-            (Dialect::AntiCaptcha, Ok(number)) => TaskIdOut::Number(number),
-            _ => TaskIdOut::Text(task_id),
+            // Every createTask of anti-captcha's clients: written without the serializer.
+            (Dialect::AntiCaptcha, Ok(number)) => {
+                let mut text = String::with_capacity(48);
+                text.push_str(r#"{"errorId":0,"taskId":"#);
+                text.push_str(itoa::Buffer::new().format(number));
+                text.push('}');
+                return text;
+            }
+            _ => task_id,
         };
         let status = (self == Dialect::CapSolver).then_some("idle");
         Answer {
@@ -122,7 +129,7 @@ struct Answer<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     error_description: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    task_id: Option<TaskIdOut<'a>>,
+    task_id: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     status: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -163,15 +170,6 @@ impl Answer<'_> {
     fn text(&self) -> String {
         serde_json::to_string(self).expect("an answer of strings and numbers serializes")
     }
-}
-
-/// A task id as the shape writes it: a number for anti-captcha's clients, text for
-/// CapSolver's.
-#[derive(serde::Serialize)]
-#[serde(untagged)]
-enum TaskIdOut<'a> {
-    Number(u64),
-    Text(&'a str),
 }
 
 /// The solution in a solved `res.php` answer (`{"status":1,"request":…}` or `OK|…`), in

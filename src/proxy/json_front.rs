@@ -10,6 +10,7 @@ use hyper::header::{
     HeaderMap, HeaderValue, CONTENT_LENGTH, CONTENT_TYPE, PROXY_AUTHORIZATION, USER_AGENT,
 };
 use hyper::{Method, Request, Response, StatusCode};
+use percent_encoding::{utf8_percent_encode, AsciiSet, CONTROLS};
 use tokio::time::Instant;
 
 use super::{body, dispatch, observe, Body, Ctx, Handled, Local, KEY_HEADER_NAME};
@@ -178,22 +179,38 @@ fn in_php(method: JsonMethod, request: &JsonRequest<'_>) -> Result<InPhp, JsonEr
     })
 }
 
-/// An urlencoded form, written once into a buffer sized for it.
-struct Form(form_urlencoded::Serializer<'static, String>);
+/// An urlencoded form, written once into a buffer sized for it. Values escape only what a
+/// form reader would misread (`%`, `&`, `+`, `=`, `#`, spaces, controls and non-ASCII):
+/// base64's `/` goes as it is, and an image's long runs are copied whole.
+struct Form(String);
+
+const FORM_VALUE: &AsciiSet = &CONTROLS
+    .add(b' ')
+    .add(b'"')
+    .add(b'#')
+    .add(b'%')
+    .add(b'&')
+    .add(b'+')
+    .add(b'=');
 
 impl Form {
     fn new() -> Form {
         // A submit with an image is a few hundred bytes; this saves regrowing for them.
-        Form(form_urlencoded::Serializer::new(String::with_capacity(512)))
+        Form(String::with_capacity(512))
     }
 
     fn pair(&mut self, name: &str, value: &str) -> &mut Form {
-        self.0.append_pair(name, value);
+        if !self.0.is_empty() {
+            self.0.push('&');
+        }
+        self.0.extend(utf8_percent_encode(name, FORM_VALUE));
+        self.0.push('=');
+        self.0.extend(utf8_percent_encode(value, FORM_VALUE));
         self
     }
 
-    fn finish(mut self) -> String {
-        self.0.finish()
+    fn finish(self) -> String {
+        self.0
     }
 }
 
@@ -359,5 +376,29 @@ mod tests {
             relayed_value(JsonMethod::ReportIncorrect, d, b"OK_REPORT_RECORDED")["status"],
             "success"
         );
+    }
+
+    #[test]
+    fn the_form_reads_back_as_the_values_written() {
+        let values = [
+            "BwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyAhIiMkJSYnKCkqKywtLi8w+/=",
+            "a&key=stolen",
+            "100% sure #1",
+            "ünïcødé \u{7f}\t\n",
+            "",
+        ];
+        let mut form = Form::new();
+        for (i, value) in values.iter().enumerate() {
+            form.pair(["body", "comment", "x", "y", "z"][i], value);
+        }
+        let text = form.finish();
+        let read: Vec<(String, String)> = form_urlencoded::parse(text.as_bytes())
+            .into_owned()
+            .collect();
+        assert_eq!(read.len(), values.len(), "{text}");
+        for ((_, read), written) in read.iter().zip(values) {
+            assert_eq!(read, written, "{text}");
+        }
+        assert!(text.contains("/"), "base64's slash goes as it is: {text}");
     }
 }
