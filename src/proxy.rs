@@ -31,6 +31,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use futures_util::future::Either;
 use futures_util::FutureExt;
 use http_body_util::Full;
 use hyper::body::Incoming;
@@ -166,16 +167,20 @@ async fn serve_to_the_end(
         Front::Captcha(endpoint) => endpoint,
         Front::Json(method, _) => json_front::endpoint_of(method),
     };
+    // Either, not an async block around a match: a future is copied whole each time it
+    // moves, and a wrapper of its own would be one more move of the largest on the path.
+    let served = match front {
+        Front::Captcha(endpoint) => Either::Left(api(app, endpoint, peer, req)),
+        // Boxed: its state, inline, would grow every in.php request's future.
+        Front::Json(method, dialect) => Either::Right(Box::pin(json_front::answer(
+            app,
+            method,
+            dialect,
+            peer.ip(),
+            req,
+        ))),
+    };
     let work = async move {
-        let served = async move {
-            match front {
-                Front::Captcha(endpoint) => api(app, endpoint, peer, req).await,
-                // Boxed: its state, inline, would grow every in.php request's future.
-                Front::Json(method, dialect) => {
-                    Box::pin(json_front::answer(app, method, dialect, peer.ip(), req)).await
-                }
-            }
-        };
         match AssertUnwindSafe(served).catch_unwind().await {
             Ok(served) => served,
             Err(_) => {
