@@ -98,8 +98,9 @@ pub struct JsonRequest<'a> {
 struct Body<'a> {
     #[serde(rename = "clientKey", default, borrow)]
     client_key: Option<&'a RawValue>,
+    /// Read in the one pass over the body: a task's image is most of it.
     #[serde(default, borrow)]
-    task: Option<&'a RawValue>,
+    task: Option<Fields<'a>>,
     #[serde(rename = "taskId", default, borrow)]
     task_id: Option<&'a RawValue>,
 }
@@ -120,19 +121,12 @@ impl<'a> JsonRequest<'a> {
         }
         let text = std::str::from_utf8(body)
             .map_err(|_| JsonError::bad_parameters("the body is not UTF-8 JSON"))?;
-        let body: Body<'a> = serde_json::from_str(text).map_err(|e| {
-            JsonError::bad_parameters(&format!("the body is not a JSON object: {e}"))
-        })?;
+        let body: Body<'a> = serde_json::from_str(text)
+            .map_err(|e| JsonError::bad_parameters(&format!("the body cannot be read: {e}")))?;
         let client_key = match body.client_key.map(scalar) {
             None | Some(Scalar::Null) => Cow::Borrowed(""),
             Some(Scalar::Text(key)) => key,
             Some(_) => return Err(JsonError::bad_parameters("\"clientKey\" must be a string")),
-        };
-        let task = match body.task {
-            None => None,
-            Some(raw) if raw.get() == "null" => None,
-            Some(raw) if raw.get().starts_with('{') => Some(Fields::parse(raw.get(), "\"task\"")?),
-            Some(_) => return Err(JsonError::bad_parameters("\"task\" must be an object")),
         };
         let task_id = match body.task_id.map(scalar) {
             None | Some(Scalar::Null) => None,
@@ -149,7 +143,7 @@ impl<'a> JsonRequest<'a> {
         };
         Ok(JsonRequest {
             client_key,
-            task,
+            task: body.task,
             task_id,
         })
     }

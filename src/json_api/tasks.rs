@@ -180,13 +180,6 @@ pub fn translate<'a>(task: &Fields<'a>) -> Result<Translated<'a>, JsonError> {
             .iter()
             .map(|(name, value)| (*name, Cow::Borrowed(*value))),
     );
-    for field in task_type.required {
-        if task.get(field).is_none_or(is_empty) {
-            return Err(JsonError::bad_parameters(&format!(
-                "the task needs \"{field}\""
-            )));
-        }
-    }
     for (field, param) in task_type.renames {
         let Some(value) = task.get(field) else {
             continue;
@@ -200,19 +193,26 @@ pub fn translate<'a>(task: &Fields<'a>) -> Result<Translated<'a>, JsonError> {
             params.push((*param, text));
         }
     }
+    // Checked on the params, not the fields: an image's text is then read once.
+    for field in task_type.required {
+        let param = task_type
+            .renames
+            .iter()
+            .find_map(|(f, p)| (f == field).then_some(*p));
+        let given = params
+            .iter()
+            .any(|(name, value)| Some(*name) == param && !value.trim().is_empty());
+        if !given {
+            return Err(JsonError::bad_parameters(&format!(
+                "the task needs \"{field}\""
+            )));
+        }
+    }
     nested_fields(task, &mut params)?;
     if !proxyless {
         proxy(task, &mut params)?;
     }
     Ok(Translated { task_type, params })
-}
-
-fn is_empty(value: &RawValue) -> bool {
-    match scalar(value) {
-        Scalar::Null => true,
-        Scalar::Text(text) => text.trim().is_empty(),
-        _ => false,
-    }
 }
 
 /// A JSON field's value as an `in.php` param: strings as they are, numbers as written,
