@@ -14,8 +14,8 @@ use tokio::time::Instant;
 
 use crate::app::App;
 use crate::capacity::{Lease, Refusal, SharedSeat, SharedTake, Take, Waited};
-use crate::captcha::TaskId;
-use crate::config::Capacity as Limits;
+use crate::captcha::{Profile, TaskId};
+use crate::config::{Capacity as Limits, Config};
 use crate::metrics::WaitResult;
 use crate::pool::{Candidates, KeyEntry, KeyPool, SharedView};
 use crate::tokens::{Token, TokenHold, TokenId};
@@ -33,7 +33,7 @@ pub struct Ticket<'a> {
 pub struct Admission<'a, R> {
     app: &'a App,
     pool: &'a KeyPool,
-    limits: &'a Limits,
+    config: &'a Config,
     deadline: Instant,
     candidates: Candidates<'a, R>,
     /// After a transient failure with no other key left to try, the same key is tried
@@ -45,17 +45,18 @@ pub struct Admission<'a, R> {
 
 impl<'a, R: Rng> Admission<'a, R> {
     /// Begins the admission of a submit that arrived at `started`, over `candidates` (the
-    /// caller `token`'s keys among them), waiting `queue_timeout` at most, in all. The
+    /// caller `token`'s keys among them), waiting `[capacity] queue_timeout` at most, in all. The
     /// token's own thread comes first: a token at its `max_threads` waits for one of its
     /// tasks to end as a full pool waits for a key's thread.
     pub async fn begin(
         app: &'a App,
         pool: &'a KeyPool,
-        limits: &'a Limits,
+        config: &'a Config,
         token: Option<&'a Token>,
         candidates: Candidates<'a, R>,
         started: Instant,
     ) -> Result<Self, Refusal> {
+        let limits = &config.capacity;
         let deadline = started + limits.queue_timeout;
         let candidates = candidates.for_token(token);
         let token = match token {
@@ -65,7 +66,7 @@ impl<'a, R: Rng> Admission<'a, R> {
         Ok(Admission {
             app,
             pool,
-            limits,
+            config,
             deadline,
             candidates,
             retry_same: None,
@@ -110,11 +111,23 @@ impl<'a, R: Rng> Admission<'a, R> {
 
     /// The service accepted the submit on `key` and answered `task`: the task is pinned to
     /// `key` for the caller token (with the thread it holds of the token's cap), keeps the
-    /// key's thread here and its seat in the shared count, all before the caller has the
-    /// id, so that a poll on any replica finds its key. The shared seat is kept after the
-    /// local writes: the shared count never holds a task this replica does not.
-    pub async fn open(self, ticket: Ticket<'a>, key: &Arc<KeyEntry>, task: &TaskId) {
+    /// key's thread here and its seat in the shared count, and gets its polling cadence
+    /// (`method`'s first poll as the key's provider advises it), all before the caller has
+    /// the id, so that a poll on any replica finds its key. The shared seat is kept after
+    /// the local writes: the shared count never holds a task this replica does not.
+    pub async fn open(
+        self,
+        ticket: Ticket<'a>,
+        key: &Arc<KeyEntry>,
+        task: &TaskId,
+        method: Option<&str>,
+    ) {
         let now = Instant::now();
+        let polling = &self.config.polling;
+        if polling.shapes() {
+            let advised = Profile::of(key.provider).first_poll(method.unwrap_or(""));
+            self.app.polling().opened(polling, task, advised, now);
+        }
         let (token, hold) = self.token.unzip();
         let token_id = token.map_or(TokenId::NONE, |t| t.id);
         self.app.pins().pin_for(task.clone(), key.id, token_id, now);
@@ -163,7 +176,12 @@ impl<'a, R: Rng> Admission<'a, R> {
         let (waited, queued) = self
             .app
             .capacity()
-            .wait_for(self.deadline, self.limits.max_queued, recheck, take)
+            .wait_for(
+                self.deadline,
+                self.config.capacity.max_queued,
+                recheck,
+                take,
+            )
             .await;
         if let Some(queued) = queued {
             let result = match &waited {

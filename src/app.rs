@@ -24,6 +24,7 @@ use crate::health::{HealthStore, MemoryHealth, NoSharedHealth, Reason, SharedHea
 use crate::metrics::{Metrics, Release};
 use crate::outage::Outages;
 use crate::pins::{JournalPins, MemoryPins, NoSharedPins, PinStore, ProbeState, SharedPins};
+use crate::polling::PollShaper;
 use crate::pool::{
     FileHolds, HoldStore, HoldsFileError, KeyEntry, KeyPool, MemoryHolds, Selection,
 };
@@ -111,6 +112,9 @@ struct Inner {
     /// What the owner probe keeps between requests: ids found to be nobody's, and the
     /// budget its upstream requests draw from.
     probe: ProbeState,
+    /// Each open task's polling cadence and the final answers kept; outlives snapshots, as
+    /// pins do.
+    polling: PollShaper,
     /// Threads held per caller token, by name; outlives snapshots as `capacity` does.
     token_counters: Arc<TokenCounters>,
     /// Wrong tokens by address: the allowance that rate-limits token guessing.
@@ -255,6 +259,7 @@ impl App {
             started: Instant::now(),
             paused_until: Mutex::new(None),
             probe: ProbeState::default(),
+            polling: PollShaper::default(),
             token_counters,
             denials: Denials::default(),
             ejection_lock: Mutex::new(()),
@@ -358,6 +363,10 @@ impl App {
     }
 
     /// Threads in use per key, leases, and the queue for a full pool.
+    pub fn polling(&self) -> &PollShaper {
+        &self.0.polling
+    }
+
     pub fn capacity(&self) -> &Capacity {
         &self.0.capacity
     }

@@ -11,7 +11,10 @@
 //!   journal as it goes (`PIN_SWEEP_INTERVAL`).
 //! - [`sync_pins`]: forces recorded pins to disk (`PIN_SYNC_INTERVAL`), and once more at
 //!   the stop.
-//! - [`release_stale`]: gives back the threads of tasks nobody polled to the end.
+//! - [`release_stale`]: gives back the threads of tasks nobody polled to the end, and drops
+//!   kept answers past their time.
+//! - [`poll_orphans`]: polls the tasks their callers left, so that their threads come back
+//!   when the service is done with them (`[polling] orphan_after`).
 //! - the server's header timer, the coarse clock of `limits.header_timeout`.
 //! - with [`Watchers::config`], `reload::watch`: reloads `proxy.toml` on change and SIGHUP.
 //! - with [`Watchers::cert`], `ListenerCert::watch`: reloads the `[tls]` certificate.
@@ -26,6 +29,8 @@ use tokio::time::Instant;
 
 use crate::app::App;
 use crate::fleet::{self, Seen};
+use crate::polling::Pace;
+use crate::proxy::poll_orphan;
 use crate::refresh;
 use crate::tls::ListenerCert;
 
@@ -38,6 +43,10 @@ const PIN_SWEEP_INTERVAL: Duration = Duration::from_secs(60);
 /// How often tasks past `capacity.stale_after` give their threads back: a small fraction of
 /// the default five minutes, and a cheap look at the front of a queue.
 const STALE_SWEEP_INTERVAL: Duration = Duration::from_secs(5);
+
+/// How often the orphans due are looked for: their polls follow the shaped cadence in
+/// seconds, and a look walks every open task.
+const ORPHAN_TICK: Duration = Duration::from_secs(1);
 
 /// The files a server started from them keeps reloading; none for one a test builds.
 #[derive(Default)]
@@ -69,6 +78,7 @@ pub fn start(
     tasks.spawn(sweep_pins(app.clone()));
     tasks.spawn(sync_pins(app.clone()));
     tasks.spawn(release_stale(app.clone()));
+    tasks.spawn(poll_orphans(app.clone()));
     tasks.spawn(header_timer);
     if let Some(config) = watchers.config {
         tasks.spawn(config);
@@ -116,7 +126,12 @@ pub async fn release_stale(app: App) {
     let mut tick = tokio::time::interval(STALE_SWEEP_INTERVAL);
     loop {
         tick.tick().await;
-        let stale_after = app.snapshot().config.capacity.stale_after;
+        let config = &app.snapshot().config;
+        let stale_after = config.capacity.stale_after;
+        // Kept answers past their time go, and so do the turns of tasks nobody asked about
+        // for as long as their threads are held.
+        app.polling()
+            .sweep(&config.polling, stale_after, Instant::now());
         let Some(cutoff) = Instant::now().checked_sub(stale_after) else {
             continue;
         };
@@ -130,6 +145,34 @@ pub async fn release_stale(app: App) {
             if count > 0 {
                 tracing::info!(key = %key.name, tasks = count, ?stale_after, "stale tasks no longer hold threads");
             }
+        }
+    }
+}
+
+/// Polls the tasks this process created that nobody has polled for `[polling]
+/// orphan_after`, at `orphan_polls_per_second` on average (read each round, so a reload
+/// applies), each with its own key, until its final answer. Not while the service bans
+/// keyrelay's IP: a poll then would only prolong the ban.
+pub async fn poll_orphans(app: App) {
+    let mut tick = tokio::time::interval(ORPHAN_TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut pace = Pace::new(Instant::now());
+    loop {
+        tick.tick().await;
+        let now = Instant::now();
+        let snapshot = app.snapshot();
+        let polling = &snapshot.config.polling;
+        let rate = polling.orphan_polls_per_second;
+        let allowed = pace.take(rate, now);
+        let due = if app.upstream_paused().is_some() {
+            Vec::new()
+        } else {
+            app.polling().orphans_due(polling, now, allowed)
+        };
+        pace.give_back(allowed - due.len(), rate);
+        for task in due {
+            let app = app.clone();
+            tokio::spawn(async move { poll_orphan(&app, &task).await });
         }
     }
 }

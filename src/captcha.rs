@@ -46,7 +46,7 @@ mod urlencoded;
 pub use answer::{error_answer, ids_answer, ok_answer, value_answer, Answer};
 pub use body_kind::BodyKind;
 pub use conflict::Conflict;
-pub use profile::{Currency, Profile, ZeroBalance};
+pub use profile::{Currency, PollAdvice, Profile, ZeroBalance};
 pub use reply::{
     classify, parse_balance, parse_reply, parse_threads, split_ids_reply, Outcome, Reply,
     ServiceCode, ThreadsInfo,

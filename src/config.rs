@@ -10,6 +10,7 @@ mod access;
 mod allow;
 mod cluster;
 mod keys;
+mod polling;
 mod problems;
 mod raw;
 mod redact;
@@ -33,6 +34,7 @@ use crate::ApiKey;
 pub use access::{Access, Admin, TokenConfig, DEFAULT_MAX_TUNNELS};
 pub use allow::AllowEntry;
 pub use cluster::{Cluster, RedisUrl};
+pub use polling::{FirstPoll, Polling, DEFAULT_POLL_INTERVAL};
 pub use redact::ParseError;
 pub use tls::{Ca, Forward, PemFiles, Tls, Tunnel, KNOWN_API_HOSTS};
 pub use upstream::{BadTarget, Target, Upstream};
@@ -161,6 +163,8 @@ pub struct Config {
     pub failover: Failover,
     /// The task id -> key table that keeps polls on the submitting key.
     pub pins: Pins,
+    /// `[polling]`: how often tasks are asked about, and what is kept of their answers.
+    pub polling: Polling,
     /// Request size limits.
     pub limits: Limits,
     /// Upstream timeouts.
@@ -443,8 +447,6 @@ impl Config {
         Ok(config)
     }
 
-    /// A config for tests/demo built in code: given keys, everything else default, listen
-    /// 127.0.0.1:0.
     /// Whether the admin API may trust a caller for being on loopback: only while every
     /// listener is on loopback and no tokens are configured (`config::access`'s rule, which
     /// the exposure check enforces for files; configs built in code are held to it here).
@@ -452,6 +454,8 @@ impl Config {
         access::loopback_trusted(self.listen, self.tls.as_ref(), &self.access, &self.admin)
     }
 
+    /// A config for tests/demo built in code: given keys, everything else default, listen
+    /// 127.0.0.1:0.
     pub fn for_keys(upstream: Upstream, keys: Vec<KeyConfig>) -> Config {
         Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
@@ -464,6 +468,7 @@ impl Config {
             keys,
             failover: Failover::default(),
             pins: Pins::default(),
+            polling: Polling::default(),
             limits: Limits::default(),
             timeouts: Timeouts::default(),
             observability: Observability::default(),

@@ -49,6 +49,13 @@ const BURST: usize = 25;
 /// Seed for key selection.
 const DEMO_SEED: u64 = 2026;
 
+/// How often a demo script polls one task before it gives up: 20 ms apart, a second in all,
+/// ten of keyrelay's polling intervals.
+const POLLS: usize = 50;
+
+/// The demo's `[polling] interval`: 5 s compressed, as the demo's solve times are.
+const DEMO_POLL_INTERVAL: Duration = Duration::from_millis(100);
+
 /// Upper bound on tasks, in case the random picks are slow to reach the failing keys.
 const MAX_TASKS: usize = 40;
 /// Tasks to run at least, so the pool's steady state shows after the failures.
@@ -102,6 +109,11 @@ pub async fn run() -> Result<(), DemoError> {
     let mut config = Config::for_keys(upstream, keys);
     // Long enough for every script of the burst to get a thread as others finish.
     config.capacity.queue_timeout = Duration::from_secs(30);
+    // The demo's time is compressed: its tasks are solved in milliseconds and its scripts
+    // poll every 20 ms, so polls are shaped at 100 ms and from the submit on, where real
+    // scripts are held to 5 s and the provider's first-poll advice.
+    config.polling.interval = DEMO_POLL_INTERVAL;
+    config.polling.first = crate::config::FirstPoll::After(Duration::ZERO);
     // Seeded, so every run tells the same story.
     let app = App::with_seed(config, DEMO_SEED)?;
     let listener = TcpListener::bind("127.0.0.1:0").await?;
@@ -181,6 +193,14 @@ pub async fn run() -> Result<(), DemoError> {
     println!();
     println!("final pool state");
     print!("{}", pool_table(&app, &sims, &served));
+    let polls = app.metrics();
+    println!();
+    println!(
+        "shaped polling: the scripts polled every 20 ms; keyrelay asked the service at most every {} ms per task and answered the rest itself: {} polls relayed, {} answered by keyrelay.",
+        DEMO_POLL_INTERVAL.as_millis(),
+        polls.polls_upstream.get(),
+        polls.polls_locally.get()
+    );
     println!();
     println!("/metrics (pool health)");
     let metrics = app.render_metrics();
@@ -193,6 +213,7 @@ pub async fn run() -> Result<(), DemoError> {
             || l.starts_with("keyrelay_pool_full_total")
             || l.starts_with("keyrelay_provider_up")
             || l.starts_with("keyrelay_provider_outages_total")
+            || l.starts_with("keyrelay_polls_total")
     }) {
         println!("  {line}");
     }
@@ -438,7 +459,7 @@ async fn json_client(
     *served.entry(owner.to_owned()).or_default() += 1;
     println!("  createTask      taskId {task_id}  served by {owner}, as an in.php submit (method=base64)");
     let poll = serde_json::json!({"clientKey": SCRIPT_KEY, "taskId": task_id});
-    for _ in 0..20 {
+    for _ in 0..POLLS {
         tokio::time::sleep(Duration::from_millis(20)).await;
         match post_json(client, &format!("{base}/getTaskResult"), &poll).await {
             Ok((answer, key)) if answer["status"] == "ready" => {
@@ -452,7 +473,7 @@ async fn json_client(
             Err(e) => return println!("  getTaskResult failed: {e}"),
         }
     }
-    println!("  the task was not solved after 20 polls");
+    println!("  the task was not solved after {POLLS} polls");
 }
 
 /// A JSON API call: its answer, and the key keyrelay served it with (`X-Keyrelay-Key`).
@@ -514,7 +535,7 @@ async fn poll_to_token(
     base: &str,
     task_id: u64,
 ) -> Result<(String, String), DemoError> {
-    for _ in 0..20 {
+    for _ in 0..POLLS {
         tokio::time::sleep(Duration::from_millis(20)).await;
         let poll = format!("{base}/res.php?key={SCRIPT_KEY}&action=get&id={task_id}&json=1");
         let response = client.get(poll.parse()?).await?;
@@ -534,7 +555,7 @@ async fn poll_to_token(
             return Err(format!("poll answered {answer}").into());
         }
     }
-    Err("task not solved after 20 polls".into())
+    Err(format!("task not solved after {POLLS} polls").into())
 }
 
 async fn get_json(

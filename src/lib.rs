@@ -76,6 +76,7 @@ pub mod metrics;
 pub mod online_check;
 pub mod outage;
 pub mod pins;
+pub mod polling;
 pub mod pool;
 pub mod provider;
 pub mod proxy;

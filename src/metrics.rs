@@ -88,6 +88,13 @@ pub struct Metrics {
     tls_handshake_failures: IntCounterVec,
     /// Retries not made because the retry budget was spent.
     pub retries_denied: IntCounter,
+    /// Callers' polls of a task answered by keyrelay: too soon for the service to be asked
+    /// again, or a final answer kept (`keyrelay_polls_total{answered="locally"}`).
+    pub polls_locally: IntCounter,
+    /// Callers' polls of a task relayed to the service (`{answered="upstream"}`).
+    pub polls_upstream: IntCounter,
+    /// keyrelay's own polls of tasks their callers stopped polling.
+    pub orphan_polls: IntCounter,
     /// Unknown task ids by what became of them ([`ProbeResult`]); counted through `count_probe`.
     probes: IntCounterVec,
     /// keyrelay's own checks of a key-unusable verdict a caller's request drew, by result.
@@ -168,7 +175,24 @@ impl Metrics {
         let cluster = |name: &str, help: &str, labels: &[&str]| {
             IntGaugeVec::new(Opts::new(name, help), labels)
         };
+        let polls = register!(
+            r,
+            counter(
+                "keyrelay_polls_total",
+                "Callers' polls of a task (res.php get/get2, one per id of an ids= list, getTaskResult), by how they were answered: locally (too soon to ask the service again, or a final answer kept) or upstream.",
+                &["answered"],
+            )?
+        );
         Ok(Metrics {
+            polls_locally: polls.with_label_values(&["locally"]),
+            polls_upstream: polls.with_label_values(&["upstream"]),
+            orphan_polls: register!(
+                r,
+                IntCounter::new(
+                    "keyrelay_orphan_polls_total",
+                    "keyrelay's own polls of tasks nobody polled for [polling] orphan_after."
+                )?
+            ),
             cluster_up: register!(
                 r,
                 cluster(

@@ -16,6 +16,7 @@ mod body;
 mod hangup;
 mod json_front;
 mod local;
+mod orphans;
 mod poll;
 mod probe;
 mod submit;
@@ -24,6 +25,7 @@ pub mod verdict;
 
 pub use hangup::Hangup;
 pub(crate) use local::{Local, NoVerdict};
+pub use orphans::poll_orphan;
 use to_the_end::ToTheEnd;
 
 use std::convert::Infallible;

@@ -74,13 +74,15 @@ async fn upstream(body: &'static [u8], gzip: bool) -> (String, Arc<Mutex<Vec<Str
 
 async fn keyrelay_before(url: &str) -> Harness {
     let upstream = Upstream::parse(url).expect("valid url");
-    let config = Config::for_keys(
+    let mut config = Config::for_keys(
         upstream.clone(),
         vec![
             key("a", KEY_A, 1.0, &upstream),
             key("b", KEY_B, 1.0, &upstream),
         ],
     );
+    // A poll right after the submit goes upstream, with its key.
+    config.polling = keyrelay::config::Polling::off();
     // No simulator: this test's upstream is the raw server above.
     Harness::start_without_refresh_wait(sim_with(&[]).await, config).await
 }

@@ -228,7 +228,8 @@ const LAYERS: &[&[&str]] = &[
     &["tokens"],
     // Compact task tables; the upstream client and its account reads; certificates.
     &["task_table", "upstream", "tls"],
-    &["pins"],
+    // Task pins, and the polling cadence and kept answers of each task.
+    &["pins", "polling"],
     &["capacity"],
     // The shared pool on Redis: leases, pins, health and readings of several replicas.
     &["cluster"],

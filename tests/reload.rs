@@ -17,8 +17,11 @@ use keyrelay::reload::{reload_and_report, reload_file};
 fn write_config(path: &Path, sim_url: &str, keys: &[(&str, &str, f64)]) {
     let mut text = format!(
         "listen = \"127.0.0.1:0\"\nupstream = \"{sim_url}\"\nrefresh_interval = \"1h\"\n\
-         [failover]\nbackoff_base = \"1ms\"\nbackoff_max = \"2ms\"\n"
+         [failover]\nbackoff_base = \"1ms\"\nbackoff_max = \"2ms\"\n\
+         [polling]\ninterval = \"0s\"\n"
     );
+    // Polls relayed as they come (`[polling] interval = "0s"`): these tests poll the
+    // moment a task exists, to see which key the poll goes out with.
     for (name, value, weight) in keys {
         text.push_str(&format!(
             "[[keys]]\nname = \"{name}\"\nkey = \"{value}\"\nweight = {weight}\n"

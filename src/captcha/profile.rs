@@ -5,6 +5,8 @@
 //! CaptchaAI answers `threadsinfo`. `docs/providers.md` renders this table; a test keeps
 //! the two the same.
 
+use std::time::Duration;
+
 use super::reply::{classify, Outcome, Reply};
 use crate::provider::Provider;
 
@@ -51,9 +53,39 @@ pub struct Profile {
     /// tried.
     pub unserved: &'static [&'static str],
     pub currency: Currency,
+    /// How long after a submit the provider advises the first poll.
+    pub first_poll: PollAdvice,
     /// What this profile is unsure of; the behaviour there is the tolerant one.
     pub uncertain: &'static str,
 }
+
+/// The first poll's delay a provider advises, by kind of task: an image is read in
+/// seconds, a token (reCAPTCHA, Turnstile, GeeTest…) takes a browser's work.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PollAdvice {
+    pub image: Duration,
+    pub token: Duration,
+}
+
+/// Every service's docs and SDKs say the same: about 5 s for an image, 15 s for a token
+/// (CaptchaAI's examples, 2captcha's and rucaptcha's API references).
+const ADVISED_FIRST_POLL: PollAdvice = PollAdvice {
+    image: Duration::from_secs(5),
+    token: Duration::from_secs(15),
+};
+
+/// The `in.php` methods whose task is an image (or a text question) a worker reads at a
+/// glance; every other method is a token task.
+const IMAGE_METHODS: &[&str] = &[
+    "base64",
+    "post",
+    "textcaptcha",
+    "bls",
+    "grid",
+    "canvas",
+    "coordinates",
+    "rotatecaptcha",
+];
 
 /// Image types CaptchaAI documents as its own (BLS grids, Cloudflare's challenge page):
 /// 2captcha's `in.php` reference lists no such methods.
@@ -67,6 +99,7 @@ const PROFILES: [Profile; 5] = [
         codes: &[],
         unserved: &[],
         currency: Currency::Usd,
+        first_poll: ADVISED_FIRST_POLL,
         uncertain: "",
     },
     Profile {
@@ -76,6 +109,7 @@ const PROFILES: [Profile; 5] = [
         codes: &[],
         unserved: CAPTCHAAI_ONLY,
         currency: Currency::Usd,
+        first_poll: ADVISED_FIRST_POLL,
         uncertain: "",
     },
     Profile {
@@ -85,6 +119,7 @@ const PROFILES: [Profile; 5] = [
         codes: &[],
         unserved: CAPTCHAAI_ONLY,
         currency: Currency::Rub,
+        first_poll: ADVISED_FIRST_POLL,
         uncertain: "",
     },
     Profile {
@@ -94,6 +129,7 @@ const PROFILES: [Profile; 5] = [
         codes: &[],
         unserved: CAPTCHAAI_ONLY,
         currency: Currency::Usd,
+        first_poll: ADVISED_FIRST_POLL,
         uncertain: "which methods its 2captcha-compatible mode serves beyond images, reCAPTCHA, Turnstile and GeeTest; unlisted methods are tried",
     },
     Profile {
@@ -103,6 +139,7 @@ const PROFILES: [Profile; 5] = [
         codes: &[],
         unserved: CAPTCHAAI_ONLY,
         currency: Currency::Usd,
+        first_poll: ADVISED_FIRST_POLL,
         uncertain: "the meaning of its rarer error codes, read as 2captcha's",
     },
 ];
@@ -131,6 +168,20 @@ impl Profile {
                 .find(|(known, _)| *known == code.as_str())
                 .map_or(shared, |(_, outcome)| *outcome),
             _ => shared,
+        }
+    }
+
+    /// How long after a submit of `method` to poll first, as the provider advises.
+    pub fn first_poll(&self, method: &str) -> Duration {
+        let method = method.trim();
+        let image = method.is_empty()
+            || IMAGE_METHODS
+                .iter()
+                .any(|image| image.eq_ignore_ascii_case(method));
+        if image {
+            self.first_poll.image
+        } else {
+            self.first_poll.token
         }
     }
 
@@ -277,6 +328,25 @@ mod tests {
                 "unknown",
             ] {
                 assert!(p.serves(method), "{provider} {method}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_first_poll_waits_5s_for_an_image_and_15s_for_a_token_at_every_provider() {
+        for p in Profile::all() {
+            for image in ["base64", "post", "POST", " textcaptcha ", "bls", "grid", ""] {
+                assert_eq!(p.first_poll(image), Duration::from_secs(5), "{image}");
+            }
+            for token in [
+                "userrecaptcha",
+                "turnstile",
+                "hcaptcha",
+                "geetest",
+                "funcaptcha",
+                "unknown",
+            ] {
+                assert_eq!(p.first_poll(token), Duration::from_secs(15), "{token}");
             }
         }
     }

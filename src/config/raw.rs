@@ -30,6 +30,8 @@ pub(super) struct RawConfig {
     #[serde(default)]
     pub pins: RawPins,
     #[serde(default)]
+    pub polling: super::polling::RawPolling,
+    #[serde(default)]
     pub limits: RawLimits,
     #[serde(default)]
     pub timeouts: RawTimeouts,

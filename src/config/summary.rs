@@ -90,6 +90,30 @@ pub(super) fn render(config: &Config) -> String {
         format_duration(c.stale_after),
         format_duration(c.slow_start)
     );
+    let polling = &config.polling;
+    let _ = if polling.shapes() {
+        let first = match polling.first {
+            super::FirstPoll::Auto => "auto".to_owned(),
+            super::FirstPoll::After(delay) => format_duration(delay).to_string(),
+        };
+        writeln!(
+            out,
+            "polling: interval {}, first {first}, keep_answers {} (at most {}), orphan_after {} \
+             ({} polls a second)",
+            format_duration(polling.interval),
+            format_duration(polling.keep_answers),
+            polling.keep_answers_max,
+            format_duration(polling.orphan_after),
+            polling.orphan_polls_per_second
+        )
+    } else {
+        writeln!(
+            out,
+            "polling: interval 0s (every poll relayed), orphan_after {} ({} polls a second)",
+            format_duration(polling.orphan_after),
+            polling.orphan_polls_per_second
+        )
+    };
     let brake = config.scaling.brake_balance;
     let _ = writeln!(
         out,

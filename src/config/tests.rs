@@ -80,6 +80,7 @@ mod exposure;
 mod key_entries;
 mod load;
 mod parse_errors;
+mod polling;
 mod providers;
 mod scaling;
 mod secrets;

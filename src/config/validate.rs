@@ -32,6 +32,7 @@ pub(super) fn validate(
     );
     let failover = failover(p, raw.failover);
     let pins = pins(p, raw.pins);
+    let polling = super::polling::polling(p, raw.polling);
     let limits = limits(p, raw.limits);
     let timeouts = timeouts(p, raw.timeouts);
     let observability = Observability {
@@ -86,6 +87,7 @@ pub(super) fn validate(
         keys,
         failover,
         pins,
+        polling,
         limits,
         timeouts,
         observability,

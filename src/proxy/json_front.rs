@@ -284,7 +284,9 @@ fn local_answer(method: JsonMethod, dialect: Dialect, local: &Local) -> String {
             JsonError::from_service("ERROR_UNREADABLE_ANSWER", "the pool's balance is unknown")
         }
         // "Not ready, as far as keyrelay knows": the client polls again.
-        Local::NoVerdict { get: true, .. } => return dialect.processing(),
+        Local::NoVerdict { get: true, .. } | Local::Shaped => return dialect.processing(),
+        // The final answer kept from an earlier poll: read as if it had just come.
+        Local::Kept(kept) => return relayed(method, dialect, &kept.body),
         // Every thread busy: the JSON clients' "no slot, retry" rather than in.php's
         // zero-balance spelling of it.
         Local::PoolFull { .. } | Local::AllBusy { .. } => {

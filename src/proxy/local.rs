@@ -7,6 +7,7 @@
 //! errors: clients read any other status as a network failure.
 
 use std::borrow::Cow;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -16,6 +17,7 @@ use crate::captcha::{
     self, Answer, Conflict, RequestError, TaskId, MAX_TASK_ID_LEN, TASK_ID_PUNCTUATION,
 };
 use crate::metrics::{LocalCode, RequestOutcome};
+use crate::polling::Kept;
 
 /// An answer of keyrelay's own.
 #[derive(Debug)]
@@ -64,6 +66,11 @@ pub(crate) enum Local {
     /// on their own timeout, where `ERROR_WRONG_CAPTCHA_ID` would make them drop a task that
     /// may exist. A report cannot be answered that way: "retry later".
     NoVerdict { why: NoVerdict, get: bool },
+    /// A poll too soon after the submit, or after the last upstream poll of the task
+    /// (`[polling]`): not ready, without asking the service.
+    Shaped,
+    /// A poll of a task whose final answer keyrelay kept (`[polling] keep_answers`).
+    Kept(Arc<Kept>),
     /// `getbalance`: the pool's total, already formatted.
     Balance(String),
     /// `threadsinfo`: pool totals, always JSON as the service answers it.
@@ -122,9 +129,11 @@ impl Local {
             Local::NoTaskId | Local::NotATaskId | Local::UnknownTask { .. } => {
                 LocalCode::WrongCaptchaId
             }
-            Local::NoVerdict { get: true, .. } => LocalCode::NotReady,
+            Local::NoVerdict { get: true, .. } | Local::Shaped => LocalCode::NotReady,
             Local::NoVerdict { get: false, .. } => LocalCode::ServerError,
-            Local::Balance(_) | Local::Threads(_) | Local::Ids { .. } => LocalCode::Ok,
+            Local::Balance(_) | Local::Threads(_) | Local::Ids { .. } | Local::Kept(_) => {
+                LocalCode::Ok
+            }
             Local::NoToken | Local::WrongToken => LocalCode::WrongUserKey,
         }
     }
@@ -152,7 +161,9 @@ impl Local {
                 NoVerdict::ProbeBudget => RequestOutcome::ProbeBudget,
                 NoVerdict::OwnerUnknown => RequestOutcome::UnknownTask,
             },
-            Local::Balance(_) | Local::Threads(_) => RequestOutcome::Success,
+            Local::Balance(_) | Local::Threads(_) | Local::Shaped | Local::Kept(_) => {
+                RequestOutcome::Success
+            }
             Local::Ids { asked: true, .. } => RequestOutcome::Success,
             Local::Ids { asked: false, .. } => RequestOutcome::UnknownTask,
             Local::Panicked => RequestOutcome::InternalError,
@@ -241,7 +252,11 @@ impl Local {
                 let then = if *get { "poll again" } else { "retry later" };
                 format!("{why}; {then}").into()
             }
-            Local::Balance(_) | Local::Threads(_) | Local::Ids { .. } => "".into(),
+            Local::Shaped => {
+                "keyrelay asked the service about this task moments ago; poll again in a few seconds"
+                    .into()
+            }
+            Local::Balance(_) | Local::Threads(_) | Local::Ids { .. } | Local::Kept(_) => "".into(),
             Local::Panicked => "keyrelay failed to serve this request; retry".into(),
             Local::NoToken => {
                 "keyrelay needs an access token: send it as the key parameter".into()
@@ -255,6 +270,7 @@ impl Local {
         match self {
             Local::Balance(total) => captcha::value_answer(total, json),
             Local::Ids { items, .. } => captcha::ids_answer(items, json),
+            Local::Kept(kept) => kept.answer(json),
             Local::Threads(figures) => Answer {
                 content_type: "application/json",
                 body: serde_json::to_vec(figures)
@@ -335,6 +351,11 @@ mod tests {
             ("NoVerdict", no_verdict(NoVerdict::OwnerUnknown, true)),
             ("NoVerdict", no_verdict(NoVerdict::ProbeBudget, true)),
             ("NoVerdict", no_verdict(NoVerdict::ProbeBudget, false)),
+            ("Shaped", Local::Shaped),
+            (
+                "Kept",
+                Local::Kept(Arc::new(crate::polling::Kept::of_item("abc"))),
+            ),
             ("Balance", Local::Balance("1.5".into())),
             (
                 "Threads",
@@ -386,6 +407,8 @@ mod tests {
             Local::NotATaskId => "NotATaskId",
             Local::UnknownTask { .. } => "UnknownTask",
             Local::NoVerdict { .. } => "NoVerdict",
+            Local::Shaped => "Shaped",
+            Local::Kept(_) => "Kept",
             Local::Balance(_) => "Balance",
             Local::Threads(_) => "Threads",
             Local::Ids { .. } => "Ids",

@@ -18,6 +18,7 @@ use crate::failover::{self, Next};
 use crate::log_limit::{Throttle, INTERVAL};
 use crate::metrics::{LocalCode, RequestOutcome};
 use crate::pins::SharedLookup;
+use crate::polling::{Gate, Kept};
 use crate::pool::KeyEntry;
 
 // The codes an `ids=` slot answers with when keyrelay answers it itself.
@@ -98,6 +99,7 @@ async fn poll_one(ctx: &Ctx, parsed: &ParsedRequest, action: TaskAction, raw: &s
                 // the final answer gives it back, here as on a pinned poll.
                 if action.polls() && ends_task {
                     ctx.app.finish_task(&task);
+                    keep_final(ctx, &task, action, &answer.body);
                 }
                 Handled::relayed(answer, RequestOutcome::relayed(outcome), &key, 1)
             }
@@ -106,6 +108,11 @@ async fn poll_one(ctx: &Ctx, parsed: &ParsedRequest, action: TaskAction, raw: &s
             Probed::NoBudget => no_verdict(action, NoVerdict::ProbeBudget),
         };
     };
+    if action.polls() {
+        if let Some(local) = answered_locally(ctx, &task, action) {
+            return local.into();
+        }
+    }
     let (attempt, tries) = with_retries(ctx, &key, parsed, checked).await;
     let outcome = RequestOutcome::relayed(attempt.outcome());
     tracing::info!(
@@ -116,21 +123,63 @@ async fn poll_one(ctx: &Ctx, parsed: &ParsedRequest, action: TaskAction, raw: &s
         latency_ms = started.elapsed().as_millis() as u64,
         "poll"
     );
-    if action.polls() && attempt.ends_task() {
+    let ends = action.polls() && attempt.ends_task();
+    if ends {
         ctx.app.finish_task(&task);
     }
     match attempt.deliverable() {
-        Some(answer) => Handled::relayed(answer, outcome, &key, tries),
+        Some(answer) => {
+            if ends {
+                keep_final(ctx, &task, action, &answer.body);
+            }
+            Handled::relayed(answer, outcome, &key, tries)
+        }
         None => no_verdict(action, NoVerdict::Unanswered),
     }
 }
 
-/// Finishes every task of an `ids=` answer whose item is final.
+/// What keyrelay answers itself to a caller's poll of `task` (see `polling`): not ready
+/// while it is too soon to ask the service again, or the final answer kept. `None`: the
+/// poll goes upstream. Either way the poll is counted.
+fn answered_locally(ctx: &Ctx, task: &TaskId, action: TaskAction) -> Option<Local> {
+    let polling = &ctx.snapshot.config.polling;
+    let local = match ctx.app.polling().gate(polling, task, Instant::now()) {
+        Gate::Upstream => None,
+        Gate::NotYet => Some(Local::Shaped),
+        // A `get2` wants the cost beside the solution, which a kept `get` answer lacks:
+        // that poll asks the service, which still knows the task.
+        Gate::Kept(kept) if kept.get2 == (action == TaskAction::Get2) => Some(Local::Kept(kept)),
+        Gate::Kept(_) => None,
+    };
+    let metrics = ctx.app.metrics();
+    match local {
+        Some(_) => metrics.polls_locally.inc(),
+        None => metrics.polls_upstream.inc(),
+    }
+    local
+}
+
+/// `task` got its final answer, `body`: kept for the polls that may follow.
+pub(super) fn keep_final(ctx: &Ctx, task: &TaskId, action: TaskAction, body: &bytes::Bytes) {
+    if let Some(kept) = Kept::of(body.clone(), action == TaskAction::Get2) {
+        let polling = &ctx.snapshot.config.polling;
+        ctx.app
+            .polling()
+            .finished(polling, task, kept, Instant::now());
+    }
+}
+
+/// Finishes every task of an `ids=` answer whose item is final, and keeps its answer.
 fn finish_items(ctx: &Ctx, ids: &[&str], items: &[String]) {
+    let polling = &ctx.snapshot.config.polling;
     for (id, item) in ids.iter().zip(items) {
         if item != NOT_READY && item != "CAPTCHA_NOT_READY" {
             if let Some(task) = TaskId::parse(id) {
                 ctx.app.finish_task(&task);
+                let kept = Kept::of_item(item);
+                ctx.app
+                    .polling()
+                    .finished(polling, &task, kept, Instant::now());
             }
         }
     }
@@ -242,8 +291,11 @@ enum Slot {
     Key(Arc<KeyEntry>),
     /// Answered by keyrelay: `ERROR_WRONG_CAPTCHA_ID` when the id cannot be a task or no key
     /// owns it; `CAPCHA_NOT_READY` when there is no verdict yet (a probe that could not be
-    /// sure, a spent probe budget, or an id past the probe limit).
+    /// sure, a spent probe budget, or an id past the probe limit) or it is too soon to ask
+    /// the service again (`polling`).
     Local(&'static str),
+    /// The task's final answer, kept from an earlier poll: its item.
+    Kept(String),
 }
 
 /// `get` with `ids=a,b,c`: ids of one key go out together; the answers are re-joined in the
@@ -316,7 +368,17 @@ async fn poll_many(ctx: &Ctx, parsed: &ParsedRequest, ids: &str) -> Handled {
             *slot = Some(verdict.cloned().unwrap_or(Slot::Local(NOT_READY)));
         }
     }
-    let slots: Vec<Slot> = slots.into_iter().flatten().collect();
+    let mut slots: Vec<Slot> = slots.into_iter().flatten().collect();
+    // Each task a key owns is shaped as a poll of it alone would be.
+    for (slot, task) in slots.iter_mut().zip(&tasks) {
+        if let (Slot::Key(_), Some(task)) = (&*slot, task) {
+            match answered_locally(ctx, task, TaskAction::Get) {
+                None => {}
+                Some(Local::Kept(kept)) => *slot = Slot::Kept(kept.item()),
+                Some(_) => *slot = Slot::Local(NOT_READY),
+            }
+        }
+    }
 
     // Groups in order of first appearance, so requests go out in a stable order.
     let mut groups: Vec<(Arc<KeyEntry>, Vec<usize>)> = Vec::new();
@@ -355,6 +417,7 @@ async fn poll_many(ctx: &Ctx, parsed: &ParsedRequest, ids: &str) -> Handled {
         .iter()
         .map(|slot| match slot {
             Slot::Local(code) => (*code).to_owned(),
+            Slot::Kept(item) => item.clone(),
             Slot::Key(_) => NOT_READY.to_owned(),
         })
         .collect();

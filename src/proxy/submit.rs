@@ -58,13 +58,20 @@ pub(super) async fn submit(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
     let candidates = pool
         .candidates(pick_rng, started)
         .for_method(method.as_deref());
-    let limits = &ctx.snapshot.config.capacity;
     let token = ctx.token.as_deref();
-    let mut admission =
-        match Admission::begin(&ctx.app, pool, limits, token, candidates, started).await {
-            Ok(admission) => admission,
-            Err(refusal) => return pool_full(ctx, refusal, None, 0, started),
-        };
+    let mut admission = match Admission::begin(
+        &ctx.app,
+        pool,
+        &ctx.snapshot.config,
+        token,
+        candidates,
+        started,
+    )
+    .await
+    {
+        Ok(admission) => admission,
+        Err(refusal) => return pool_full(ctx, refusal, None, 0, started),
+    };
     let mut worst: Option<Failure<'_>> = None;
     let mut attempts = 0u32;
     let mut previous: Option<(&Arc<KeyEntry>, &'static str)> = None;
@@ -131,7 +138,10 @@ pub(super) async fn submit(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
         }
         match (decision.next, attempt) {
             (Next::Answer, Attempt::Answered(answered)) => {
-                return answer(ctx, key, admission, ticket, answered, attempts, started).await;
+                return answer(
+                    ctx, parsed, key, admission, ticket, answered, attempts, started,
+                )
+                .await;
             }
             // No answer came to give: a failed exchange fails over whatever the policy says.
             (Next::Answer | Next::Failover, attempt) => {
@@ -202,8 +212,10 @@ fn pool_full(
     .into()
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn answer<'a, R: rand::Rng>(
     ctx: &'a Ctx,
+    parsed: &ParsedRequest,
     key: &Arc<KeyEntry>,
     admission: Admission<'a, R>,
     ticket: Ticket<'a>,
@@ -219,7 +231,11 @@ async fn answer<'a, R: rand::Rng>(
     };
     if let Some(id) = &task_id {
         // Not boxed, as the seat: the shared count's step is boxed by its store.
-        admission.open(ticket, key, id).await;
+        // Read only where it can matter: the first poll's delay follows the method.
+        let method = (ctx.snapshot.config.polling.shapes())
+            .then(|| parsed.param("method"))
+            .flatten();
+        admission.open(ticket, key, id, method.as_deref()).await;
         ctx.app.emit(|| Event::Pinned {
             key: key.name.clone(),
             task_id: id.to_string(),

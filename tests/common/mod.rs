@@ -106,6 +106,9 @@ pub fn config_for(sim: &SimHandle, keys: &[(&str, &str, f64)]) -> Config {
     config.failover.backoff_max = Duration::from_millis(5);
     config.timeouts.request = Duration::from_secs(5);
     config.timeouts.refresh = Duration::from_secs(5);
+    // Every poll relayed: the tests of other rules poll the moment a task exists, and count
+    // what reaches the simulator. tests/polling.rs shapes them.
+    config.polling = keyrelay::config::Polling::off();
     config
 }
 

@@ -22,6 +22,7 @@ fn debug_and_summary_show_no_key() {
          pins: ttl 2h, max_pins 1000000; limits: max_body 16777216 bytes; key_headers true\n\
          timeouts: connect 10s, request 1m, solve 3m, refresh 15s\n\
          strategy weighted; capacity: queue_timeout 5s, max_queued 1000, stale_after 5m, slow_start 30s\n\
+         polling: interval 5s, first auto, keep_answers 10m (at most 100000), orphan_after 30s (20 polls a second)\n\
          scaling: brake_balance 0 (never brakes)\n\
          access: no tokens; admin: on the proxy listeners, no token\n3 keys:\n\
          \x20 name      tier  provider   upstream                   weight  threads  fingerprint\n\
