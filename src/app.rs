@@ -24,7 +24,7 @@ use crate::health::{HealthStore, MemoryHealth, NoSharedHealth, Reason, SharedHea
 use crate::metrics::{Metrics, Release};
 use crate::outage::Outages;
 use crate::pins::{JournalPins, MemoryPins, NoSharedPins, PinStore, ProbeState, SharedPins};
-use crate::polling::PollShaper;
+use crate::polling::{NoSharedPolls, PollShaper, SharedPolls};
 use crate::pool::{
     FileHolds, HoldStore, HoldsFileError, KeyEntry, KeyPool, MemoryHolds, Selection,
 };
@@ -85,6 +85,9 @@ struct Inner {
     /// Where key health changes and the IP-ban pause go for other replicas to adopt;
     /// nowhere for a single instance.
     shared_health: Arc<dyn SharedHealth>,
+    /// Where polling turns and kept answers are shared across replicas; nowhere for a
+    /// single instance.
+    shared_polls: Arc<dyn SharedPolls>,
     /// Every key ever configured, by stable id; outlives snapshots for the same reason.
     /// Shared with the pin journal, which writes keys by name.
     registry: Arc<KeyRegistry>,
@@ -206,18 +209,21 @@ impl App {
         };
         // Single instance and cluster differ in these stores, chosen here, and nowhere on
         // the request path or in the pool.
-        let (shared_pins, shared_threads, shared_health): SharedStores = match &cluster {
-            Some(cluster) => (
-                Arc::new(cluster.clone()),
-                Arc::new(cluster.clone()),
-                Arc::new(cluster.clone()),
-            ),
-            None => (
-                Arc::new(NoSharedPins),
-                Arc::new(NoSharedThreads),
-                Arc::new(NoSharedHealth),
-            ),
-        };
+        let (shared_pins, shared_threads, shared_health, shared_polls): SharedStores =
+            match &cluster {
+                Some(cluster) => (
+                    Arc::new(cluster.clone()),
+                    Arc::new(cluster.clone()),
+                    Arc::new(cluster.clone()),
+                    Arc::new(cluster.clone()),
+                ),
+                None => (
+                    Arc::new(NoSharedPins),
+                    Arc::new(NoSharedThreads),
+                    Arc::new(NoSharedHealth),
+                    Arc::new(NoSharedPolls),
+                ),
+            };
         let pool = build_pool(
             &config,
             &registry,
@@ -246,6 +252,7 @@ impl App {
             shared_pins,
             shared_threads,
             shared_health,
+            shared_polls,
             registry,
             health,
             capacity,
@@ -351,6 +358,10 @@ impl App {
     /// The fleet's copy of pins (none for a single instance).
     pub fn shared_pins(&self) -> &dyn SharedPins {
         &*self.0.shared_pins
+    }
+
+    pub fn shared_polls(&self) -> &dyn SharedPolls {
+        &*self.0.shared_polls
     }
 
     /// Every key this process has served, current or retired, by id.
@@ -603,15 +614,16 @@ impl App {
     }
 }
 
-/// The pin store: a journal in `data_dir` when pins are durable and there is a directory
-/// (a config loaded from a file), else memory only (configs built in code: tests, demo).
 /// The stores that differ between a single instance and replicas sharing the pool.
 type SharedStores = (
     Arc<dyn SharedPins>,
     Arc<dyn SharedThreads>,
     Arc<dyn SharedHealth>,
+    Arc<dyn SharedPolls>,
 );
 
+/// The pin store: a journal in `data_dir` when pins are durable and there is a directory
+/// (a config loaded from a file), else memory only (configs built in code: tests, demo).
 fn open_pins(
     config: &Config,
     registry: &Arc<KeyRegistry>,

@@ -21,6 +21,7 @@
 //! - `generation.rs`: the fleet's epoch and each key's generation, which tell a Redis
 //!   that lost its state;
 //! - `pins.rs`: pins read by other replicas, and the pins that wait for Redis;
+//! - `polls.rs`: a task's polling turn across the fleet and its kept final answer;
 //! - `spares.rs`: threads taken ahead for the next submits;
 //! - `leases.rs`: a submit's lease, kept as its task's with the pin, and releases
 //!   ([`SharedLease`], [`Admit`]);
@@ -37,6 +38,7 @@ mod layout;
 mod leases;
 mod membership;
 mod pins;
+mod polls;
 mod remembered;
 mod scripts;
 mod spares;

@@ -11,10 +11,12 @@
 mod cadence;
 mod kept;
 mod pace;
+mod shared;
 
 pub use cadence::Cadence;
 pub use kept::{Kept, KeptAnswers, MemoryKept, Verdict};
 pub use pace::Pace;
+pub use shared::{decode, encode, NoSharedPolls, SharedPolls, SharedTurn, TurnFuture};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -78,8 +80,8 @@ impl PollShaper {
         }
     }
 
-    /// An upstream poll of `task` got its final answer: no more upstream polls of it, and
-    /// the answer is kept for repeated polls.
+    /// An upstream poll of `task` got its final answer (here, or on another replica that
+    /// shared it): no more upstream polls of it, and the answer is kept for repeated polls.
     pub fn finished(&self, settings: &Polling, task: &TaskId, answer: Kept, now: Instant) {
         self.cadence.close(task);
         if settings.shapes() {

@@ -26,6 +26,7 @@ pub enum Op {
     Sync,
     Refresher,
     Pause,
+    Poll,
 }
 
 impl Op {
@@ -40,6 +41,7 @@ impl Op {
         Op::Sync,
         Op::Refresher,
         Op::Pause,
+        Op::Poll,
     ];
 
     pub fn label(self) -> &'static str {
@@ -54,6 +56,7 @@ impl Op {
             Op::Sync => "sync",
             Op::Refresher => "refresher",
             Op::Pause => "pause",
+            Op::Poll => "poll",
         }
     }
 }

@@ -88,6 +88,17 @@ impl Layout {
         Joined([&self.prefix, ":pin:", task])
     }
 
+    /// String, for `[polling] keep_answers`: a task's final answer (`polling::encode`).
+    pub fn kept<'a>(&'a self, task: &'a str) -> Joined<'a, 3> {
+        Joined([&self.prefix, ":kept:", task])
+    }
+
+    /// String, for one `[polling] interval`: set by the replica whose poll of the task
+    /// goes upstream.
+    pub fn turn<'a>(&'a self, task: &'a str) -> Joined<'a, 3> {
+        Joined([&self.prefix, ":turn:", task])
+    }
+
     /// `prefix:key:{name}:what`. Named on every submit: the pieces go straight into the
     /// command, with no string built for them and no formatting machinery.
     fn key_state<'a>(&'a self, key: &'a str, what: &'static str) -> Joined<'a, 5> {

@@ -170,7 +170,11 @@ fn in_php(method: JsonMethod, request: &JsonRequest<'_>) -> Result<InPhp, JsonEr
         ),
         _ => match std::str::from_utf8(&encoded) {
             Ok(query) => ParsedRequest::parse(Some(query), None, Bytes::new()),
-            Err(_) => return Err(JsonError::bad_parameters("the request could not be encoded")),
+            Err(_) => {
+                return Err(JsonError::bad_parameters(
+                    "the request could not be encoded",
+                ))
+            }
         },
     };
     // What keyrelay encoded itself always parses; should it not, the client hears why.

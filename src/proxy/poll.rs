@@ -18,7 +18,7 @@ use crate::failover::{self, Next};
 use crate::log_limit::{Throttle, INTERVAL};
 use crate::metrics::{LocalCode, RequestOutcome};
 use crate::pins::SharedLookup;
-use crate::polling::{Gate, Kept};
+use crate::polling::{Gate, Kept, SharedTurn};
 use crate::pool::KeyEntry;
 
 // The codes an `ids=` slot answers with when keyrelay answers it itself.
@@ -109,7 +109,7 @@ async fn poll_one(ctx: &Ctx, parsed: &ParsedRequest, action: TaskAction, raw: &s
         };
     };
     if action.polls() {
-        if let Some(local) = answered_locally(ctx, &task, action) {
+        if let Some(local) = answered_locally(ctx, &task, action).await {
             return local.into();
         }
     }
@@ -139,17 +139,19 @@ async fn poll_one(ctx: &Ctx, parsed: &ParsedRequest, action: TaskAction, raw: &s
 }
 
 /// What keyrelay answers itself to a caller's poll of `task` (see `polling`): not ready
-/// while it is too soon to ask the service again, or the final answer kept. `None`: the
-/// poll goes upstream. Either way the poll is counted.
-fn answered_locally(ctx: &Ctx, task: &TaskId, action: TaskAction) -> Option<Local> {
+/// while it is too soon to ask the service again (here, or anywhere in the fleet), or the
+/// final answer kept (by any replica). `None`: the poll goes upstream. Either way the poll
+/// is counted.
+async fn answered_locally(ctx: &Ctx, task: &TaskId, action: TaskAction) -> Option<Local> {
     let polling = &ctx.snapshot.config.polling;
+    let fleet = polling.shapes() && ctx.app.shared_polls().shares();
     let local = match ctx.app.polling().gate(polling, task, Instant::now()) {
+        Gate::Upstream if fleet => fleet_turn(ctx, task, action, true).await,
         Gate::Upstream => None,
+        // Too soon here; but another replica may have kept the answer meanwhile.
+        Gate::NotYet if fleet => fleet_turn(ctx, task, action, false).await,
         Gate::NotYet => Some(Local::Shaped),
-        // A `get2` wants the cost beside the solution, which a kept `get` answer lacks:
-        // that poll asks the service, which still knows the task.
-        Gate::Kept(kept) if kept.get2 == (action == TaskAction::Get2) => Some(Local::Kept(kept)),
-        Gate::Kept(_) => None,
+        Gate::Kept(kept) => same_action(kept, action),
     };
     let metrics = ctx.app.metrics();
     match local {
@@ -159,27 +161,60 @@ fn answered_locally(ctx: &Ctx, task: &TaskId, action: TaskAction) -> Option<Loca
     local
 }
 
-/// `task` got its final answer, `body`: kept for the polls that may follow.
+/// A kept answer for a poll of `action`. A `get2` wants the cost beside the solution,
+/// which a kept `get` answer lacks: that poll asks the service, which still knows the task.
+fn same_action(kept: Arc<Kept>, action: TaskAction) -> Option<Local> {
+    (kept.get2 == (action == TaskAction::Get2)).then_some(Local::Kept(kept))
+}
+
+/// Where replicas share the pool, the fleet's word on a caller's poll: an answer another
+/// replica kept (taken as this replica's own final answer); else, where this replica
+/// would ask the service (`may_go`), whether another replica did within the interval.
+async fn fleet_turn(ctx: &Ctx, task: &TaskId, action: TaskAction, may_go: bool) -> Option<Local> {
+    let polling = &ctx.snapshot.config.polling;
+    let interval = may_go.then_some(polling.interval);
+    match ctx.app.shared_polls().turn(task, interval).await {
+        SharedTurn::Go => None,
+        SharedTurn::Wait => Some(Local::Shaped),
+        SharedTurn::Kept(kept) => {
+            // The task ended on another replica: a thread this one holds for it comes back.
+            ctx.app.finish_task(task);
+            let kept = Arc::new(kept);
+            ctx.app
+                .polling()
+                .finished(polling, task, (*kept).clone(), Instant::now());
+            same_action(kept, action)
+        }
+    }
+}
+
+/// `task` got its final answer, `body`: kept for the polls that may follow, here and, where
+/// replicas share the pool, on every replica.
 pub(super) fn keep_final(ctx: &Ctx, task: &TaskId, action: TaskAction, body: &bytes::Bytes) {
     if let Some(kept) = Kept::of(body.clone(), action == TaskAction::Get2) {
-        let polling = &ctx.snapshot.config.polling;
-        ctx.app
-            .polling()
-            .finished(polling, task, kept, Instant::now());
+        keep(ctx, task, kept);
     }
+}
+
+fn keep(ctx: &Ctx, task: &TaskId, kept: Kept) {
+    let polling = &ctx.snapshot.config.polling;
+    if polling.shapes() {
+        ctx.app
+            .shared_polls()
+            .keep(task, &kept, polling.keep_answers);
+    }
+    ctx.app
+        .polling()
+        .finished(polling, task, kept, Instant::now());
 }
 
 /// Finishes every task of an `ids=` answer whose item is final, and keeps its answer.
 fn finish_items(ctx: &Ctx, ids: &[&str], items: &[String]) {
-    let polling = &ctx.snapshot.config.polling;
     for (id, item) in ids.iter().zip(items) {
         if item != NOT_READY && item != "CAPTCHA_NOT_READY" {
             if let Some(task) = TaskId::parse(id) {
                 ctx.app.finish_task(&task);
-                let kept = Kept::of_item(item);
-                ctx.app
-                    .polling()
-                    .finished(polling, &task, kept, Instant::now());
+                keep(ctx, &task, Kept::of_item(item));
             }
         }
     }
@@ -372,7 +407,7 @@ async fn poll_many(ctx: &Ctx, parsed: &ParsedRequest, ids: &str) -> Handled {
     // Each task a key owns is shaped as a poll of it alone would be.
     for (slot, task) in slots.iter_mut().zip(&tasks) {
         if let (Slot::Key(_), Some(task)) = (&*slot, task) {
-            match answered_locally(ctx, task, TaskAction::Get) {
+            match answered_locally(ctx, task, TaskAction::Get).await {
                 None => {}
                 Some(Local::Kept(kept)) => *slot = Slot::Kept(kept.item()),
                 Some(_) => *slot = Slot::Local(NOT_READY),
