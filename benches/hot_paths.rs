@@ -244,6 +244,7 @@ fn token_check(c: &mut Criterion) {
                 tiers: None,
                 max_threads: Some(20),
                 max_tunnels: keyrelay::config::DEFAULT_MAX_TUNNELS,
+                budget: None,
             })
             .collect();
         let ids = (0..3).map(|i| KeyId(i as u16)).zip(&keys);

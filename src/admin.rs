@@ -8,9 +8,11 @@
 //! it (`by = "admin"`, how it got in, and the peer address) and what it did.
 
 mod auth;
+mod budgets;
 mod keys;
 
 pub use auth::{Denied, Granted};
+pub use budgets::{BudgetList, BudgetRow};
 pub use keys::{ErrorBody, KeyAnswer, KeyList, KeyRow};
 
 use std::net::SocketAddr;
@@ -44,6 +46,7 @@ pub fn owns(path: &str) -> bool {
 #[derive(Debug, PartialEq, Eq)]
 enum Route {
     List,
+    Budgets,
     Hold(String, Option<AdminHold>),
     RefreshOne(String),
     RefreshAll,
@@ -56,6 +59,7 @@ impl Route {
         let segments: Vec<&str> = rest.trim_matches('/').split('/').collect();
         Some(match segments.as_slice() {
             ["keys"] => (Route::List, Method::GET),
+            ["budgets"] => (Route::Budgets, Method::GET),
             ["refresh"] => (Route::RefreshAll, Method::POST),
             ["keys", name, action] => {
                 let name = percent_encoding::percent_decode_str(name)
@@ -132,6 +136,10 @@ pub async fn handle<B>(app: &App, peer: SocketAddr, req: Request<B>) -> Answer {
             tracing::debug!(by = "admin", auth = granted.label(), %peer, "admin listed keys");
             json(StatusCode::OK, &list(app))
         }
+        Route::Budgets => {
+            tracing::debug!(by = "admin", auth = granted.label(), %peer, "admin listed budgets");
+            json(StatusCode::OK, &budget_list(app))
+        }
         Route::Hold(name, hold) => set_hold(app, &who, &name, hold),
         Route::RefreshOne(name) => refresh_one(app, &who, &name).await,
         Route::RefreshAll => refresh_all(app, &who).await,
@@ -153,6 +161,20 @@ fn list(app: &App) -> KeyList {
             .keys()
             .iter()
             .map(|key| KeyRow::of(&snapshot.pool, key, now))
+            .collect(),
+    }
+}
+
+/// Every caller token's spend, in config order.
+fn budget_list(app: &App) -> BudgetList {
+    let snapshot = app.snapshot();
+    let now = crate::budgets::now();
+    BudgetList {
+        tokens: snapshot
+            .tokens
+            .tokens()
+            .iter()
+            .map(|token| BudgetRow::of(app.budgets(), token, now))
             .collect(),
     }
 }

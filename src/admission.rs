@@ -13,6 +13,7 @@ use rand::Rng;
 use tokio::time::Instant;
 
 use crate::app::App;
+use crate::budgets;
 use crate::capacity::{Lease, Refusal, SharedSeat, SharedTake, Take, Waited};
 use crate::captcha::{Profile, TaskId};
 use crate::config::{Capacity as Limits, Config};
@@ -111,8 +112,9 @@ impl<'a, R: Rng> Admission<'a, R> {
 
     /// The service accepted the submit on `key` and answered `task`: the task is pinned to
     /// `key` for the caller token (with the thread it holds of the token's cap), keeps the
-    /// key's thread here and its seat in the shared count, and gets its polling cadence
-    /// (`method`'s first poll as the key's provider advises it), all before the caller has
+    /// key's thread here and its seat in the shared count, gets its polling cadence
+    /// (`method`'s first poll as the key's provider advises it) and, for a caller token,
+    /// reserves the method's price in the token's budget, all before the caller has
     /// the id, so that a poll on any replica finds its key. The shared seat is kept after
     /// the local writes: the shared count never holds a task this replica does not.
     pub async fn open(
@@ -134,6 +136,13 @@ impl<'a, R: Rng> Admission<'a, R> {
         ticket.local.keep_for(task.clone(), now);
         if let Some(hold) = hold {
             self.app.capacity().keep_token(task.clone(), hold, now);
+        }
+        if let Some(token) = token {
+            // A key of a thread-billed plan, or one the price table leaves out, costs 0.
+            let price = (self.config.prices)
+                .per_task(key.provider, method.unwrap_or(""))
+                .unwrap_or(0.0);
+            (self.app.budgets()).reserve(task.clone(), &token.name, price, budgets::now());
         }
         let token_name = token.map_or("", |t| &*t.name);
         if let Some(seat) = ticket.seat {

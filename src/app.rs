@@ -17,9 +17,11 @@ use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 use tower::retry::budget::{Budget, TpsBudget};
 
+use crate::budgets::Budgets;
 use crate::capacity::{Capacity, MemoryLoad, NoSharedThreads, ReadMark, SharedThreads};
 use crate::cluster::{Cluster, ClusterError};
 use crate::config::Config;
+use crate::config::DEFAULT_BUDGET_PERIOD;
 use crate::health::{HealthStore, MemoryHealth, NoSharedHealth, Reason, SharedHealth, StateKind};
 use crate::metrics::{Metrics, Release};
 use crate::outage::Outages;
@@ -118,6 +120,9 @@ struct Inner {
     /// Each open task's polling cadence and the final answers kept; outlives snapshots, as
     /// pins do.
     polling: PollShaper,
+    /// What each caller token's tasks have spent; outlives snapshots, and is saved in
+    /// `data_dir` (`budgets.json`) so it outlives the process too.
+    budgets: Budgets,
     /// Threads held per caller token, by name; outlives snapshots as `capacity` does.
     token_counters: Arc<TokenCounters>,
     /// Wrong tokens by address: the allowance that rate-limits token guessing.
@@ -242,6 +247,7 @@ impl App {
         );
         let (events, _) = broadcast::channel(EVENT_BUFFER);
         let tokens = token_table(&config, &pool, &token_counters);
+        let config_data_dir = config.data_dir.clone();
         Ok(App(Arc::new(Inner {
             snapshot: ArcSwap::from_pointee(Snapshot {
                 config,
@@ -267,6 +273,7 @@ impl App {
             paused_until: Mutex::new(None),
             probe: ProbeState::default(),
             polling: PollShaper::default(),
+            budgets: open_budgets(&config_data_dir),
             token_counters,
             denials: Denials::default(),
             ejection_lock: Mutex::new(()),
@@ -376,6 +383,26 @@ impl App {
     /// Threads in use per key, leases, and the queue for a full pool.
     pub fn polling(&self) -> &PollShaper {
         &self.0.polling
+    }
+
+    pub fn budgets(&self) -> &Budgets {
+        &self.0.budgets
+    }
+
+    /// Saves the budgets' ledger in `data_dir`, if it changed since the last save and there
+    /// is a `data_dir`. Blocking file I/O: run it off the request path.
+    ///
+    /// # Errors
+    /// The file's I/O error; the ledger is saved again at the next call.
+    pub fn save_budgets(&self) -> std::io::Result<()> {
+        let Some(path) = budgets_path(self.snapshot().config.data_dir.as_deref()) else {
+            return Ok(());
+        };
+        let Some(saved) = self.0.budgets.to_save() else {
+            return Ok(());
+        };
+        let text = serde_json::to_vec(&saved).expect("the ledger serializes");
+        crate::atomic_file::replace(&path, &text).inspect_err(|_| self.0.budgets.mark_dirty())
     }
 
     pub fn capacity(&self) -> &Capacity {
@@ -584,10 +611,17 @@ impl App {
     /// The `/metrics` text.
     pub fn render_metrics(&self) -> String {
         let snapshot = self.snapshot();
+        let wall = crate::budgets::now();
         for token in snapshot.tokens.tokens() {
             self.0
                 .metrics
                 .set_token_threads(&token.name, token.threads.in_use());
+            let period = (token.budget.as_ref()).map_or(DEFAULT_BUDGET_PERIOD, |b| b.period);
+            let usage = self.0.budgets.usage(&token.name, period, wall);
+            let budget = (token.budget.as_ref()).map(|b| (usage.ratio(b).min(1.0), b.soft));
+            self.0
+                .metrics
+                .set_token_budget(&token.name, usage.spend, budget);
         }
         let now = Instant::now();
         self.0.metrics.render(
@@ -612,6 +646,34 @@ impl App {
         let figures = snapshot.pool.figures(self.0.capacity.queued(), now);
         crate::scaling::recommend(figures, snapshot.config.scaling.brake_balance)
     }
+}
+
+/// Where the budgets' ledger is kept: `data_dir/budgets.json`; nowhere without a
+/// `data_dir` (a config built in code).
+fn budgets_path(data_dir: Option<&std::path::Path>) -> Option<std::path::PathBuf> {
+    data_dir.map(|dir| dir.join("budgets.json"))
+}
+
+/// The ledger saved in `data_dir`, if any. A file that cannot be read is reported and
+/// the counts start from zero rather than keeping keyrelay from starting.
+fn open_budgets(data_dir: &Option<std::path::PathBuf>) -> Budgets {
+    let budgets = Budgets::default();
+    let Some(path) = budgets_path(data_dir.as_deref()) else {
+        return budgets;
+    };
+    match std::fs::read(&path) {
+        Ok(bytes) => match serde_json::from_slice(&bytes) {
+            Ok(saved) => budgets.restore(saved),
+            Err(e) => {
+                tracing::error!(path = %path.display(), error = %e, "the budgets file is unreadable; counting from zero")
+            }
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => {
+            tracing::error!(path = %path.display(), error = %e, "cannot read the budgets file; counting from zero")
+        }
+    }
+    budgets
 }
 
 /// The stores that differ between a single instance and replicas sharing the pool.

@@ -13,6 +13,8 @@
 //!   the stop.
 //! - [`release_stale`]: gives back the threads of tasks nobody polled to the end, and drops
 //!   kept answers past their time.
+//! - [`save_budgets`]: saves what caller tokens spent in `data_dir`
+//!   (`BUDGET_SAVE_INTERVAL`), and once more at the stop.
 //! - [`poll_orphans`]: polls the tasks their callers left, so that their threads come back
 //!   when the service is done with them (`[polling] orphan_after`).
 //! - the server's header timer, the coarse clock of `limits.header_timeout`.
@@ -48,6 +50,9 @@ const STALE_SWEEP_INTERVAL: Duration = Duration::from_secs(5);
 /// seconds, and a look walks every open task.
 const ORPHAN_TICK: Duration = Duration::from_secs(1);
 
+/// How often a changed budgets ledger is saved.
+const BUDGET_SAVE_INTERVAL: Duration = Duration::from_secs(2);
+
 /// The files a server started from them keeps reloading; none for one a test builds.
 #[derive(Default)]
 pub struct Watchers {
@@ -79,6 +84,7 @@ pub fn start(
     tasks.spawn(sync_pins(app.clone()));
     tasks.spawn(release_stale(app.clone()));
     tasks.spawn(poll_orphans(app.clone()));
+    tasks.spawn(save_budgets(app.clone()));
     tasks.spawn(header_timer);
     if let Some(config) = watchers.config {
         tasks.spawn(config);
@@ -97,6 +103,10 @@ impl Background {
     pub async fn stop(mut self) {
         self.tasks.shutdown().await;
         flush_pins(&self.app).await;
+        let app = self.app.clone();
+        if let Ok(Err(e)) = tokio::task::spawn_blocking(move || app.save_budgets()).await {
+            tracing::error!(error = %e, "cannot save the budgets at the stop");
+        }
     }
 }
 
@@ -132,6 +142,10 @@ pub async fn release_stale(app: App) {
         // for as long as their threads are held.
         app.polling()
             .sweep(&config.polling, stale_after, Instant::now());
+        let wall = crate::budgets::now();
+        let stale_ms = u64::try_from(stale_after.as_millis()).unwrap_or(u64::MAX);
+        app.budgets()
+            .settle_stale(wall.saturating_sub(stale_ms), wall);
         let Some(cutoff) = Instant::now().checked_sub(stale_after) else {
             continue;
         };
@@ -145,6 +159,20 @@ pub async fn release_stale(app: App) {
             if count > 0 {
                 tracing::info!(key = %key.name, tasks = count, ?stale_after, "stale tasks no longer hold threads");
             }
+        }
+    }
+}
+
+/// Saves the budgets' ledger in `data_dir` every `BUDGET_SAVE_INTERVAL` when it changed (a
+/// blocking write, off the request path): the most a crash can take is the interval's
+/// counts.
+async fn save_budgets(app: App) {
+    let mut tick = tokio::time::interval(BUDGET_SAVE_INTERVAL);
+    loop {
+        tick.tick().await;
+        let saver = app.clone();
+        if let Ok(Err(e)) = tokio::task::spawn_blocking(move || saver.save_budgets()).await {
+            tracing::warn!(error = %e, "cannot save the budgets; trying again");
         }
     }
 }

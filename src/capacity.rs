@@ -314,6 +314,7 @@ mod tests {
             tiers: None,
             max_threads: Some(2),
             max_tunnels: crate::config::DEFAULT_MAX_TUNNELS,
+            budget: None,
         };
         let table = TokenTable::new(&[config], [(KeyId(0), &key)], &TokenCounters::default());
         let token = table.lookup("secret").unwrap();

@@ -8,6 +8,7 @@
 
 mod access;
 mod allow;
+mod budget;
 mod cluster;
 mod keys;
 mod polling;
@@ -33,6 +34,7 @@ use crate::ApiKey;
 
 pub use access::{Access, Admin, TokenConfig, DEFAULT_MAX_TUNNELS};
 pub use allow::AllowEntry;
+pub use budget::{Budget, BudgetLimit, Prices, DEFAULT_BUDGET_PERIOD, DEFAULT_BUDGET_SOFT};
 pub use cluster::{Cluster, RedisUrl};
 pub use polling::{FirstPoll, Polling, DEFAULT_POLL_INTERVAL};
 pub use redact::ParseError;
@@ -186,6 +188,8 @@ pub struct Config {
     /// `[cluster]`: several replicas sharing one pool through Redis; `None`: this
     /// instance alone.
     pub cluster: Option<Cluster>,
+    /// `[prices.<provider>]`: what a task of each method costs, for budgets.
+    pub prices: Prices,
     /// Where durable state (the pin journal, the operator's holds) lives. `load` defaults it
     /// to the config file's directory; a config built in code has none, and keeps pins and
     /// holds in memory only.
@@ -469,6 +473,7 @@ impl Config {
             failover: Failover::default(),
             pins: Pins::default(),
             polling: Polling::default(),
+            prices: Prices::default(),
             limits: Limits::default(),
             timeouts: Timeouts::default(),
             observability: Observability::default(),

@@ -19,7 +19,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
-use crate::admin::{ErrorBody, KeyAnswer, KeyList, KeyRow};
+use crate::admin::{BudgetList, BudgetRow, ErrorBody, KeyAnswer, KeyList, KeyRow};
 use crate::config::DEFAULT_LISTEN;
 use crate::CallerToken;
 
@@ -41,6 +41,8 @@ const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Action {
     Keys,
+    /// Every caller token's spend and budget.
+    Budgets,
     Disable(String),
     Enable(String),
     Drain(String),
@@ -226,6 +228,7 @@ pub async fn run(target: &Target, action: &Action) -> Result<String, CtlError> {
     };
     let (method, path) = match action {
         Action::Keys => (Method::GET, "/admin/keys".to_owned()),
+        Action::Budgets => (Method::GET, "/admin/budgets".to_owned()),
         Action::Disable(name) => (Method::POST, key_path(name, "disable")),
         Action::Enable(name) => (Method::POST, key_path(name, "enable")),
         Action::Drain(name) => (Method::POST, key_path(name, "drain")),
@@ -242,6 +245,11 @@ pub async fn run(target: &Target, action: &Action) -> Result<String, CtlError> {
         detail: e.to_string(),
     };
     Ok(match action {
+        Action::Budgets => budget_table(
+            &serde_json::from_slice::<BudgetList>(&body)
+                .map_err(not_admin)?
+                .tokens,
+        ),
         Action::Keys | Action::Refresh(None) => table(
             &serde_json::from_slice::<KeyList>(&body)
                 .map_err(not_admin)?
@@ -363,15 +371,52 @@ pub fn table(rows: &[KeyRow]) -> String {
             ]
         })
         .collect();
+    columns(header, &lines)
+}
+
+/// `keyrelay ctl budgets`: one line per caller token.
+pub fn budget_table(rows: &[BudgetRow]) -> String {
+    if rows.is_empty() {
+        return "no caller tokens are configured\n".to_owned();
+    }
+    let header = ["TOKEN", "SPEND", "THREAD-HOURS", "PERIOD", "BUDGET", "USED"];
+    let lines: Vec<[String; 6]> = rows
+        .iter()
+        .map(|r| {
+            let period = humantime::format_duration(Duration::from_secs(r.period_secs));
+            let budget = match (r.budget_kind.as_deref(), r.budget) {
+                (Some("thread_hours"), Some(amount)) => format!("{amount} thread-hours"),
+                (Some(_), Some(amount)) => format!("{amount}"),
+                _ => "-".to_owned(),
+            };
+            let used = r.used.map_or_else(
+                || "-".to_owned(),
+                |used| format!("{:.0}%", (used * 100.0).floor()),
+            );
+            [
+                r.token.clone(),
+                format!("{:.4}", r.spend),
+                format!("{:.2}", r.thread_hours),
+                period.to_string(),
+                budget,
+                used,
+            ]
+        })
+        .collect();
+    columns(header, &lines)
+}
+
+/// `lines` under `header`, each column as wide as its widest cell, two spaces apart.
+fn columns<const N: usize>(header: [&str; N], lines: &[[String; N]]) -> String {
     let mut widths = header.map(|h| h.chars().count());
-    for line in &lines {
+    for line in lines {
         for (w, cell) in widths.iter_mut().zip(line) {
             *w = (*w).max(cell.chars().count());
         }
     }
     let mut out = String::new();
     let header = header.map(str::to_owned);
-    for line in std::iter::once(&header).chain(&lines) {
+    for line in std::iter::once(&header).chain(lines) {
         let cells: Vec<String> = line
             .iter()
             .zip(widths)

@@ -57,6 +57,7 @@ pub mod api_key;
 pub mod app;
 pub mod atomic_file;
 pub mod background;
+pub mod budgets;
 pub mod capacity;
 pub mod captcha;
 pub mod cluster;

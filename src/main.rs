@@ -101,6 +101,8 @@ enum Command {
 enum CtlAction {
     /// List every key with its state, hold, balance and threads.
     Keys,
+    /// List every caller token's spend and thread-hours over its budget's period.
+    Budgets,
     /// No new tasks and no background reads for the key; its tasks are still polled.
     Disable { name: String },
     /// Lift a disable or a drain.

@@ -106,6 +106,13 @@ pub struct Metrics {
     token_submits: IntCounterVec,
     /// Threads held by each caller token's tasks, set at scrape time.
     token_threads_in_use: IntGaugeVec,
+    /// Each caller token's spend in its budget's period (30 days without a budget), set at
+    /// scrape time.
+    token_spend: GaugeVec,
+    /// Each budgeted caller token's use of its budget (0 to 1), and the share at which
+    /// `KeyrelayTokenBudgetSoft` fires; set at scrape time.
+    token_budget_used_ratio: GaugeVec,
+    token_budget_soft_ratio: GaugeVec,
     /// `[cluster]` only: 1 while Redis is shared, 0 while degraded.
     cluster_up: IntGaugeVec,
     /// `[cluster]` only: failed Redis calls by operation, mirrored from the cluster's own
@@ -616,6 +623,36 @@ impl Metrics {
                     &["token"],
                 )?
             ),
+            token_spend: register!(
+                r,
+                GaugeVec::new(
+                    Opts::new(
+                        "keyrelay_token_spend",
+                        "What each caller token's tasks spent (settled and reserved, in the [prices] currency) over its budget's period, or 30 days without a budget."
+                    ),
+                    &["token"],
+                )?
+            ),
+            token_budget_used_ratio: register!(
+                r,
+                GaugeVec::new(
+                    Opts::new(
+                        "keyrelay_token_budget_used_ratio",
+                        "Each budgeted caller token's spend (or thread-hours) over its budget, 0 to 1; at 1 its submits are refused with ERROR_ZERO_BALANCE."
+                    ),
+                    &["token"],
+                )?
+            ),
+            token_budget_soft_ratio: register!(
+                r,
+                GaugeVec::new(
+                    Opts::new(
+                        "keyrelay_token_budget_soft_ratio",
+                        "Each budgeted caller token's soft share: KeyrelayTokenBudgetSoft fires when the used ratio reaches it."
+                    ),
+                    &["token"],
+                )?
+            ),
             resolved: resolved::Resolved::new(),
             registry: r,
         }
@@ -751,6 +788,26 @@ impl Metrics {
         self.token_threads_in_use
             .with_label_values(&[token])
             .set(i64::from(threads));
+    }
+
+    /// Sets the token named `token`'s spend and, with a budget, its use of it and its soft
+    /// share, for the next scrape.
+    pub fn set_token_budget(&self, token: &str, spend: f64, budget: Option<(f64, f64)>) {
+        self.token_spend.with_label_values(&[token]).set(spend);
+        match budget {
+            Some((used, soft)) => {
+                self.token_budget_used_ratio
+                    .with_label_values(&[token])
+                    .set(used);
+                self.token_budget_soft_ratio
+                    .with_label_values(&[token])
+                    .set(soft);
+            }
+            None => {
+                let _ = self.token_budget_used_ratio.remove_label_values(&[token]);
+                let _ = self.token_budget_soft_ratio.remove_label_values(&[token]);
+            }
+        }
     }
 
     /// Counts one probe for an unknown task id.

@@ -53,6 +53,8 @@ pub struct Token {
     pub max_threads: Option<u32>,
     /// Raw tunnels it may hold open at once.
     pub max_tunnels: u32,
+    /// What its tasks may spend over a rolling period; `None`: no budget.
+    pub budget: Option<crate::config::Budget>,
     /// The threads its tasks hold now, and its open tunnels; shared with the same-named
     /// token of other snapshots.
     pub threads: Arc<TokenThreads>,
@@ -157,6 +159,7 @@ impl TokenTable {
                 keys,
                 max_threads: config.max_threads,
                 max_tunnels: config.max_tunnels,
+                budget: config.budget.clone(),
                 threads,
             });
             table
@@ -303,6 +306,7 @@ mod tests {
             tiers: None,
             max_threads: None,
             max_tunnels: crate::config::DEFAULT_MAX_TUNNELS,
+            budget: None,
         }
     }
 

@@ -151,6 +151,32 @@ async fn keys_prints_a_table_found_from_the_config() {
 }
 
 #[tokio::test]
+async fn budgets_prints_a_line_per_token_or_says_there_are_none() {
+    // No caller tokens here: the command says so rather than printing an empty table.
+    let k = Running::start(Some(TOKEN), true).await;
+    let config = k.config();
+    let o = ctl(&["--config", &config, "budgets"], &[]).await;
+    assert!(o.status.success(), "{}", err(&o));
+    assert_eq!(out(&o), "no caller tokens are configured\n");
+    k.stop().await;
+    // With tokens, each one's line: tests/budgets.rs checks the figures.
+    let rows = vec![keyrelay::admin::BudgetRow {
+        token: "client-a".into(),
+        spend: 41.7,
+        thread_hours: 12.25,
+        period_secs: 30 * 86_400,
+        budget_kind: Some("spend".into()),
+        budget: Some(50.0),
+        used: Some(0.834),
+        soft: Some(0.8),
+    }];
+    assert_eq!(
+        keyrelay::ctl::budget_table(&rows),
+        "TOKEN     SPEND    THREAD-HOURS  PERIOD  BUDGET  USED\nclient-a  41.7000  12.25         30days  50      83%\n"
+    );
+}
+
+#[tokio::test]
 async fn disable_drain_enable_and_refresh_print_one_line_each() {
     let k = Running::start(Some(TOKEN), false).await;
     let url = k.url();

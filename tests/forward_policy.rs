@@ -79,6 +79,7 @@ impl Running {
 fn token(max_tunnels: u32) -> TokenConfig {
     TokenConfig {
         max_tunnels,
+        budget: None,
         ..caller_token("client", TOKEN)
     }
 }

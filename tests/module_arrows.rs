@@ -224,8 +224,8 @@ const LAYERS: &[&[&str]] = &[
     &["failover", "sim"],
     // Pure figures for autoscalers: the scaling formula and the balance forecast.
     &["scaling", "forecast"],
-    // The caller token table: config resolved to key ids.
-    &["tokens"],
+    // The caller token table: config resolved to key ids; and what each token spends.
+    &["tokens", "budgets"],
     // Compact task tables; the upstream client and its account reads; certificates.
     &["task_table", "upstream", "tls"],
     // Task pins, and the polling cadence and kept answers of each task.

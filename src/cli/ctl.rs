@@ -15,6 +15,7 @@ pub async fn ctl(source: &ConfigPath, url: Option<&str>, action: CtlAction) -> a
     };
     let action = match action {
         CtlAction::Keys => Action::Keys,
+        CtlAction::Budgets => Action::Budgets,
         CtlAction::Disable { name } => Action::Disable(name),
         CtlAction::Enable { name } => Action::Enable(name),
         CtlAction::Drain { name } => Action::Drain(name),

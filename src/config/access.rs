@@ -40,6 +40,8 @@ pub struct TokenConfig {
     /// Raw tunnels (`CONNECT` to hosts that are not intercepted) this token may hold open
     /// at once.
     pub max_tunnels: u32,
+    /// What this token's tasks may spend over a rolling period; `None`: no budget.
+    pub budget: Option<super::Budget>,
 }
 
 impl TokenConfig {
@@ -208,6 +210,9 @@ fn token_entry(
         .max_tunnels
         .and_then(|v| at_least_one(p, &format!("{path}.max_tunnels"), v))
         .unwrap_or(DEFAULT_MAX_TUNNELS);
+    let budget = raw
+        .budget
+        .and_then(|v| super::budget::budget(p, &format!("{path}.budget"), v));
     Some(TokenConfig {
         name: name?,
         token: token?,
@@ -215,6 +220,7 @@ fn token_entry(
         tiers,
         max_threads,
         max_tunnels,
+        budget,
     })
 }
 

@@ -49,6 +49,8 @@ pub(super) struct RawConfig {
     #[serde(default)]
     pub admin: RawAdmin,
     pub cluster: Option<RawCluster>,
+    /// `[prices.<provider>]`: kept raw, checked in `budget`.
+    pub prices: Option<Value>,
 }
 
 /// One `[[keys]]` entry. All fields are raw values so that the only error serde can raise
@@ -187,6 +189,7 @@ pub(super) struct RawToken {
     pub tiers: Option<Value>,
     pub max_threads: Option<Value>,
     pub max_tunnels: Option<Value>,
+    pub budget: Option<Value>,
 }
 
 /// `[admin]`. The token is raw for the same reason.

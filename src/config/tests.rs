@@ -72,6 +72,7 @@ fn one_key() -> String {
     format!("[[keys]]\nname = \"a\"\nkey = \"{KEY_A}\"\n")
 }
 
+mod budgets;
 mod capacity_and_tiers;
 mod cluster;
 mod defaults;

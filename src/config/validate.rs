@@ -72,6 +72,7 @@ pub(super) fn validate(
     let cluster = raw
         .cluster
         .and_then(|raw| super::cluster::cluster(p, raw, env));
+    let prices = super::budget::prices(p, raw.prices);
     problems.check()?;
     Ok(Config {
         listen,
@@ -88,6 +89,7 @@ pub(super) fn validate(
         failover,
         pins,
         polling,
+        prices,
         limits,
         timeouts,
         observability,

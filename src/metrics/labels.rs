@@ -69,6 +69,8 @@ label_set! {
         InternalError => "internal_error",
         /// No caller token, or a wrong one, while tokens are configured.
         Denied => "denied",
+        /// The caller token's budget is spent: the submit was not sent upstream.
+        BudgetSpent => "budget_spent",
     }
 }
 

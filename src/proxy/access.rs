@@ -150,6 +150,7 @@ mod tests {
             tiers: None,
             max_threads: None,
             max_tunnels: crate::config::DEFAULT_MAX_TUNNELS,
+            budget: None,
         };
         TokenTable::new(
             &[token("one", "token-one"), token("two", "token-two")],

@@ -79,6 +79,9 @@ pub(crate) enum Local {
     Ids { items: Vec<String>, asked: bool },
     /// The handler panicked: a well-formed answer instead of a dropped connection.
     Panicked,
+    /// The caller token's budget is spent (reserved and settled spend, or thread-hours, at
+    /// its limit): the submit is not sent upstream.
+    BudgetSpent { token: Arc<str> },
     /// Tokens are configured and the request presents none.
     NoToken,
     /// Tokens are configured and the request's `key` (or proxy credential) is none of them.
@@ -119,7 +122,9 @@ impl Local {
             }
             Local::EmptyAction => LocalCode::EmptyAction,
             Local::IpBanPause { .. } => LocalCode::IpBanned,
-            Local::NoKeyInRotation { .. } | Local::PoolFull { .. } => LocalCode::ZeroBalance,
+            Local::NoKeyInRotation { .. } | Local::PoolFull { .. } | Local::BudgetSpent { .. } => {
+                LocalCode::ZeroBalance
+            }
             Local::MethodNotServed => LocalCode::NoSuchMethod,
             Local::AllBusy { .. } => LocalCode::NoSlot,
             Local::AllAttemptsFailed { .. }
@@ -168,6 +173,7 @@ impl Local {
             Local::Ids { asked: false, .. } => RequestOutcome::UnknownTask,
             Local::Panicked => RequestOutcome::InternalError,
             Local::NoToken | Local::WrongToken => RequestOutcome::Denied,
+            Local::BudgetSpent { .. } => RequestOutcome::BudgetSpent,
         }
     }
 
@@ -258,6 +264,10 @@ impl Local {
             }
             Local::Balance(_) | Local::Threads(_) | Local::Ids { .. } | Local::Kept(_) => "".into(),
             Local::Panicked => "keyrelay failed to serve this request; retry".into(),
+            Local::BudgetSpent { token } => format!(
+                "the budget of token {token:?} is spent for its period; no new task is sent until its window has room"
+            )
+            .into(),
             Local::NoToken => {
                 "keyrelay needs an access token: send it as the key parameter".into()
             }
@@ -381,6 +391,12 @@ mod tests {
                 },
             ),
             ("Panicked", Local::Panicked),
+            (
+                "BudgetSpent",
+                Local::BudgetSpent {
+                    token: Arc::from("client-a"),
+                },
+            ),
             ("NoToken", Local::NoToken),
             ("WrongToken", Local::WrongToken),
         ]
@@ -413,6 +429,7 @@ mod tests {
             Local::Threads(_) => "Threads",
             Local::Ids { .. } => "Ids",
             Local::Panicked => "Panicked",
+            Local::BudgetSpent { .. } => "BudgetSpent",
             Local::NoToken => "NoToken",
             Local::WrongToken => "WrongToken",
         }

@@ -8,7 +8,7 @@ use hyper::header::HeaderMap;
 use hyper::Method;
 use tokio::time::Instant;
 
-use super::poll::keep_final;
+use super::poll::ended;
 use super::{Checked, Ctx};
 use crate::app::App;
 use crate::captcha::{Endpoint, ParsedRequest, TaskAction, TaskId};
@@ -50,9 +50,12 @@ pub async fn poll_orphan(app: &App, task: &TaskId) {
     if !attempt.ends_task() {
         return;
     }
-    app.finish_task(task);
-    if let Some(answer) = attempt.deliverable() {
-        keep_final(&ctx, task, TaskAction::Get, &answer.body);
-    }
+    let answer = attempt.deliverable();
+    ended(
+        &ctx,
+        task,
+        TaskAction::Get,
+        answer.as_ref().map(|a| &a.body),
+    );
     tracing::info!(key = %key.name, task_id = %task, "orphaned task polled to its final answer");
 }

@@ -13,12 +13,13 @@ use tokio::time::Instant;
 
 use super::probe::{self, Probed};
 use super::{Attempt, Checked, Ctx, Handled, Local, NoVerdict};
+use crate::budgets::{self, Settle};
 use crate::captcha::{self, BadTaskId, ParsedRequest, TaskAction, TaskCommand, TaskId};
 use crate::failover::{self, Next};
 use crate::log_limit::{Throttle, INTERVAL};
 use crate::metrics::{LocalCode, RequestOutcome};
 use crate::pins::SharedLookup;
-use crate::polling::{Gate, Kept, SharedTurn};
+use crate::polling::{Gate, Kept, SharedTurn, Verdict};
 use crate::pool::KeyEntry;
 
 // The codes an `ids=` slot answers with when keyrelay answers it itself.
@@ -98,8 +99,7 @@ async fn poll_one(ctx: &Ctx, parsed: &ParsedRequest, action: TaskAction, raw: &s
                 // In a cluster the task may hold a thread its creator counts: whoever sees
                 // the final answer gives it back, here as on a pinned poll.
                 if action.polls() && ends_task {
-                    ctx.app.finish_task(&task);
-                    keep_final(ctx, &task, action, &answer.body);
+                    ended(ctx, &task, action, Some(&answer.body));
                 }
                 Handled::relayed(answer, RequestOutcome::relayed(outcome), &key, 1)
             }
@@ -124,17 +124,19 @@ async fn poll_one(ctx: &Ctx, parsed: &ParsedRequest, action: TaskAction, raw: &s
         "poll"
     );
     let ends = action.polls() && attempt.ends_task();
-    if ends {
-        ctx.app.finish_task(&task);
-    }
     match attempt.deliverable() {
         Some(answer) => {
             if ends {
-                keep_final(ctx, &task, action, &answer.body);
+                ended(ctx, &task, action, Some(&answer.body));
             }
             Handled::relayed(answer, outcome, &key, tries)
         }
-        None => no_verdict(action, NoVerdict::Unanswered),
+        None => {
+            if ends {
+                ended(ctx, &task, action, None);
+            }
+            no_verdict(action, NoVerdict::Unanswered)
+        }
     }
 }
 
@@ -177,8 +179,9 @@ async fn fleet_turn(ctx: &Ctx, task: &TaskId, action: TaskAction, may_go: bool) 
         SharedTurn::Go => None,
         SharedTurn::Wait => Some(Local::Shaped),
         SharedTurn::Kept(kept) => {
-            // The task ended on another replica: a thread this one holds for it comes back.
-            ctx.app.finish_task(task);
+            // The task ended on another replica: a thread this one holds for it comes back,
+            // and a caller token's reservation here is settled.
+            settle(ctx, task, Some(&kept));
             let kept = Arc::new(kept);
             ctx.app
                 .polling()
@@ -188,12 +191,36 @@ async fn fleet_turn(ctx: &Ctx, task: &TaskId, action: TaskAction, may_go: bool) 
     }
 }
 
-/// `task` got its final answer, `body`: kept for the polls that may follow, here and, where
-/// replicas share the pool, on every replica.
-pub(super) fn keep_final(ctx: &Ctx, task: &TaskId, action: TaskAction, body: &bytes::Bytes) {
-    if let Some(kept) = Kept::of(body.clone(), action == TaskAction::Get2) {
+/// An upstream poll of `task` (a `get` or `get2`, `action`) got its final answer, `body`
+/// where it was delivered: see [`end`].
+pub(super) fn ended(ctx: &Ctx, task: &TaskId, action: TaskAction, body: Option<&bytes::Bytes>) {
+    let kept = body.and_then(|body| Kept::of(body.clone(), action == TaskAction::Get2));
+    end(ctx, task, kept);
+}
+
+/// The one place a task ends: its thread comes back, its caller token's reservation is
+/// settled, and its answer (where it could be read) is kept for the polls that may follow,
+/// here and, where replicas share the pool, on every replica.
+fn end(ctx: &Ctx, task: &TaskId, kept: Option<Kept>) {
+    settle(ctx, task, kept.as_ref());
+    if let Some(kept) = kept {
         keep(ctx, task, kept);
     }
+}
+
+/// Gives back the thread `task` held, and settles its caller token's reservation: at the
+/// cost a `get2` answer reports, nothing for a task that was not solved, else as reserved.
+fn settle(ctx: &Ctx, task: &TaskId, kept: Option<&Kept>) {
+    ctx.app.finish_task(task);
+    let how = match kept.map(|kept| (&kept.verdict, kept.get2)) {
+        Some((Verdict::Failed(_), _)) => Settle::Free,
+        Some((Verdict::Solved(solution), true)) => solution
+            .rsplit_once('|')
+            .and_then(|(_, cost)| cost.trim().parse().ok())
+            .map_or(Settle::AsReserved, Settle::Cost),
+        _ => Settle::AsReserved,
+    };
+    ctx.app.budgets().settle(task, how, budgets::now());
 }
 
 fn keep(ctx: &Ctx, task: &TaskId, kept: Kept) {
@@ -213,8 +240,7 @@ fn finish_items(ctx: &Ctx, ids: &[&str], items: &[String]) {
     for (id, item) in ids.iter().zip(items) {
         if item != NOT_READY && item != "CAPTCHA_NOT_READY" {
             if let Some(task) = TaskId::parse(id) {
-                ctx.app.finish_task(&task);
-                keep(ctx, &task, Kept::of_item(item));
+                end(ctx, &task, Some(Kept::of_item(item)));
             }
         }
     }

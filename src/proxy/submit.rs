@@ -49,6 +49,9 @@ pub(super) async fn submit(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
     if let Some(paused) = ctx.paused() {
         return paused;
     }
+    if let Some(spent) = budget_spent(ctx) {
+        return spent;
+    }
     let started = Instant::now();
     let policy = ctx.policy();
     let mut rng = ctx.app.rng();
@@ -212,6 +215,26 @@ fn pool_full(
     .into()
 }
 
+/// A caller token whose budget is spent gets no new task: `ERROR_ZERO_BALANCE`, the answer
+/// every client stops on, before any thread is taken or anything goes upstream.
+fn budget_spent(ctx: &Ctx) -> Option<Handled> {
+    let token = ctx.token.as_deref()?;
+    let budget = token.budget.as_ref()?;
+    if ctx
+        .app
+        .budgets()
+        .allows(&token.name, budget, crate::budgets::now())
+    {
+        return None;
+    }
+    Some(
+        Local::BudgetSpent {
+            token: token.name.clone(),
+        }
+        .into(),
+    )
+}
+
 #[allow(clippy::too_many_arguments)]
 async fn answer<'a, R: rand::Rng>(
     ctx: &'a Ctx,
@@ -231,8 +254,9 @@ async fn answer<'a, R: rand::Rng>(
     };
     if let Some(id) = &task_id {
         // Not boxed, as the seat: the shared count's step is boxed by its store.
-        // Read only where it can matter: the first poll's delay follows the method.
-        let method = (ctx.snapshot.config.polling.shapes())
+        // Read only where it can matter: the first poll's delay and a token's price follow
+        // the method.
+        let method = (ctx.snapshot.config.polling.shapes() || ctx.token.is_some())
             .then(|| parsed.param("method"))
             .flatten();
         admission.open(ticket, key, id, method.as_deref()).await;

@@ -91,6 +91,7 @@ pub fn caller_token(name: &str, value: &str) -> keyrelay::config::TokenConfig {
         tiers: None,
         max_threads: None,
         max_tunnels: keyrelay::config::DEFAULT_MAX_TUNNELS,
+        budget: None,
     }
 }
 
