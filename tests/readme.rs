@@ -132,6 +132,7 @@ const KNOWN: &[(&str, &str)] = &[
         "keyrelay check",
         "cli::a_bare_keyrelay_without_a_config_says_what_to_do",
     ),
+    ("keyrelay ctl budgets", "file:tests/ctl.rs"),
     (
         "keyrelay ca --config proxy.toml",
         "cli::ca_creates_the_ca_once_and_says_how_to_trust_it",
