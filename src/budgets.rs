@@ -165,6 +165,15 @@ impl Budgets {
         ledger.dirty = true;
     }
 
+    /// `token` spent `price` on a task that began at `began` and ended at `now` without a
+    /// task id to follow (`solve.php` answers the solution itself).
+    pub fn charge(&self, token: &Arc<str>, price: f64, began: UnixMs, now: UnixMs) {
+        let mut ledger = self.ledger();
+        let held = now.saturating_sub(began) as f64 / 1000.0;
+        (ledger.accounts.entry(token.clone()).or_default()).add(now, price, held);
+        ledger.dirty = true;
+    }
+
     /// `task` ended at `now`. A task with no reservation (not submitted with a token, or
     /// settled already) changes nothing.
     pub fn settle(&self, task: &TaskId, how: Settle, now: UnixMs) {

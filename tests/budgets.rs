@@ -255,3 +255,26 @@ async fn the_counts_survive_a_restart() {
     assert!(submit(&h, ALICE, false).await.text().starts_with("OK|"));
     h.stop().await;
 }
+
+#[tokio::test]
+async fn a_solve_php_task_is_spent_at_its_answer() {
+    let h = harness(None).await;
+    let solved = h
+        .get(&format!(
+            "/solve.php?key={ALICE}&method=userrecaptcha&googlekey=s&pageurl=https://x.test"
+        ))
+        .await
+        .text();
+    assert!(solved.starts_with("OK|"), "{solved}");
+    let metrics = h.metrics().await;
+    assert_eq!(
+        metric(&metrics, "keyrelay_token_spend{token=\"alice\"}"),
+        Some(3.0)
+    );
+    // From 3, three submits fit (6, 9, then 12 reserved); the fourth is refused.
+    for _ in 0..3 {
+        assert!(submit(&h, ALICE, false).await.text().starts_with("OK|"));
+    }
+    assert_eq!(submit(&h, ALICE, false).await.text(), "ERROR_ZERO_BALANCE");
+    h.stop().await;
+}

@@ -266,6 +266,19 @@ async fn answer<'a, R: rand::Rng>(
         });
     } else if attempt.outcome == Outcome::Success && ctx.endpoint == Endpoint::In {
         tracing::warn!(key = %key.name, "accepted submit carried no task id; nothing pinned");
+    } else if let (Some(token), Reply::Ok(_), Endpoint::Solve) =
+        (ctx.token.as_deref(), &attempt.reply, ctx.endpoint)
+    {
+        // solve.php's task began and ended in this request: spent at once.
+        let method = parsed.param("method");
+        let price = (ctx.snapshot.config.prices)
+            .per_task(key.provider, method.as_deref().unwrap_or(""))
+            .unwrap_or(0.0);
+        let now = crate::budgets::now();
+        let held = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        ctx.app
+            .budgets()
+            .charge(&token.name, price, now.saturating_sub(held), now);
     }
     if attempt.outcome == Outcome::IpBanned {
         tracing::warn!(key = %key.name, code = attempt.code(), "the upstream bans keyrelay's IP; key health untouched");
