@@ -166,6 +166,7 @@ fn pool_of(size: usize, strategy: Strategy) -> KeyPool {
             strategy,
             min_balance: 0.01,
             slow_start: Duration::from_secs(30),
+            prices: Default::default(),
         },
     )
 }

@@ -259,14 +259,18 @@ pub enum Strategy {
     LeastLoaded,
     /// Each usable key in turn.
     RoundRobin,
+    /// The lowest `[prices]` price for the task's method (a thread-billed key without a
+    /// price costs 0, another without one the most); weight × balance among equals.
+    Cheapest,
 }
 
 impl Strategy {
     /// Every strategy, for messages.
-    pub const ALL: [Strategy; 3] = [
+    pub const ALL: [Strategy; 4] = [
         Strategy::Weighted,
         Strategy::LeastLoaded,
         Strategy::RoundRobin,
+        Strategy::Cheapest,
     ];
 
     /// The name `proxy.toml` and logs use.
@@ -275,6 +279,7 @@ impl Strategy {
             Strategy::Weighted => "weighted",
             Strategy::LeastLoaded => "least-loaded",
             Strategy::RoundRobin => "round-robin",
+            Strategy::Cheapest => "cheapest",
         }
     }
 

@@ -20,7 +20,7 @@ use tokio::time::Instant;
 
 use crate::capacity::{Capacity, Lease, Load, NoSharedThreads, SharedThreads};
 use crate::captcha::Profile;
-use crate::config::{Config, KeyConfig, Strategy, Upstream};
+use crate::config::{Config, KeyConfig, Prices, Strategy, Upstream};
 use crate::forecast::{BalanceHistory, Forecast};
 use crate::health::{HealthStore, HealthView, StateKind};
 use crate::key_id::KeyId;
@@ -267,13 +267,15 @@ impl KeyEntry {
 const SLOW_START_FLOOR: f64 = 0.1;
 
 /// How a pool chooses keys; from the config, replaced with it.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Selection {
     pub strategy: Strategy,
     /// Keys at or below this balance are out of rotation.
     pub min_balance: f64,
     /// How long a key back in rotation takes to reach its full share.
     pub slow_start: Duration,
+    /// What a task of each method costs at each provider, for `cheapest`.
+    pub prices: Prices,
 }
 
 impl Selection {
@@ -282,7 +284,13 @@ impl Selection {
             strategy: config.strategy,
             min_balance: config.failover.min_balance,
             slow_start: config.capacity.slow_start,
+            prices: config.prices.clone(),
         }
+    }
+
+    /// Whether a pick needs the submit's `method`: to price it.
+    pub fn reads_method(&self) -> bool {
+        self.strategy == Strategy::Cheapest
     }
 }
 
@@ -552,10 +560,11 @@ impl KeyPool {
         Candidates::new(self, rng, now)
     }
 
-    /// Whether some key's provider is known not to serve some `method`: only then does a
-    /// submit's method need reading to choose its key.
+    /// Whether a submit's `method` picks its key: some key's provider is known not to
+    /// serve some method, or the strategy prices the method. Only then is it read (strictly,
+    /// as it goes upstream) before the pick.
     pub fn restricts_methods(&self) -> bool {
-        self.restricts_methods
+        self.restricts_methods || self.selection.reads_method()
     }
 
     /// Whether any key's provider serves `method`, in rotation or not.

@@ -13,6 +13,7 @@ use smallvec::SmallVec;
 use tokio::time::Instant;
 
 use super::{KeyEntry, KeyPool};
+use crate::captcha::ZeroBalance;
 use crate::config::Strategy;
 use crate::health::HealthView;
 use crate::tokens::Token;
@@ -172,6 +173,33 @@ impl<'a, R: Rng> Candidates<'a, R> {
         eligible[eligible.len() - 1]
     }
 
+    /// The lowest price for the task's method among the eligible keys; weight × balance
+    /// among the keys at that price. A key without a price costs 0 where its provider bills
+    /// by threads, and the most elsewhere (it could cost anything). Without a method (the
+    /// submit named none) every key is priced as without a price.
+    fn cheapest(&mut self, eligible: &[usize], views: &[HealthView]) -> usize {
+        let pool = self.pool;
+        let method = self.method.unwrap_or("");
+        let price = |i: usize| {
+            let key = &pool.keys[i];
+            let listed = pool.selection.prices.per_task(key.provider, method);
+            listed.unwrap_or(match key.profile().zero_balance {
+                ZeroBalance::Threads => 0.0,
+                ZeroBalance::Funds => f64::INFINITY,
+            })
+        };
+        let lowest = eligible
+            .iter()
+            .map(|&i| price(i))
+            .fold(f64::INFINITY, f64::min);
+        let cheapest: PerKey<usize> = eligible
+            .iter()
+            .copied()
+            .filter(|&i| price(i) <= lowest)
+            .collect();
+        self.weighted(&cheapest, views)
+    }
+
     /// The lowest threads-in-use share (nginx's `least_conn`); the higher weight among
     /// equals, then at random. A key ramping up after a return counts its capacity scaled
     /// by its slow-start share, so it looks busier than it is.
@@ -285,6 +313,7 @@ impl<'a, R: Rng> Iterator for Candidates<'a, R> {
             Strategy::Weighted => self.weighted(&eligible, &views),
             Strategy::LeastLoaded => self.least_loaded(&eligible, &views),
             Strategy::RoundRobin => self.round_robin(&eligible, &views),
+            Strategy::Cheapest => self.cheapest(&eligible, &views),
         };
         self.tried[chosen] = true;
         Some(&self.pool.keys[chosen])
@@ -323,6 +352,7 @@ mod tests {
             strategy,
             min_balance: 0.01,
             slow_start: Duration::from_secs(30),
+            prices: Default::default(),
         };
         let capacity = Arc::new(Capacity::new(Box::new(MemoryLoad::new())));
         KeyPool::new(keys, Arc::new(MemoryHealth::new()), capacity, selection)
@@ -523,6 +553,7 @@ mod tests {
             strategy: Strategy::Weighted,
             min_balance: 0.01,
             slow_start: Duration::from_secs(30),
+            prices: Default::default(),
         };
         let capacity = Arc::new(Capacity::new(Box::new(MemoryLoad::new())));
         let pool = KeyPool::new(keys, Arc::new(MemoryHealth::new()), capacity, selection);
@@ -574,6 +605,7 @@ mod tests {
             strategy: Strategy::Weighted,
             min_balance: 0.01,
             slow_start: Duration::from_secs(30),
+            prices: Default::default(),
         };
         let capacity = Arc::new(Capacity::new(Box::new(MemoryLoad::new())));
         KeyPool::new(keys, Arc::new(MemoryHealth::new()), capacity, selection)
@@ -604,6 +636,93 @@ mod tests {
         assert_eq!(left, vec![2, 4]);
         assert!(!candidates.saw_full(), "nothing to wait for");
         drop(lease);
+    }
+
+    /// One key per (provider, threads), 2captcha's priced 2.99 and rucaptcha's 1.0 per
+    /// 1,000 `userrecaptcha`; capmonster's and captchaai's unpriced.
+    fn priced_pool(keys: &[(crate::provider::Provider, u32)]) -> KeyPool {
+        use crate::provider::Provider;
+        let upstream = Upstream::parse("http://127.0.0.1:1").unwrap();
+        let keys = keys
+            .iter()
+            .enumerate()
+            .map(|(i, (provider, threads))| {
+                let mut config =
+                    KeyConfig::new(&format!("k{i}"), &format!("key-{i:029}"), upstream.clone());
+                config.provider = *provider;
+                config.threads = Some(*threads);
+                Arc::new(KeyEntry::from_config(KeyId(i as u16), &config))
+            })
+            .collect();
+        let mut prices = crate::config::Prices::default();
+        prices.set(Provider::TwoCaptcha, "userrecaptcha", 2.99);
+        prices.set(Provider::RuCaptcha, "userrecaptcha", 1.0);
+        let selection = Selection {
+            strategy: Strategy::Cheapest,
+            min_balance: 0.01,
+            slow_start: Duration::from_secs(30),
+            prices,
+        };
+        let capacity = Arc::new(Capacity::new(Box::new(MemoryLoad::new())));
+        KeyPool::new(keys, Arc::new(MemoryHealth::new()), capacity, selection)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn cheapest_takes_the_lowest_price_and_the_next_when_it_is_full() {
+        use crate::provider::Provider::*;
+        // A thread-billed key without a price costs 0; a pay-per-task one without a price
+        // could cost anything, so it comes last.
+        let pool = priced_pool(&[
+            (TwoCaptcha, 2),
+            (CapMonster, 2),
+            (RuCaptcha, 2),
+            (CaptchaAi, 2),
+        ]);
+        let mut rng = StdRng::seed_from_u64(5);
+        let mut order = Vec::new();
+        for task in 0..8 {
+            let key = pool
+                .candidates(&mut rng, Instant::now())
+                .for_method(Some("userrecaptcha"))
+                .next()
+                .expect("a key with room");
+            order.push(key.id.0);
+            pool.hold(key)
+                .unwrap()
+                .keep_for(TaskId::Num(task), Instant::now());
+        }
+        assert_eq!(order, vec![3, 3, 2, 2, 0, 0, 1, 1]);
+        // A method without prices: the thread-billed key first, then the others at random
+        // (all "the most").
+        let pool = priced_pool(&[(TwoCaptcha, 9), (CaptchaAi, 1)]);
+        let first = pool
+            .candidates(&mut rng, Instant::now())
+            .for_method(Some("base64"))
+            .next()
+            .unwrap();
+        assert_eq!(first.id, KeyId(1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn cheapest_breaks_ties_by_weight_and_balance() {
+        use crate::provider::Provider::*;
+        let pool = priced_pool(&[(RuCaptcha, 100), (RuCaptcha, 100)]);
+        let mut rng = StdRng::seed_from_u64(9);
+        let mut counts = [0u32; 2];
+        for _ in 0..400 {
+            let key = pool
+                .candidates(&mut rng, Instant::now())
+                .for_method(Some("userrecaptcha"))
+                .next()
+                .unwrap();
+            counts[usize::from(key.id.0)] += 1;
+        }
+        assert!(
+            counts.iter().all(|&n| n > 120),
+            "both keys share the ties: {counts:?}"
+        );
+        assert!(pool.selection.reads_method());
+        assert!(pool.restricts_methods(), "the method is read to price it");
     }
 
     #[tokio::test(start_paused = true)]

@@ -29,13 +29,15 @@ fn capacity_strategy_and_tier_are_read() {
     assert_eq!(config.keys[0].tier, 2);
     let rr = parse(&format!("strategy = \"round-robin\"\n{}", one_key()));
     assert_eq!(rr.strategy, Strategy::RoundRobin);
+    let cheapest = parse(&format!("strategy = \"cheapest\"\n{}", one_key()));
+    assert_eq!(cheapest.strategy, Strategy::Cheapest);
 }
 
 #[test]
 fn an_unknown_strategy_names_the_known_ones() {
     assert_problem(
         &format!("strategy = \"least_conn\"\n{}", one_key()),
-        "strategy: \"least_conn\" is not a strategy; use one of \"weighted\", \"least-loaded\", \"round-robin\"",
+        "strategy: \"least_conn\" is not a strategy; use one of \"weighted\", \"least-loaded\", \"round-robin\", \"cheapest\"",
     );
 }
 
