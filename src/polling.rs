@@ -111,7 +111,8 @@ impl PollShaper {
         self.cadence.polled_for_orphan(task, interval, now);
     }
 
-    /// Stops following `task`: nobody can poll it any more (its pin is gone).
+    /// Stops following `task`: it ended with no answer to keep, or nobody can poll it any
+    /// more (its pin is gone).
     pub fn forget(&self, task: &TaskId) {
         self.cadence.close(task);
     }

@@ -203,8 +203,10 @@ pub(super) fn ended(ctx: &Ctx, task: &TaskId, action: TaskAction, body: Option<&
 /// here and, where replicas share the pool, on every replica.
 fn end(ctx: &Ctx, task: &TaskId, kept: Option<Kept>) {
     settle(ctx, task, kept.as_ref());
-    if let Some(kept) = kept {
-        keep(ctx, task, kept);
+    match kept {
+        Some(kept) => keep(ctx, task, kept),
+        // Nothing to keep, but nothing to poll either: not even as an orphan.
+        None => ctx.app.polling().forget(task),
     }
 }
 
