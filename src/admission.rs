@@ -126,10 +126,9 @@ impl<'a, R: Rng> Admission<'a, R> {
     ) {
         let now = Instant::now();
         let polling = &self.config.polling;
-        if polling.shapes() {
-            let advised = Profile::of(key.provider).first_poll(method.unwrap_or(""));
-            self.app.polling().opened(polling, task, advised, now);
-        }
+        let method = method.unwrap_or("");
+        let advised = Profile::of(key.provider).first_poll(method);
+        (self.app.polling()).opened(polling, task, (key.provider, method), advised, now);
         let (token, hold) = self.token.unzip();
         let token_id = token.map_or(TokenId::NONE, |t| t.id);
         self.app.pins().pin_for(task.clone(), key.id, token_id, now);
@@ -140,7 +139,7 @@ impl<'a, R: Rng> Admission<'a, R> {
         if let Some(token) = token {
             // A key of a thread-billed plan, or one the price table leaves out, costs 0.
             let price = (self.config.prices)
-                .per_task(key.provider, method.unwrap_or(""))
+                .per_task(key.provider, method)
                 .unwrap_or(0.0);
             (self.app.budgets()).reserve(task.clone(), &token.name, price, budgets::now());
         }

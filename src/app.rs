@@ -28,7 +28,7 @@ use crate::outage::Outages;
 use crate::pins::{JournalPins, MemoryPins, NoSharedPins, PinStore, ProbeState, SharedPins};
 use crate::polling::{NoSharedPolls, PollShaper, SharedPolls};
 use crate::pool::{
-    FileHolds, HoldStore, HoldsFileError, KeyEntry, KeyPool, MemoryHolds, Selection,
+    FileHolds, HoldStore, HoldsFileError, KeyEntry, KeyPool, MemoryHolds, Selection, SolveTimes,
 };
 use crate::provider::Provider;
 use crate::registry::{KeyRegistry, RegistryFull};
@@ -104,6 +104,8 @@ struct Inner {
     holds: Arc<dyn HoldStore>,
     /// Which providers are down; outlives snapshots, as health does.
     outages: Arc<Outages>,
+    /// Solve times seen per provider and method; outlive snapshots, as health does.
+    solve_times: Arc<SolveTimes>,
     /// Providers being probed after an outage, as a bit set: one probe each at a time.
     probing: std::sync::atomic::AtomicU8,
     metrics: Metrics,
@@ -229,15 +231,16 @@ impl App {
                     Arc::new(NoSharedPolls),
                 ),
             };
-        let pool = build_pool(
-            &config,
-            &registry,
-            health.clone(),
-            capacity.clone(),
-            holds.clone(),
-            outages.clone(),
-            shared_threads.clone(),
-        )?;
+        let solve_times = Arc::new(SolveTimes::default());
+        let shares = PoolShares {
+            health: health.clone(),
+            capacity: capacity.clone(),
+            holds: holds.clone(),
+            outages: outages.clone(),
+            shared_threads: shared_threads.clone(),
+            solve_times: solve_times.clone(),
+        };
+        let pool = build_pool(&config, &registry, shares)?;
         let token_counters = Arc::new(TokenCounters::default());
         let pins = open_pins(&config, &registry, &token_counters)?;
         let retry_budget = TpsBudget::new(
@@ -264,6 +267,7 @@ impl App {
             capacity,
             holds,
             outages,
+            solve_times,
             probing: std::sync::atomic::AtomicU8::new(0),
             metrics,
             client,
@@ -559,15 +563,15 @@ impl App {
     /// # Errors
     /// [`RegistryFull`].
     pub fn build_pool(&self, config: &Config) -> Result<KeyPool, RegistryFull> {
-        build_pool(
-            config,
-            &self.0.registry,
-            self.0.health.clone(),
-            self.0.capacity.clone(),
-            self.0.holds.clone(),
-            self.0.outages.clone(),
-            self.0.shared_threads.clone(),
-        )
+        let shares = PoolShares {
+            health: self.0.health.clone(),
+            capacity: self.0.capacity.clone(),
+            holds: self.0.holds.clone(),
+            outages: self.0.outages.clone(),
+            shared_threads: self.0.shared_threads.clone(),
+            solve_times: self.0.solve_times.clone(),
+        };
+        build_pool(config, &self.0.registry, shares)
     }
 
     /// The snapshot of `config` and its `pool` (from [`App::build_pool`]), with the token
@@ -624,6 +628,7 @@ impl App {
                 .set_token_budget(&token.name, usage.spend, budget);
         }
         let now = Instant::now();
+        (self.0.metrics).set_solve_times(&self.0.solve_times.all(now));
         self.0.metrics.render(
             &snapshot.pool,
             &*self.0.pins,
@@ -735,20 +740,28 @@ fn token_table(config: &Config, pool: &KeyPool, counters: &TokenCounters) -> Tok
     TokenTable::new(&config.access.tokens, keys, counters)
 }
 
-fn build_pool(
-    config: &Config,
-    registry: &KeyRegistry,
+/// What every configuration's pool shares with the others, and so outlives snapshots.
+struct PoolShares {
     health: Arc<dyn HealthStore>,
     capacity: Arc<Capacity>,
     holds: Arc<dyn HoldStore>,
     outages: Arc<Outages>,
     shared_threads: Arc<dyn SharedThreads>,
+    solve_times: Arc<SolveTimes>,
+}
+
+fn build_pool(
+    config: &Config,
+    registry: &KeyRegistry,
+    shares: PoolShares,
 ) -> Result<KeyPool, RegistryFull> {
     let keys = registry.admit(&config.keys)?;
+    let selection = Selection::from_config(config);
     Ok(
-        KeyPool::new(keys, health, capacity, Selection::from_config(config))
-            .with_admin_holds(holds)
-            .with_outages(outages)
-            .with_shared_threads(shared_threads),
+        KeyPool::new(keys, shares.health, shares.capacity, selection)
+            .with_admin_holds(shares.holds)
+            .with_outages(shares.outages)
+            .with_shared_threads(shares.shared_threads)
+            .with_solve_times(shares.solve_times),
     )
 }

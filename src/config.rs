@@ -262,15 +262,19 @@ pub enum Strategy {
     /// The lowest `[prices]` price for the task's method (a thread-billed key without a
     /// price costs 0, another without one the most); weight × balance among equals.
     Cheapest,
+    /// The lowest observed solve time for the task's method at the key's provider (the last
+    /// 50 solves or 10 minutes, once 5 were seen; weight × balance before that).
+    Fastest,
 }
 
 impl Strategy {
     /// Every strategy, for messages.
-    pub const ALL: [Strategy; 4] = [
+    pub const ALL: [Strategy; 5] = [
         Strategy::Weighted,
         Strategy::LeastLoaded,
         Strategy::RoundRobin,
         Strategy::Cheapest,
+        Strategy::Fastest,
     ];
 
     /// The name `proxy.toml` and logs use.
@@ -280,6 +284,7 @@ impl Strategy {
             Strategy::LeastLoaded => "least-loaded",
             Strategy::RoundRobin => "round-robin",
             Strategy::Cheapest => "cheapest",
+            Strategy::Fastest => "fastest",
         }
     }
 

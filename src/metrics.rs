@@ -113,6 +113,9 @@ pub struct Metrics {
     /// `KeyrelayTokenBudgetSoft` fires; set at scrape time.
     token_budget_used_ratio: GaugeVec,
     token_budget_soft_ratio: GaugeVec,
+    /// The mean solve time seen per provider and method (the last 50 solves or 10
+    /// minutes), set at scrape time.
+    solve_seconds: GaugeVec,
     /// `[cluster]` only: 1 while Redis is shared, 0 while degraded.
     cluster_up: IntGaugeVec,
     /// `[cluster]` only: failed Redis calls by operation, mirrored from the cluster's own
@@ -653,6 +656,16 @@ impl Metrics {
                     &["token"],
                 )?
             ),
+            solve_seconds: register!(
+                r,
+                GaugeVec::new(
+                    Opts::new(
+                        "keyrelay_solve_seconds",
+                        "Mean time from submit to the solution keyrelay saw, per provider and in.php method, over the last 50 solves or 10 minutes: what strategy = \"fastest\" compares."
+                    ),
+                    &["provider", "method"],
+                )?
+            ),
             resolved: resolved::Resolved::new(),
             registry: r,
         }
@@ -807,6 +820,20 @@ impl Metrics {
                 let _ = self.token_budget_used_ratio.remove_label_values(&[token]);
                 let _ = self.token_budget_soft_ratio.remove_label_values(&[token]);
             }
+        }
+    }
+
+    /// Sets the solve times seen, for the next scrape; pairs with no solve in the window
+    /// any more are dropped.
+    pub fn set_solve_times(
+        &self,
+        times: &[(crate::provider::Provider, String, std::time::Duration)],
+    ) {
+        self.solve_seconds.reset();
+        for (provider, method, took) in times {
+            self.solve_seconds
+                .with_label_values(&[provider.name(), method.as_str()])
+                .set(took.as_secs_f64());
         }
     }
 

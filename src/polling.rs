@@ -13,7 +13,7 @@ mod kept;
 mod pace;
 mod shared;
 
-pub use cadence::Cadence;
+pub use cadence::{Cadence, Origin};
 pub use kept::{Kept, KeptAnswers, MemoryKept, Verdict};
 pub use pace::Pace;
 pub use shared::{decode, encode, NoSharedPolls, SharedPolls, SharedTurn, TurnFuture};
@@ -25,6 +25,8 @@ use tokio::time::Instant;
 
 use crate::captcha::TaskId;
 use crate::config::{FirstPoll, Polling, DEFAULT_POLL_INTERVAL};
+use crate::fast_map::FastMap;
+use crate::provider::Provider;
 
 /// What a caller's poll of one task gets.
 #[derive(Clone, Debug, PartialEq)]
@@ -42,25 +44,58 @@ pub enum Gate {
 pub struct PollShaper {
     cadence: Cadence,
     kept: Box<dyn KeptAnswers>,
+    /// Method names seen, shared by the tasks of each.
+    methods: FastMap<Box<str>, Arc<str>>,
 }
+
+/// Method names shared at most: far more than the services define.
+const MAX_METHODS: usize = 256;
 
 impl PollShaper {
     pub fn new(kept: Box<dyn KeptAnswers>) -> PollShaper {
         PollShaper {
             cadence: Cadence::default(),
             kept,
+            methods: FastMap::default(),
         }
     }
 
-    /// The service accepted `task`: no upstream poll before the `first` delay, `advised`
-    /// being the provider's advice for the task's method (`first = "auto"`).
-    pub fn opened(&self, settings: &Polling, task: &TaskId, advised: Duration, now: Instant) {
+    /// The service accepted `task` at `provider`, a task of `method`, at `now`: no upstream
+    /// poll before the `first` delay, `advised` being the provider's advice for the method
+    /// (`first = "auto"`).
+    pub fn opened(
+        &self,
+        settings: &Polling,
+        task: &TaskId,
+        (provider, method): (Provider, &str),
+        advised: Duration,
+        now: Instant,
+    ) {
         let first = match settings.first {
             _ if !settings.shapes() => Duration::ZERO,
             FirstPoll::Auto => advised,
             FirstPoll::After(delay) => delay,
         };
-        self.cadence.open(task, now + first, now);
+        let origin = Origin {
+            submitted: now,
+            provider,
+            method: self.method_name(method),
+        };
+        self.cadence.open(task, origin, now + first);
+    }
+
+    /// `method`, lowercase, shared by every task of it. Methods are the caller's words, so
+    /// only `MAX_METHODS` are shared; others get a name of their own.
+    fn method_name(&self, method: &str) -> Arc<str> {
+        let method = method.trim();
+        if let Some(name) = self.methods.get(method) {
+            return name.clone();
+        }
+        let name: Arc<str> = Arc::from(method.to_ascii_lowercase());
+        if self.methods.len() < MAX_METHODS {
+            self.methods.insert(method.into(), name.clone());
+        }
+        name
     }
 
     /// A caller polls `task`, whose owner the caller is. An upstream poll is counted as sent
@@ -82,16 +117,20 @@ impl PollShaper {
 
     /// An upstream poll of `task` got its final answer (here, or on another replica that
     /// shared it): no more upstream polls of it, and the answer is kept for repeated polls.
-    pub fn finished(&self, settings: &Polling, task: &TaskId, answer: Kept, now: Instant) {
-        self.cadence.close(task);
+    /// Where the task began, if this process created it.
+    pub fn finished(
+        &self,
+        settings: &Polling,
+        task: &TaskId,
+        answer: Kept,
+        now: Instant,
+    ) -> Option<Origin> {
+        let origin = self.cadence.close(task);
         if settings.shapes() {
-            self.kept.keep(
-                task.clone(),
-                Arc::new(answer),
-                settings.keep_answers_max,
-                now,
-            );
+            let answer = Arc::new(answer);
+            (self.kept).keep(task.clone(), answer, settings.keep_answers_max, now);
         }
+        origin
     }
 
     /// Up to `limit` tasks this process created that nobody has polled for
@@ -113,8 +152,8 @@ impl PollShaper {
 
     /// Stops following `task`: it ended with no answer to keep, or nobody can poll it any
     /// more (its pin is gone).
-    pub fn forget(&self, task: &TaskId) {
-        self.cadence.close(task);
+    pub fn forget(&self, task: &TaskId) -> Option<Origin> {
+        self.cadence.close(task)
     }
 
     /// Drops kept answers past `keep_answers`, and the cadence of tasks nobody has asked

@@ -4,12 +4,14 @@
 
 mod holds;
 mod select;
+mod solve_times;
 
 pub use holds::{
     parse_state, state_label, AdminHold, FileHolds, HoldChange, HoldError, HoldRecord, HoldStore,
     HoldsFileError, MemoryHolds,
 };
 pub use select::Candidates;
+pub use solve_times::SolveTimes;
 
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -288,9 +290,9 @@ impl Selection {
         }
     }
 
-    /// Whether a pick needs the submit's `method`: to price it.
+    /// Whether a pick needs the submit's `method`: to price it, or to time it.
     pub fn reads_method(&self) -> bool {
-        self.strategy == Strategy::Cheapest
+        matches!(self.strategy, Strategy::Cheapest | Strategy::Fastest)
     }
 }
 
@@ -311,6 +313,8 @@ pub struct KeyPool {
     restricts_methods: bool,
     /// Which providers are down: shared with every other pool, as health is.
     outages: Arc<Outages>,
+    /// Solve times seen per provider and method: shared with every other pool.
+    solve_times: Arc<SolveTimes>,
 }
 
 impl KeyPool {
@@ -330,7 +334,20 @@ impl KeyPool {
             cursor: AtomicUsize::new(0),
             shared: Arc::new(NoSharedThreads),
             outages: Arc::default(),
+            solve_times: Arc::default(),
         }
+    }
+
+    /// The same pool, reading and recording solve times in `times` (the app's, which
+    /// outlive every pool) instead of a table of its own.
+    pub fn with_solve_times(mut self, times: Arc<SolveTimes>) -> Self {
+        self.solve_times = times;
+        self
+    }
+
+    /// Solve times seen per provider and method.
+    pub fn solve_times(&self) -> &SolveTimes {
+        &self.solve_times
     }
 
     /// The same pool, reading provider outages from `outages` (the app's, which outlive

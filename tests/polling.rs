@@ -363,3 +363,24 @@ async fn a_task_its_caller_left_is_polled_by_keyrelay_and_its_thread_comes_back(
     assert_eq!(upstream_polls(&h, id), 1);
     h.stop().await;
 }
+
+#[tokio::test]
+async fn each_solve_is_timed_per_provider_and_method() {
+    let h = harness(1, Polling::off()).await;
+    for _ in 0..3 {
+        let id = h.submit().await;
+        assert!(poll(&h, id, false).await.text().starts_with("OK|"));
+    }
+    let metrics = h.metrics().await;
+    let seconds = metric(
+        &metrics,
+        "keyrelay_solve_seconds{method=\"userrecaptcha\",provider=\"captchaai\"}",
+    )
+    .expect("the solve time is exported");
+    assert!((0.0..60.0).contains(&seconds), "{seconds}");
+    assert!(
+        !metrics.contains("keyrelay_solve_seconds{method=\"base64\""),
+        "no series for a method nobody solved"
+    );
+    h.stop().await;
+}

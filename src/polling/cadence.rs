@@ -1,22 +1,34 @@
 //! Each open task's turn: when its next upstream poll may go, when a caller last asked about
 //! it, and whether this process created it (and so polls it itself once its caller is gone).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use crate::captcha::TaskId;
 use crate::fast_map::FastMap;
+use crate::provider::Provider;
 
-#[derive(Clone, Copy, Debug)]
+/// Where and when a task of this process's began: for its solve time.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Origin {
+    pub submitted: Instant,
+    pub provider: Provider,
+    /// The `in.php` method, lowercase; shared by every task of the method.
+    pub method: Arc<str>,
+}
+
+#[derive(Clone, Debug)]
 struct Turn {
     /// No upstream poll before this.
     next: Instant,
     /// The submit, or the last poll of a caller.
     seen: Instant,
-    /// Created by a submit of this process, not only polled here: this process polls it
-    /// once its caller is gone. In a cluster, each task is so one replica's alone.
-    own: bool,
+    /// Created by a submit of this process (not only polled here), and where: this
+    /// process polls it once its caller is gone. In a cluster, each task is so one
+    /// replica's alone.
+    origin: Option<Origin>,
 }
 
 /// Turns by task. Sharded: every poll of a task reads and writes its turn.
@@ -27,13 +39,13 @@ pub struct Cadence {
 
 impl Cadence {
     /// A task this process created: its first upstream poll may go at `first`.
-    pub fn open(&self, task: &TaskId, first: Instant, now: Instant) {
+    pub fn open(&self, task: &TaskId, origin: Origin, first: Instant) {
         self.turns.insert(
             task.clone(),
             Turn {
                 next: first,
-                seen: now,
-                own: true,
+                seen: origin.submitted,
+                origin: Some(origin),
             },
         );
     }
@@ -55,7 +67,7 @@ impl Cadence {
             Turn {
                 next: now + interval,
                 seen: now,
-                own: false,
+                origin: None,
             },
         );
         true
@@ -80,7 +92,9 @@ impl Cadence {
             .iter()
             .filter(|entry| {
                 let turn = entry.value();
-                turn.own && now >= turn.next && now.saturating_duration_since(turn.seen) >= after
+                turn.origin.is_some()
+                    && now >= turn.next
+                    && now.saturating_duration_since(turn.seen) >= after
             })
             .map(|entry| (entry.value().next, entry.key().clone()))
             .collect();
@@ -100,9 +114,9 @@ impl Cadence {
         }
     }
 
-    /// The task has its final answer.
-    pub fn close(&self, task: &TaskId) {
-        self.turns.remove(task);
+    /// The task has its final answer: where it began, if this process created it.
+    pub fn close(&self, task: &TaskId) -> Option<Origin> {
+        self.turns.remove(task).and_then(|(_, turn)| turn.origin)
     }
 
     /// Forgets tasks nobody asked about for `after`.

@@ -9,6 +9,9 @@ use crate::config::{FirstPoll, Polling};
 
 const S: Duration = Duration::from_secs(1);
 
+/// A submit's provider and method.
+const SUBMIT: (crate::provider::Provider, &str) = (crate::provider::Provider::CaptchaAi, "base64");
+
 fn task(n: u64) -> TaskId {
     TaskId::Num(n)
 }
@@ -26,7 +29,7 @@ fn no_upstream_poll_before_the_first_delay_then_one_per_interval() {
     let shaper = PollShaper::default();
     let p = settings();
     let t0 = Instant::now();
-    shaper.opened(&p, &task(1), 5 * S, t0);
+    shaper.opened(&p, &task(1), SUBMIT, 5 * S, t0);
     for at in [0, 1, 4] {
         assert_eq!(
             shaper.gate(&p, &task(1), t0 + at * S),
@@ -56,14 +59,14 @@ fn a_fixed_first_delay_overrides_the_providers_advice() {
         first: FirstPoll::After(2 * S),
         ..settings()
     };
-    shaper.opened(&p, &task(1), 15 * S, t0);
+    shaper.opened(&p, &task(1), SUBMIT, 15 * S, t0);
     assert_eq!(shaper.gate(&p, &task(1), t0 + S), Gate::NotYet);
     assert_eq!(shaper.gate(&p, &task(1), t0 + 2 * S), Gate::Upstream);
     let p = Polling {
         first: FirstPoll::After(Duration::ZERO),
         ..settings()
     };
-    shaper.opened(&p, &task(2), 15 * S, t0);
+    shaper.opened(&p, &task(2), SUBMIT, 15 * S, t0);
     assert_eq!(shaper.gate(&p, &task(2), t0), Gate::Upstream);
     assert_eq!(shaper.gate(&p, &task(2), t0 + S), Gate::NotYet);
 }
@@ -73,7 +76,7 @@ fn of_two_callers_polling_at_once_one_goes_upstream() {
     let shaper = Arc::new(PollShaper::default());
     let p = settings();
     let t0 = Instant::now();
-    shaper.opened(&p, &task(1), Duration::ZERO, t0);
+    shaper.opened(&p, &task(1), SUBMIT, Duration::ZERO, t0);
     let gates: Vec<Gate> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..8)
             .map(|_| scope.spawn(|| shaper.gate(&p, &task(1), t0 + S)))
@@ -100,7 +103,7 @@ fn a_final_answer_is_kept_and_ends_the_cadence() {
     let shaper = PollShaper::default();
     let p = settings();
     let t0 = Instant::now();
-    shaper.opened(&p, &task(1), Duration::ZERO, t0);
+    shaper.opened(&p, &task(1), SUBMIT, Duration::ZERO, t0);
     assert_eq!(shaper.gate(&p, &task(1), t0), Gate::Upstream);
     shaper.finished(&p, &task(1), solved("abc"), t0 + S);
     assert_eq!(shaper.counts(), (0, 1));
@@ -123,7 +126,7 @@ fn an_interval_of_zero_relays_every_poll_and_keeps_nothing() {
     let p = Polling::off();
     assert!(!p.shapes());
     let t0 = Instant::now();
-    shaper.opened(&p, &task(1), 15 * S, t0);
+    shaper.opened(&p, &task(1), SUBMIT, 15 * S, t0);
     for at in [0, 0, 1] {
         assert_eq!(shaper.gate(&p, &task(1), t0 + at * S), Gate::Upstream);
     }
@@ -163,8 +166,8 @@ fn the_sweep_drops_answers_past_their_time_and_forgets_silent_tasks() {
     let t0 = Instant::now();
     shaper.finished(&p, &task(1), solved("a"), t0);
     shaper.finished(&p, &task(2), solved("b"), t0 + 5 * 60 * S);
-    shaper.opened(&p, &task(3), S, t0);
-    shaper.opened(&p, &task(4), S, t0 + 5 * 60 * S);
+    shaper.opened(&p, &task(3), SUBMIT, S, t0);
+    shaper.opened(&p, &task(4), SUBMIT, S, t0 + 5 * 60 * S);
     assert_eq!(shaper.counts(), (2, 2));
     shaper.sweep(&p, 6 * 60 * S, t0 + 10 * 60 * S);
     assert_eq!(shaper.counts(), (1, 1));
@@ -243,8 +246,8 @@ fn an_orphan_is_a_task_of_ours_nobody_polled_for_orphan_after_whose_turn_has_com
     let shaper = PollShaper::default();
     let p = settings();
     let t0 = Instant::now();
-    shaper.opened(&p, &task(1), 5 * S, t0);
-    shaper.opened(&p, &task(2), 5 * S, t0 + 10 * S);
+    shaper.opened(&p, &task(1), SUBMIT, 5 * S, t0);
+    shaper.opened(&p, &task(2), SUBMIT, 5 * S, t0 + 10 * S);
     // Polled here but made elsewhere (another replica, or before a restart): never ours.
     assert_eq!(shaper.gate(&p, &task(3), t0), Gate::Upstream);
     assert!(shaper.orphans_due(&p, t0 + 29 * S, 10).is_empty());
@@ -277,7 +280,7 @@ fn with_shaping_off_a_polled_task_is_no_orphan_and_an_orphan_is_polled_every_5s(
     let shaper = PollShaper::default();
     let p = Polling::off();
     let t0 = Instant::now();
-    shaper.opened(&p, &task(1), 15 * S, t0);
+    shaper.opened(&p, &task(1), SUBMIT, 15 * S, t0);
     shaper.gate(&p, &task(1), t0 + 20 * S);
     assert!(shaper.orphans_due(&p, t0 + 49 * S, 10).is_empty());
     assert_eq!(shaper.orphans_due(&p, t0 + 50 * S, 10), vec![task(1)]);
@@ -313,4 +316,32 @@ fn the_pace_averages_its_rate_and_never_sends_twice_it_in_a_second() {
     let mut pace = Pace::new(t0);
     let slow: usize = (1..=10u32).map(|s| pace.take(0.5, t0 + s * S)).sum();
     assert_eq!(slow, 5);
+}
+
+#[test]
+fn a_task_of_ours_says_where_and_when_it_began_when_it_ends() {
+    let shaper = PollShaper::default();
+    let p = settings();
+    let t0 = Instant::now();
+    shaper.opened(
+        &p,
+        &task(1),
+        (crate::provider::Provider::TwoCaptcha, " UserReCaptcha"),
+        S,
+        t0,
+    );
+    shaper.opened(&p, &task(2), SUBMIT, S, t0);
+    let origin = shaper
+        .finished(&p, &task(1), solved("x"), t0 + 20 * S)
+        .expect("ours");
+    assert_eq!(origin.submitted, t0);
+    assert_eq!(origin.provider, crate::provider::Provider::TwoCaptcha);
+    assert_eq!(&*origin.method, "userrecaptcha");
+    assert_eq!(
+        shaper.forget(&task(2)).map(|o| o.method),
+        Some("base64".into())
+    );
+    // Polled here, made elsewhere: no origin.
+    shaper.gate(&p, &task(3), t0);
+    assert_eq!(shaper.finished(&p, &task(3), solved("y"), t0), None);
 }

@@ -200,6 +200,34 @@ impl<'a, R: Rng> Candidates<'a, R> {
         self.weighted(&cheapest, views)
     }
 
+    /// The lowest observed solve time for the task's method at each key's provider;
+    /// weight × balance among equals. Until every eligible key's provider has a trusted time
+    /// for the method (`solve_times::MIN_SOLVES` solves), weight × balance alone: a provider
+    /// not yet timed must get tasks to be timed at all.
+    fn fastest(&mut self, eligible: &[usize], views: &[HealthView]) -> usize {
+        let pool = self.pool;
+        let method = self.method.unwrap_or("");
+        let times: PerKey<Option<std::time::Duration>> = eligible
+            .iter()
+            .map(|&i| (pool.solve_times).typical(pool.keys[i].provider, method, self.now))
+            .collect();
+        let Some(times) = times.into_iter().collect::<Option<PerKey<_>>>() else {
+            return self.weighted(eligible, views);
+        };
+        let best = times
+            .iter()
+            .min()
+            .copied()
+            .expect("eligible is never empty");
+        let fastest: PerKey<usize> = eligible
+            .iter()
+            .zip(&times)
+            .filter(|(_, took)| **took == best)
+            .map(|(&i, _)| i)
+            .collect();
+        self.weighted(&fastest, views)
+    }
+
     /// The lowest threads-in-use share (nginx's `least_conn`); the higher weight among
     /// equals, then at random. A key ramping up after a return counts its capacity scaled
     /// by its slow-start share, so it looks busier than it is.
@@ -314,6 +342,7 @@ impl<'a, R: Rng> Iterator for Candidates<'a, R> {
             Strategy::LeastLoaded => self.least_loaded(&eligible, &views),
             Strategy::RoundRobin => self.round_robin(&eligible, &views),
             Strategy::Cheapest => self.cheapest(&eligible, &views),
+            Strategy::Fastest => self.fastest(&eligible, &views),
         };
         self.tried[chosen] = true;
         Some(&self.pool.keys[chosen])
@@ -641,6 +670,10 @@ mod tests {
     /// One key per (provider, threads), 2captcha's priced 2.99 and rucaptcha's 1.0 per
     /// 1,000 `userrecaptcha`; capmonster's and captchaai's unpriced.
     fn priced_pool(keys: &[(crate::provider::Provider, u32)]) -> KeyPool {
+        pool_by_provider(Strategy::Cheapest, keys)
+    }
+
+    fn pool_by_provider(strategy: Strategy, keys: &[(crate::provider::Provider, u32)]) -> KeyPool {
         use crate::provider::Provider;
         let upstream = Upstream::parse("http://127.0.0.1:1").unwrap();
         let keys = keys
@@ -658,7 +691,7 @@ mod tests {
         prices.set(Provider::TwoCaptcha, "userrecaptcha", 2.99);
         prices.set(Provider::RuCaptcha, "userrecaptcha", 1.0);
         let selection = Selection {
-            strategy: Strategy::Cheapest,
+            strategy,
             min_balance: 0.01,
             slow_start: Duration::from_secs(30),
             prices,
@@ -701,6 +734,62 @@ mod tests {
             .next()
             .unwrap();
         assert_eq!(first.id, KeyId(1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn fastest_goes_by_weight_until_every_provider_is_timed_then_to_the_fastest() {
+        use crate::provider::Provider::*;
+        let pool = pool_by_provider(Strategy::Fastest, &[(TwoCaptcha, 100), (RuCaptcha, 2)]);
+        let mut rng = StdRng::seed_from_u64(3);
+        let pick = |rng: &mut StdRng| {
+            pool.candidates(rng, Instant::now())
+                .for_method(Some("userrecaptcha"))
+                .next()
+                .unwrap()
+                .id
+                .0
+        };
+        let now = Instant::now();
+        // RuCaptcha timed fast, 2captcha only four times: not trusted yet, so both share.
+        for _ in 0..5 {
+            pool.solve_times()
+                .record(RuCaptcha, "userrecaptcha", Duration::from_secs(8), now);
+        }
+        for _ in 0..4 {
+            pool.solve_times()
+                .record(TwoCaptcha, "userrecaptcha", Duration::from_secs(30), now);
+        }
+        let picks: Vec<u16> = (0..200).map(|_| pick(&mut rng)).collect();
+        assert!(picks.contains(&0) && picks.contains(&1), "{picks:?}");
+        // Both timed: the fastest every time, the other when it is full.
+        pool.solve_times()
+            .record(TwoCaptcha, "userrecaptcha", Duration::from_secs(30), now);
+        let mut order = Vec::new();
+        for task in 0..4 {
+            let key = pool
+                .candidates(&mut rng, Instant::now())
+                .for_method(Some("userrecaptcha"))
+                .next()
+                .unwrap();
+            order.push(key.id.0);
+            pool.hold(key)
+                .unwrap()
+                .keep_for(TaskId::Num(task), Instant::now());
+        }
+        assert_eq!(order, vec![1, 1, 0, 0]);
+        // Another method has its own times: none yet, so weight x balance again.
+        let other: Vec<u16> = (0..200)
+            .map(|_| {
+                pool.candidates(&mut rng, Instant::now())
+                    .for_method(Some("turnstile"))
+                    .next()
+                    .unwrap()
+                    .id
+                    .0
+            })
+            .collect();
+        assert!(other.contains(&0), "{other:?}");
+        assert!(pool.restricts_methods(), "the method is read to time it");
     }
 
     #[tokio::test(start_paused = true)]

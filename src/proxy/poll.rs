@@ -19,7 +19,7 @@ use crate::failover::{self, Next};
 use crate::log_limit::{Throttle, INTERVAL};
 use crate::metrics::{LocalCode, RequestOutcome};
 use crate::pins::SharedLookup;
-use crate::polling::{Gate, Kept, SharedTurn, Verdict};
+use crate::polling::{Gate, Kept, Origin, SharedTurn, Verdict};
 use crate::pool::KeyEntry;
 
 // The codes an `ids=` slot answers with when keyrelay answers it itself.
@@ -203,10 +203,19 @@ pub(super) fn ended(ctx: &Ctx, task: &TaskId, action: TaskAction, body: Option<&
 /// here and, where replicas share the pool, on every replica.
 fn end(ctx: &Ctx, task: &TaskId, kept: Option<Kept>) {
     settle(ctx, task, kept.as_ref());
-    match kept {
+    let solved = kept
+        .as_ref()
+        .is_some_and(|kept| matches!(kept.verdict, Verdict::Solved(_)));
+    let origin = match kept {
         Some(kept) => keep(ctx, task, kept),
         // Nothing to keep, but nothing to poll either: not even as an orphan.
         None => ctx.app.polling().forget(task),
+    };
+    // A task this process submitted and saw solved: its solve time, for `fastest`.
+    if let (true, Some(origin)) = (solved, origin) {
+        let now = Instant::now();
+        let took = now.saturating_duration_since(origin.submitted);
+        (ctx.snapshot.pool.solve_times()).record(origin.provider, &origin.method, took, now);
     }
 }
 
@@ -225,7 +234,8 @@ fn settle(ctx: &Ctx, task: &TaskId, kept: Option<&Kept>) {
     ctx.app.budgets().settle(task, how, budgets::now());
 }
 
-fn keep(ctx: &Ctx, task: &TaskId, kept: Kept) {
+/// Keeps `task`'s final answer; where the task began, if this process created it.
+fn keep(ctx: &Ctx, task: &TaskId, kept: Kept) -> Option<Origin> {
     let polling = &ctx.snapshot.config.polling;
     if polling.shapes() {
         ctx.app
@@ -234,7 +244,7 @@ fn keep(ctx: &Ctx, task: &TaskId, kept: Kept) {
     }
     ctx.app
         .polling()
-        .finished(polling, task, kept, Instant::now());
+        .finished(polling, task, kept, Instant::now())
 }
 
 /// Finishes every task of an `ids=` answer whose item is final, and keeps its answer.

@@ -254,11 +254,8 @@ async fn answer<'a, R: rand::Rng>(
     };
     if let Some(id) = &task_id {
         // Not boxed, as the seat: the shared count's step is boxed by its store.
-        // Read only where it can matter: the first poll's delay and a token's price follow
-        // the method.
-        let method = (ctx.snapshot.config.polling.shapes() || ctx.token.is_some())
-            .then(|| parsed.param("method"))
-            .flatten();
+        // The first poll's delay, a token's price and the solve time follow the method.
+        let method = parsed.param("method");
         admission.open(ticket, key, id, method.as_deref()).await;
         ctx.app.emit(|| Event::Pinned {
             key: key.name.clone(),

@@ -37,7 +37,7 @@ fn capacity_strategy_and_tier_are_read() {
 fn an_unknown_strategy_names_the_known_ones() {
     assert_problem(
         &format!("strategy = \"least_conn\"\n{}", one_key()),
-        "strategy: \"least_conn\" is not a strategy; use one of \"weighted\", \"least-loaded\", \"round-robin\", \"cheapest\"",
+        "strategy: \"least_conn\" is not a strategy; use one of \"weighted\", \"least-loaded\", \"round-robin\", \"cheapest\", \"fastest\"",
     );
 }
 
