@@ -71,6 +71,7 @@ const ACCEPT_RETRY_DELAY: Duration = Duration::from_millis(50);
 pub struct Simulator {
     keys: Vec<SimKey>,
     polls_to_ready: u32,
+    solve_time: Option<(Duration, Duration)>,
     /// `None`: the provider's own.
     busy_code: Option<String>,
     provider: Provider,
@@ -88,6 +89,7 @@ impl Simulator {
         Simulator {
             keys: Vec::new(),
             polls_to_ready: DEFAULT_POLLS_TO_READY,
+            solve_time: None,
             busy_code: None,
             provider: Provider::CaptchaAi,
         }
@@ -117,6 +119,14 @@ impl Simulator {
         self
     }
 
+    /// Tasks take between `min` and `max` to solve, each its own time spread evenly over
+    /// the range by its id: polls before it answer `CAPCHA_NOT_READY`, as a real service's
+    /// do while a worker solves. Without it a task is ready by polls alone.
+    pub fn solve_time(mut self, min: Duration, max: Duration) -> Simulator {
+        self.solve_time = Some((min, max.max(min)));
+        self
+    }
+
     /// Code answered when a valid key has no free thread. Default `ERROR_ZERO_BALANCE`
     /// (CaptchaAI's error documentation); `ERROR_NO_SLOT_AVAILABLE` is the blog's variant.
     pub fn busy_code(mut self, code: &str) -> Simulator {
@@ -132,12 +142,10 @@ impl Simulator {
                 PAY_PER_TASK_BUSY_CODE.to_owned()
             }
         });
-        Arc::new(State::new(
-            self.keys,
-            self.polls_to_ready,
-            busy_code,
-            self.provider,
-        ))
+        Arc::new(
+            State::new(self.keys, self.polls_to_ready, busy_code, self.provider)
+                .with_solve_time(self.solve_time),
+        )
     }
 
     /// Binds `127.0.0.1:0` and serves in a background task until [`SimHandle::shutdown`].
@@ -343,6 +351,11 @@ impl SimHandle {
     }
 
     /// Finishes a task as unsolvable: its next poll answers `ERROR_CAPTCHA_UNSOLVABLE`.
+    /// When task `task_id` is solved, for a simulator with a [`Simulator::solve_time`].
+    pub fn ready_at(&self, task_id: u64) -> Option<tokio::time::Instant> {
+        self.0.state.ready_at(task_id)
+    }
+
     pub fn make_unsolvable(&self, task_id: u64) {
         self.0.state.make_unsolvable(task_id);
     }

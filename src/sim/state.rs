@@ -6,6 +6,9 @@ use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::str::FromStr;
 use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use super::faults::FaultBook;
 use super::wire::Received;
@@ -214,6 +217,9 @@ struct Task {
     answered: bool,
     /// Whether the task still counts as a working thread of its owner.
     holds_thread: bool,
+    /// With a solve time ([`State::with_solve_time`]): not ready before this, however
+    /// often it is polled.
+    ready_at: Option<Instant>,
 }
 
 /// Keys and tasks, behind one lock so that admission (balance, threads) and the thread
@@ -230,6 +236,9 @@ struct Accounts {
 pub(crate) struct State {
     /// Polls 1..n-1 answer `CAPCHA_NOT_READY`, poll n the answer.
     polls_to_ready: u32,
+    /// How long a task takes to solve, at least and at most: each task's time lies between,
+    /// spread evenly by its id. `None`: ready by polls alone.
+    solve_time: Option<(Duration, Duration)>,
     /// What a valid key with no free thread answers.
     pub(crate) busy_code: String,
     /// Which service this simulator plays: its task ids, and the actions and methods it
@@ -255,6 +264,7 @@ impl State {
     ) -> State {
         let state = State {
             polls_to_ready,
+            solve_time: None,
             busy_code,
             provider,
             accounts: Mutex::new(Accounts {
@@ -367,6 +377,18 @@ impl State {
         }
     }
 
+    /// Tasks take between `min` and `max` to solve (each its own time, spread by its id),
+    /// as a real service's workers do, besides the polls `polls_to_ready` asks for.
+    pub(crate) fn with_solve_time(mut self, range: Option<(Duration, Duration)>) -> State {
+        self.solve_time = range;
+        self
+    }
+
+    /// When `id` is solved, for a simulator with a solve time.
+    pub(crate) fn ready_at(&self, id: u64) -> Option<Instant> {
+        lock(&self.accounts).tasks.get(&id)?.ready_at
+    }
+
     // === tasks ===
 
     /// Admits a task for `key` (which passed [`State::access`]): balance first, then a free
@@ -402,6 +424,11 @@ impl State {
                 unsolvable: false,
                 answered: false,
                 holds_thread: true,
+                ready_at: self.solve_time.map(|(min, max)| {
+                    // A fixed spread over the range by the id, so a run is repeatable.
+                    let share = (id.wrapping_mul(2_654_435_761) % 1000) as f64 / 1000.0;
+                    Instant::now() + min + (max.saturating_sub(min)).mul_f64(share)
+                }),
             },
         );
         Ok(id)
@@ -431,6 +458,9 @@ impl State {
         if task.unsolvable {
             release_thread(task, &mut accounts.keys);
             return PollItem::Unsolvable;
+        }
+        if task.ready_at.is_some_and(|ready| Instant::now() < ready) {
+            return PollItem::NotReady;
         }
         if !task.answered {
             task.polls = task.polls.saturating_add(1);
@@ -635,6 +665,46 @@ mod tests {
         let shown = format!("{key:?}");
         assert!(!shown.contains("0123456789abcdef"), "{shown}");
         assert!(shown.contains("…f3a9"), "{shown}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_task_with_a_solve_time_is_not_ready_before_it_whatever_the_polls() {
+        let key = "0123456789abcdef0123456789abcdef";
+        let mut sim_key = SimKey::valid(key);
+        sim_key.threads = 20;
+        let state = State::new(
+            vec![sim_key],
+            1,
+            "ERROR_ZERO_BALANCE".to_owned(),
+            Provider::CaptchaAi,
+        )
+        .with_solve_time(Some((Duration::from_secs(10), Duration::from_secs(30))));
+        let start = Instant::now();
+        let ids: Vec<u64> = (0..20)
+            .map(|_| {
+                state
+                    .submit(key, Ok(TaskSpec { enterprise: false }))
+                    .expect("admitted")
+            })
+            .collect();
+        for id in &ids {
+            let ready = state.ready_at(*id).expect("a solve time");
+            let took = ready - start;
+            assert!(
+                (Duration::from_secs(10)..=Duration::from_secs(30)).contains(&took),
+                "{took:?}"
+            );
+            for _ in 0..5 {
+                assert_eq!(state.poll(key, &id.to_string()), PollItem::NotReady);
+            }
+        }
+        tokio::time::advance(Duration::from_secs(30)).await;
+        for id in &ids {
+            assert!(matches!(
+                state.poll(key, &id.to_string()),
+                PollItem::Ready { .. }
+            ));
+        }
     }
 
     #[test]
