@@ -46,9 +46,9 @@ pub struct Admission<'a, R> {
 
 impl<'a, R: Rng> Admission<'a, R> {
     /// Begins the admission of a submit that arrived at `started`, over `candidates` (the
-    /// caller `token`'s keys among them), waiting `[capacity] queue_timeout` at most, in all. The
-    /// token's own thread comes first: a token at its `max_threads` waits for one of its
-    /// tasks to end as a full pool waits for a key's thread.
+    /// caller `token`'s keys among them), waiting `[capacity] queue_timeout` at most, in
+    /// all. The token's own thread comes first: a token at its `max_threads` waits for one
+    /// of its tasks to end as a full pool waits for a key's thread.
     pub async fn begin(
         app: &'a App,
         pool: &'a KeyPool,
