@@ -175,18 +175,22 @@ async fn an_unsolved_task_gives_its_reservation_back() {
     h.stop().await;
 }
 
+/// `GET /admin/budgets` with `token` as the bearer.
+async fn budgets_with(h: &Harness, token: &str) -> Answer {
+    h.send_with_headers(
+        hyper::Method::GET,
+        "/admin/budgets",
+        &[("authorization", &format!("Bearer {token}"))],
+        bytes::Bytes::new(),
+    )
+    .await
+}
+
 #[tokio::test]
 async fn the_admin_api_and_ctl_list_every_tokens_spend() {
     let h = harness(None).await;
     spend_alices_budget(&h).await;
-    let listed = h
-        .send_with_headers(
-            hyper::Method::GET,
-            "/admin/budgets",
-            &[("authorization", &format!("Bearer {ADMIN}"))],
-            bytes::Bytes::new(),
-        )
-        .await;
+    let listed = budgets_with(&h, ADMIN).await;
     assert_eq!(listed.status, 200, "{}", listed.text());
     let rows: keyrelay::admin::BudgetList = serde_json::from_slice(&listed.body).unwrap();
     assert_eq!(rows.tokens.len(), 2);
@@ -203,14 +207,7 @@ async fn the_admin_api_and_ctl_list_every_tokens_spend() {
         ("bob", None, None)
     );
     // A caller token is no admin credential.
-    let denied = h
-        .send_with_headers(
-            hyper::Method::GET,
-            "/admin/budgets",
-            &[("authorization", &format!("Bearer {ALICE}"))],
-            bytes::Bytes::new(),
-        )
-        .await;
+    let denied = budgets_with(&h, ALICE).await;
     assert_eq!(denied.status, 401, "{}", denied.text());
     let table = keyrelay::ctl::budget_table(&rows.tokens);
     let lines: Vec<&str> = table.lines().collect();
