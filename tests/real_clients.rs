@@ -97,7 +97,10 @@ async fn solves_through_the_forward_proxy(script: &str) {
         .spawn()
         .await
         .expect("simulator");
-    let config = config_for(&sim, &[("a", KEY_A, 1.0), ("b", KEY_B, 1.0)]);
+    let mut config = config_for(&sim, &[("a", KEY_A, 1.0), ("b", KEY_B, 1.0)]);
+    // As users run it: polls shaped by the default [polling], so each client's own
+    // cadence meets keyrelay's "not yet" before the solution.
+    config.polling = keyrelay::config::Polling::default();
     let h = Harness::start(sim, config).await;
     let dir = tempfile::tempdir().unwrap();
     let ca = dir.path().join("ca.pem");
