@@ -6,7 +6,9 @@
 //! more than that; scripts poll as often as their authors wrote. Per task, keyrelay sends
 //! at most one upstream poll per `[polling] interval` and none before the `first` delay;
 //! a caller's poll between them is answered locally. A final answer is kept
-//! (`keep_answers`), so a repeated poll never goes upstream again.
+//! (`keep_answers`), so a repeated poll never goes upstream again. The same turns tell
+//! which of this process's tasks their callers left (`orphan_after`), for keyrelay to poll
+//! itself.
 
 mod cadence;
 mod kept;
