@@ -11,83 +11,13 @@
 
 mod common;
 
-use std::path::Path;
 use std::process::Command;
 
+use common::python::{python_with, run_script, PNG};
 use common::*;
 
-/// A 1×1 PNG: what the scripts upload as the image task.
-const PNG: &[u8] = &[
-    0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x48, 0x44, 0x52,
-    0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x01, 0x08, 0x06, 0x00, 0x00, 0x00, 0x1f, 0x15, 0xc4,
-    0x89, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x44, 0x41, 0x54, 0x78, 0x9c, 0x63, 0x00, 0x01, 0x00, 0x00,
-    0x05, 0x00, 0x01, 0x0d, 0x0a, 0x2d, 0xb4, 0x00, 0x00, 0x00, 0x00, 0x49, 0x45, 0x4e, 0x44, 0xae,
-    0x42, 0x60, 0x82,
-];
-
-fn python() -> Option<String> {
-    let python = std::env::var("KEYRELAY_TEST_PYTHON").unwrap_or_else(|_| "python3".to_owned());
-    let found = Command::new(&python)
-        .args(["-c", "import twocaptcha, captchaai"])
-        .output()
-        .is_ok_and(|out| out.status.success());
-    if found {
-        return Some(python);
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "CI is set but {python} cannot import twocaptcha and captchaai (.ci/run installs them)"
-    );
-    eprintln!(
-        "skipped: {python} has no twocaptcha / captchaai (pip install 2captcha-python captchaai)"
-    );
-    None
-}
-
-/// Runs `script` with only the proxy and CA variables set for it; its JSON lines.
-async fn run(
-    python: &str,
-    script: &str,
-    proxy: &str,
-    ca: &Path,
-    image: &Path,
-) -> Vec<serde_json::Value> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/clients")
-        .join(script);
-    let mut command = Command::new(python);
-    command
-        .arg(&script)
-        .arg(image)
-        .env("CALLER_KEY", CALLER_KEY)
-        .env("HTTPS_PROXY", proxy)
-        .env("https_proxy", proxy)
-        .env("REQUESTS_CA_BUNDLE", ca)
-        .env("SSL_CERT_FILE", ca)
-        .env_remove("HTTP_PROXY")
-        .env_remove("http_proxy")
-        .env_remove("NO_PROXY")
-        .env_remove("no_proxy");
-    let out = tokio::task::spawn_blocking(move || command.output())
-        .await
-        .expect("the script's thread")
-        .expect("python runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{} failed: {}\nstdout:\n{stdout}\nstderr:\n{}",
-        script.display(),
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
-        .lines()
-        .map(|line| serde_json::from_str(line).expect("a JSON line"))
-        .collect()
-}
-
 async fn solves_through_the_forward_proxy(script: &str) {
-    let Some(python) = python() else {
+    let Some(python) = python_with("KEYRELAY_TEST_PYTHON", &["twocaptcha", "captchaai"]) else {
         return;
     };
     let sim = keyrelay::sim::Simulator::new()
@@ -108,7 +38,16 @@ async fn solves_through_the_forward_proxy(script: &str) {
     let image = dir.path().join("captcha.png");
     std::fs::write(&image, PNG).unwrap();
 
-    let solved = run(&python, script, &format!("http://{}", h.addr), &ca, &image).await;
+    let proxy = format!("http://{}", h.addr);
+    let (ca, image) = (ca.to_str().unwrap(), image.to_str().unwrap());
+    let env = [
+        ("CALLER_KEY", CALLER_KEY),
+        ("HTTPS_PROXY", proxy.as_str()),
+        ("https_proxy", proxy.as_str()),
+        ("REQUESTS_CA_BUNDLE", ca),
+        ("SSL_CERT_FILE", ca),
+    ];
+    let solved = run_script(&python, script, &[image], &env).await;
     let kinds: Vec<&str> = solved.iter().map(|s| s["kind"].as_str().unwrap()).collect();
     assert_eq!(kinds, ["normal", "token"], "{solved:?}");
     for s in &solved {
@@ -129,15 +68,7 @@ async fn solves_through_the_forward_proxy(script: &str) {
             "the caller's key reached the upstream: {seen}"
         );
     }
-    let metrics = h.metrics().await;
-    let intercepted = metric(
-        &metrics,
-        "keyrelay_forward_requests_total{outcome=\"intercepted\"}",
-    );
-    assert!(
-        intercepted.is_some_and(|n| n >= 1.0),
-        "the CONNECTs were intercepted: {intercepted:?}"
-    );
+    assert_connects_intercepted(&h).await;
     h.stop().await;
 }
 

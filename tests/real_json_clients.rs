@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::python::{python_with, run_script};
+use common::python::{python_with, run_script, PNG};
 use common::*;
 use keyrelay::sim::{FaultKind, FaultTarget, SimKey, Simulator};
 
@@ -16,15 +16,6 @@ const MODULES: &[&str] = &[
     "anticaptchaofficial",
     "capmonstercloudclient",
     "python3_capsolver",
-];
-
-/// A 1×1 PNG: the image task.
-const PNG: &[u8] = &[
-    0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x48, 0x44, 0x52,
-    0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x01, 0x08, 0x06, 0x00, 0x00, 0x00, 0x1f, 0x15, 0xc4,
-    0x89, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x44, 0x41, 0x54, 0x78, 0x9c, 0x63, 0x00, 0x01, 0x00, 0x00,
-    0x05, 0x00, 0x01, 0x0d, 0x0a, 0x2d, 0xb4, 0x00, 0x00, 0x00, 0x00, 0x49, 0x45, 0x4e, 0x44, 0xae,
-    0x42, 0x60, 0x82,
 ];
 
 async fn solves_and_reads_errors(script: &str) {
@@ -106,15 +97,7 @@ async fn solves_and_reads_errors(script: &str) {
         "the client read keyrelay's error: {}",
         failed[0]
     );
-    let metrics = h.metrics().await;
-    let intercepted = metric(
-        &metrics,
-        "keyrelay_forward_requests_total{outcome=\"intercepted\"}",
-    );
-    assert!(
-        intercepted.is_some_and(|n| n >= 1.0),
-        "the CONNECTs were intercepted: {intercepted:?}"
-    );
+    assert_connects_intercepted(&h).await;
     h.stop().await;
 }
 

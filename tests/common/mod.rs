@@ -400,6 +400,20 @@ pub async fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
     panic!("timed out waiting for: {what}");
 }
 
+/// Asserts that `h`'s forward proxy intercepted at least one `CONNECT` (the clients went
+/// through `HTTPS_PROXY`, not around it).
+pub async fn assert_connects_intercepted(h: &Harness) {
+    let metrics = h.metrics().await;
+    let intercepted = metric(
+        &metrics,
+        "keyrelay_forward_requests_total{outcome=\"intercepted\"}",
+    );
+    assert!(
+        intercepted.is_some_and(|n| n >= 1.0),
+        "the CONNECTs were intercepted: {intercepted:?}"
+    );
+}
+
 /// The value of a metric line (`name{labels} value`), if present.
 pub fn metric(text: &str, series: &str) -> Option<f64> {
     text.lines()
