@@ -37,7 +37,7 @@ use futures_util::future::Either;
 use futures_util::FutureExt;
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
+use hyper::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
 use smallvec::SmallVec;
 use tokio::time::Instant;
@@ -361,14 +361,9 @@ async fn api(
         .headers
         .get(CONTENT_TYPE)
         .and_then(|v| v.to_str().ok());
-    let declared = parts
-        .headers
-        .get(CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse().ok());
     let limit = snapshot.config.limits.max_body;
     let key_headers = snapshot.config.observability.key_headers;
-    let (handled, json) = match body::read(body, declared, limit).await {
+    let (handled, json) = match body::read(body, &parts.headers, limit).await {
         Err(body::BodyError::TooLarge { prefix }) => {
             let json = json_hint(query, content_type, &prefix);
             (Local::BodyTooLarge { limit }.into(), json)

@@ -6,6 +6,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
+use hyper::header::{HeaderMap, CONTENT_LENGTH};
 
 /// An oversized body is read and discarded up to this many bytes past the limit, so that a
 /// client still sending it is not reset before it reads the answer. Beyond it, the
@@ -24,12 +25,17 @@ pub enum BodyError {
     Io(hyper::Error),
 }
 
-/// Reads the whole body if it fits within `limit` bytes.
+/// Reads the whole body if it fits within `limit` bytes; `headers` are its request's, whose
+/// `Content-Length` may say at once that it cannot.
 pub async fn read(
     mut body: Incoming,
-    declared: Option<u64>,
+    headers: &HeaderMap,
     limit: usize,
 ) -> Result<Bytes, BodyError> {
+    let declared: Option<u64> = headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok());
     if declared.is_some_and(|len| len > (limit + DRAIN_BYTES) as u64) {
         // Too absurd to read even in order to discard it; the connection closes after the answer.
         return Err(BodyError::TooLarge {

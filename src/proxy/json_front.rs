@@ -6,9 +6,7 @@
 
 use bytes::Bytes;
 use hyper::body::Incoming;
-use hyper::header::{
-    HeaderMap, HeaderValue, CONTENT_LENGTH, CONTENT_TYPE, PROXY_AUTHORIZATION, USER_AGENT,
-};
+use hyper::header::{HeaderMap, HeaderValue, CONTENT_TYPE, PROXY_AUTHORIZATION, USER_AGENT};
 use hyper::{Method, Request, Response, StatusCode};
 use tokio::time::Instant;
 
@@ -39,14 +37,9 @@ pub(super) async fn answer(
     let endpoint = endpoint_of(method);
     let (parts, body) = req.into_parts();
     let snapshot = app.snapshot();
-    let declared = parts
-        .headers
-        .get(CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse().ok());
     let limit = snapshot.config.limits.max_body;
     let key_headers = snapshot.config.observability.key_headers;
-    let bytes = match body::read(body, declared, limit).await {
+    let bytes = match body::read(body, &parts.headers, limit).await {
         Ok(bytes) => Ok(bytes),
         Err(body::BodyError::TooLarge { .. }) => Err(JsonError::from_service(
             "ERROR_TOO_BIG_CAPTCHA_FILESIZE",
