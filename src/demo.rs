@@ -485,7 +485,14 @@ async fn post_json(
     let request = hyper::Request::post(url)
         .header(hyper::header::CONTENT_TYPE, "application/json")
         .body(Full::new(Bytes::from(body.to_string())))?;
-    let response = client.request(request).await?;
+    answer_and_key(client.request(request).await?).await
+}
+
+/// A JSON answer, and the name of the key keyrelay sent its request with
+/// (`X-Keyrelay-Key`; `?` for an answer keyrelay made itself).
+async fn answer_and_key(
+    response: hyper::Response<hyper::body::Incoming>,
+) -> Result<(serde_json::Value, String), DemoError> {
     let key = response
         .headers()
         .get("x-keyrelay-key")
@@ -538,15 +545,7 @@ async fn poll_to_token(
     for _ in 0..POLLS {
         tokio::time::sleep(Duration::from_millis(20)).await;
         let poll = format!("{base}/res.php?key={SCRIPT_KEY}&action=get&id={task_id}&json=1");
-        let response = client.get(poll.parse()?).await?;
-        let key = response
-            .headers()
-            .get("x-keyrelay-key")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("?")
-            .to_owned();
-        let body = response.into_body().collect().await?.to_bytes();
-        let answer: serde_json::Value = serde_json::from_slice(&body)?;
+        let (answer, key) = answer_and_key(client.get(poll.parse()?).await?).await?;
         if answer["status"] == 1 {
             let token = answer["request"].as_str().unwrap_or_default().to_owned();
             return Ok((token, key));
