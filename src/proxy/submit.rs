@@ -4,6 +4,7 @@
 //! serve every method, the submit's `method` picks the keys: it is then read strictly, and
 //! each attempt sends that one value.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use rand::rngs::SmallRng;
@@ -141,8 +142,12 @@ pub(super) async fn submit(ctx: &Ctx, parsed: &ParsedRequest) -> Handled {
         }
         match (decision.next, attempt) {
             (Next::Answer, Attempt::Answered(answered)) => {
+                let submitted = Submitted {
+                    parsed,
+                    method: method.as_deref(),
+                };
                 return answer(
-                    ctx, parsed, key, admission, ticket, answered, attempts, started,
+                    ctx, submitted, key, admission, ticket, answered, attempts, started,
                 )
                 .await;
             }
@@ -235,10 +240,26 @@ fn budget_spent(ctx: &Ctx) -> Option<Handled> {
     )
 }
 
+/// The caller's submit, and its `method` where the pick read it (strictly) already.
+struct Submitted<'p> {
+    parsed: &'p ParsedRequest,
+    method: Option<&'p str>,
+}
+
+impl<'p> Submitted<'p> {
+    /// The submit's `method`: as the pick read it, or read now, once per answer.
+    fn method(&self) -> Option<Cow<'p, str>> {
+        match self.method {
+            Some(method) => Some(Cow::Borrowed(method)),
+            None => self.parsed.param("method"),
+        }
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 async fn answer<'a, R: rand::Rng>(
     ctx: &'a Ctx,
-    parsed: &ParsedRequest,
+    submitted: Submitted<'_>,
     key: &Arc<KeyEntry>,
     admission: Admission<'a, R>,
     ticket: Ticket<'a>,
@@ -255,7 +276,7 @@ async fn answer<'a, R: rand::Rng>(
     if let Some(id) = &task_id {
         // Not boxed, as the seat: the shared count's step is boxed by its store.
         // The first poll's delay, a token's price and the solve time follow the method.
-        let method = parsed.param("method");
+        let method = submitted.method();
         admission.open(ticket, key, id, method.as_deref()).await;
         ctx.app.emit(|| Event::Pinned {
             key: key.name.clone(),
@@ -267,7 +288,7 @@ async fn answer<'a, R: rand::Rng>(
         (ctx.token.as_deref(), &attempt.reply, ctx.endpoint)
     {
         // solve.php's task began and ended in this request: spent at once.
-        let method = parsed.param("method");
+        let method = submitted.method();
         let price = (ctx.snapshot.config.prices)
             .per_task(key.provider, method.as_deref().unwrap_or(""))
             .unwrap_or(0.0);
